@@ -1,0 +1,123 @@
+//! Clusters: nodes of GPUs, the links inside a node and between nodes.
+//!
+//! `spec` holds the raw TOML form and its parser; this module the resolved, validated value that
+//! the cost model, the simulator and the planners use.
+
+pub mod spec;
+
+use crate::gpu::GpuSpec;
+use crate::units::{BytesPerSec, Seconds};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A GPU in the cluster: its node and its index inside the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GpuId {
+    pub node: u32,
+    pub local: u32,
+}
+
+impl fmt::Display for GpuId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}g{}", self.node, self.local)
+    }
+}
+
+/// Index into `Cluster::gpu_types`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GpuTypeId(pub usize);
+
+/// One node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub gpu_type: GpuTypeId,
+    pub num_gpus: u32,
+    /// GPU-to-GPU bandwidth inside the node, per GPU, per direction.
+    pub intra_bandwidth: BytesPerSec,
+    /// The node's network bandwidth (all its NICs together), per direction.
+    pub inter_bandwidth: BytesPerSec,
+    /// Index of the `[[node_group]]` this node came from.
+    pub group: usize,
+}
+
+/// A resolved cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    pub name: String,
+    /// GPU types present, after per-cluster overrides, in order of first appearance.
+    pub gpu_types: Vec<GpuSpec>,
+    pub nodes: Vec<Node>,
+    /// Per node-pair bandwidth overrides (AMP's bandwidth matrix), keyed by (min, max) node index.
+    pub pair_bandwidth: BTreeMap<(u32, u32), BytesPerSec>,
+    /// Latency of one message inside a node.
+    pub intra_latency: Seconds,
+    /// Latency of one message between nodes.
+    pub inter_latency: Seconds,
+}
+
+impl Cluster {
+    pub fn num_gpus(&self) -> usize {
+        self.nodes.iter().map(|n| n.num_gpus as usize).sum()
+    }
+
+    /// Every GPU, node-major.
+    pub fn gpus(&self) -> Vec<GpuId> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| {
+                (0..n.num_gpus).map(move |l| GpuId {
+                    node: i as u32,
+                    local: l,
+                })
+            })
+            .collect()
+    }
+
+    pub fn contains(&self, id: GpuId) -> bool {
+        self.nodes
+            .get(id.node as usize)
+            .is_some_and(|n| id.local < n.num_gpus)
+    }
+
+    pub fn node(&self, id: GpuId) -> &Node {
+        &self.nodes[id.node as usize]
+    }
+
+    pub fn gpu_type_of(&self, id: GpuId) -> GpuTypeId {
+        self.node(id).gpu_type
+    }
+
+    pub fn gpu(&self, id: GpuId) -> &GpuSpec {
+        &self.gpu_types[self.node(id).gpu_type.0]
+    }
+
+    /// Bandwidth between two nodes' networks: the override if one is set, otherwise the slower
+    /// of the two nodes' NICs.
+    pub fn node_pair_bandwidth(&self, a: u32, b: u32) -> BytesPerSec {
+        let key = (a.min(b), a.max(b));
+        if let Some(bw) = self.pair_bandwidth.get(&key) {
+            return *bw;
+        }
+        let (na, nb) = (&self.nodes[a as usize], &self.nodes[b as usize]);
+        na.inter_bandwidth.min(nb.inter_bandwidth)
+    }
+
+    /// Point-to-point bandwidth between two GPUs (one stream, per direction).
+    pub fn link_bandwidth(&self, a: GpuId, b: GpuId) -> BytesPerSec {
+        if a.node == b.node {
+            self.node(a).intra_bandwidth
+        } else {
+            self.node_pair_bandwidth(a.node, b.node)
+        }
+    }
+
+    pub fn link_latency(&self, a: GpuId, b: GpuId) -> Seconds {
+        if a.node == b.node {
+            self.intra_latency
+        } else {
+            self.inter_latency
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The cluster TOML format and its resolution into a `Cluster`.

@@ -1,0 +1,1 @@
+//! The analytic cost model.

@@ -1,0 +1,19 @@
+//! hetplan: find and cost the ways to train a large model on a heterogeneous GPU cluster.
+//!
+//! The library never prints, never reads the clock and never touches files except through the
+//! explicit `load_*` helpers of the input modules; see `ARCHITECTURE.md` for the code map and
+//! the invariants.
+
+pub mod cluster;
+pub mod cost;
+pub mod gpu;
+pub mod model;
+pub mod names;
+pub mod plan;
+pub mod profile;
+pub mod units;
+
+pub use cluster::{Cluster, GpuId};
+pub use model::Model;
+pub use plan::Plan;
+pub use units::{Bytes, BytesPerSec, Flop, FlopPerSec, Seconds};

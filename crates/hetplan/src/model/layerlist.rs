@@ -1,0 +1,1 @@
+//! Layer-list files (TOML or JSON) for any model.

@@ -1,0 +1,512 @@
+//! Decoder (and encoder) transformers described by their shape, and their expansion into ops.
+//!
+//! Activation bytes follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+//! Transformer Models", §4.1): per token and layer, with 16-bit activations, attention stores its
+//! QKV input 2h, Q,K,V 6h (less with GQA), the output-projection input 2h and a dropout mask h;
+//! the MLP its input 2h, the activation input 8h and the second GEMM's input 8h (for a 4h MLP)
+//! and a mask h; each layer norm its input 2h — 34h in all with dropout, of which 10h are
+//! replicated across tensor-parallel ranks (norm inputs, GEMM inputs before the column split,
+//! masks) unless sequence parallelism shards them too.
+
+use super::{Layer, LayerKind, Model, Op, OpKind, TpSplit};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MlpKind {
+    /// Two GEMMs h→f→h with GeLU (GPT-2/3, MPT, Falcon, BERT, GPT-NeoX).
+    Gelu,
+    /// Three GEMMs (gate and up h→f, down f→h) with SiLU-gating (LLaMA, Mistral, Qwen2).
+    SwiGlu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NormKind {
+    LayerNorm,
+    RmsNorm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PositionKind {
+    /// A learned table of `max_seq_len` × h (GPT-2/3, MPT, OPT, BERT).
+    Learned,
+    /// Rotary or ALiBi: no parameters.
+    Rotary,
+    Alibi,
+}
+
+/// The attention-core kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttnImpl {
+    /// FlashAttention-2 (Dao 2023): no s² activations, recomputes in backward.
+    Flash,
+    /// The Triton flash-attention kernel used by MPT/llm-foundry (`attn_impl: triton`).
+    Triton,
+    /// Unfused PyTorch/Megatron attention that materialises the s×s scores.
+    Torch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MoeConfig {
+    pub experts: u64,
+    pub top_k: u64,
+    /// FFN width of one expert.
+    pub expert_ffn: u64,
+    /// A dense FFN of this width beside the experts (Qwen2-MoE's shared expert), if any.
+    pub shared_ffn: Option<u64>,
+}
+
+/// The shape of a transformer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransformerConfig {
+    pub name: String,
+    pub hidden: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub ffn: u64,
+    pub mlp: MlpKind,
+    pub norm: NormKind,
+    pub position: PositionKind,
+    pub vocab: u64,
+    pub max_seq_len: u64,
+    /// Biases on the QKV and output projections.
+    pub attn_bias: bool,
+    /// Biases on the MLP GEMMs.
+    pub mlp_bias: bool,
+    /// Norms carry a bias (LayerNorm with bias).
+    pub norm_bias: bool,
+    pub tied_embeddings: bool,
+    /// Attention and MLP read the same normed input (GPT-J, Falcon, GPT-NeoX with
+    /// `use_parallel_residual`); `shared_norm`: a single norm feeds both (Falcon-7B).
+    pub parallel_attn: bool,
+    pub shared_norm: bool,
+    pub causal: bool,
+    pub attn_impl: AttnImpl,
+    /// Dropout layers present (they store masks).
+    pub dropout: bool,
+    pub moe: Option<MoeConfig>,
+}
+
+impl TransformerConfig {
+    /// A GPT-style decoder: MHA, 4h GeLU MLP, LayerNorm with bias, learned positions, biases,
+    /// tied embeddings, vocabulary 50257, flash attention, no dropout.
+    pub fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, max_seq_len: u64) -> Self {
+        TransformerConfig {
+            name: name.to_string(),
+            hidden,
+            layers,
+            heads,
+            kv_heads: heads,
+            head_dim: hidden / heads,
+            ffn: 4 * hidden,
+            mlp: MlpKind::Gelu,
+            norm: NormKind::LayerNorm,
+            position: PositionKind::Learned,
+            vocab: 50257,
+            max_seq_len,
+            attn_bias: true,
+            mlp_bias: true,
+            norm_bias: true,
+            tied_embeddings: true,
+            parallel_attn: false,
+            shared_norm: false,
+            causal: true,
+            attn_impl: AttnImpl::Flash,
+            dropout: false,
+            moe: None,
+        }
+    }
+
+    /// A LLaMA-style decoder: GQA with `kv_heads`, SwiGLU of width `ffn`, RMSNorm, rotary, no
+    /// biases, untied embeddings.
+    #[allow(clippy::too_many_arguments)]
+    pub fn llama(
+        name: &str,
+        layers: u64,
+        hidden: u64,
+        heads: u64,
+        kv_heads: u64,
+        ffn: u64,
+        vocab: u64,
+        max_seq_len: u64,
+    ) -> Self {
+        TransformerConfig {
+            name: name.to_string(),
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            head_dim: hidden / heads,
+            ffn,
+            mlp: MlpKind::SwiGlu,
+            norm: NormKind::RmsNorm,
+            position: PositionKind::Rotary,
+            vocab,
+            max_seq_len,
+            attn_bias: false,
+            mlp_bias: false,
+            norm_bias: false,
+            tied_embeddings: false,
+            parallel_attn: false,
+            shared_norm: false,
+            causal: true,
+            attn_impl: AttnImpl::Flash,
+            dropout: false,
+            moe: None,
+        }
+    }
+
+    fn norm_params(&self) -> u64 {
+        if self.norm_bias {
+            2 * self.hidden
+        } else {
+            self.hidden
+        }
+    }
+
+    fn norm_op(&self, name: &str) -> Op {
+        let h = self.hidden as f64;
+        Op {
+            name: name.to_string(),
+            // Reads x, writes y (2 bytes each per element); ~5 FLOP per element (mean, variance,
+            // scale, shift).
+            kind: OpKind::Elementwise {
+                bytes_per_token: 4.0 * h,
+                flops_per_token: 5.0 * h,
+                sharded: false,
+            },
+            params: self.norm_params(),
+            params_sharded: false,
+            tied: false,
+            saved_bytes_per_token: 2.0 * h,
+            saved_sharded: false,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        name: &str,
+        k: u64,
+        n: u64,
+        split: TpSplit,
+        bias: bool,
+        count: u64,
+        token_fraction: f64,
+        saved_per_token: f64,
+    ) -> Op {
+        let params = count * (k * n + if bias { n } else { 0 });
+        Op {
+            name: name.to_string(),
+            kind: OpKind::Gemm {
+                k,
+                n,
+                split,
+                count,
+                token_fraction,
+            },
+            params,
+            params_sharded: split != TpSplit::Replicated,
+            tied: false,
+            // The GEMM keeps its input for the weight gradient.
+            saved_bytes_per_token: saved_per_token,
+            // Row-parallel GEMMs take an already split input; column-parallel ones the full one.
+            saved_sharded: split == TpSplit::Row,
+        }
+    }
+
+    /// Residual add (+ dropout when present): reads two h-vectors and writes one.
+    fn residual_op(&self, name: &str) -> Op {
+        let h = self.hidden as f64;
+        Op {
+            name: name.to_string(),
+            kind: OpKind::Elementwise {
+                bytes_per_token: 6.0 * h,
+                flops_per_token: h,
+                sharded: false,
+            },
+            params: 0,
+            params_sharded: false,
+            tied: false,
+            // A one-byte dropout mask per element.
+            saved_bytes_per_token: if self.dropout { h } else { 0.0 },
+            saved_sharded: false,
+        }
+    }
+
+    fn mlp_ops(&self, ops: &mut Vec<Op>, prefix: &str, ffn: u64, count: u64, token_fraction: f64) {
+        let h = self.hidden;
+        let f = ffn as f64;
+        // Tokens entering each expert set (top_k for MoE, 1 for dense).
+        let copies = token_fraction * count as f64;
+        let up_width = match self.mlp {
+            MlpKind::Gelu => ffn,
+            MlpKind::SwiGlu => 2 * ffn,
+        };
+        // Without a shared norm each branch keeps its own copy of its GEMM input.
+        let input_saved = if self.parallel_attn && self.shared_norm {
+            0.0
+        } else {
+            2.0 * h as f64 * copies
+        };
+        ops.push(self.gemm(
+            &format!("{prefix}fc1"),
+            h,
+            up_width,
+            TpSplit::Column,
+            self.mlp_bias,
+            count,
+            token_fraction,
+            input_saved,
+        ));
+        let (act_bytes, act_saved, act_flops) = match self.mlp {
+            // GeLU reads 2f and writes 2f bytes and keeps its input (2f); ~8 FLOP per element
+            // (tanh approximation).
+            MlpKind::Gelu => (4.0 * f, 2.0 * f, 8.0 * f),
+            // SwiGLU reads gate and up (4f), writes 2f, keeps both inputs.
+            MlpKind::SwiGlu => (6.0 * f, 4.0 * f, 6.0 * f),
+        };
+        ops.push(Op {
+            name: format!("{prefix}act"),
+            kind: OpKind::Elementwise {
+                bytes_per_token: act_bytes * copies,
+                flops_per_token: act_flops * copies,
+                sharded: true,
+            },
+            params: 0,
+            params_sharded: false,
+            tied: false,
+            saved_bytes_per_token: act_saved * copies,
+            saved_sharded: true,
+        });
+        ops.push(self.gemm(
+            &format!("{prefix}fc2"),
+            ffn,
+            h,
+            TpSplit::Row,
+            self.mlp_bias,
+            count,
+            token_fraction,
+            2.0 * f * copies,
+        ));
+    }
+
+    fn block(&self, i: u64) -> Layer {
+        let h = self.hidden;
+        let (a, g, d) = (self.heads, self.kv_heads, self.head_dim);
+        let qkv_width = (a + 2 * g) * d;
+        let mut ops = vec![self.norm_op("ln1")];
+        ops.push(self.gemm(
+            "qkv",
+            h,
+            qkv_width,
+            TpSplit::Column,
+            self.attn_bias,
+            1,
+            1.0,
+            2.0 * h as f64,
+        ));
+        ops.push(Op {
+            name: "attention".to_string(),
+            kind: OpKind::Attention {
+                heads: a,
+                kv_heads: g,
+                head_dim: d,
+                causal: self.causal,
+                implementation: self.attn_impl,
+                dropout: self.dropout,
+            },
+            params: 0,
+            params_sharded: false,
+            tied: false,
+            // Q, K and V (2 bytes per element).
+            saved_bytes_per_token: 2.0 * qkv_width as f64,
+            saved_sharded: true,
+        });
+        ops.push(self.gemm(
+            "proj",
+            a * d,
+            h,
+            TpSplit::Row,
+            self.attn_bias,
+            1,
+            1.0,
+            2.0 * (a * d) as f64,
+        ));
+        if !self.parallel_attn {
+            ops.push(self.residual_op("attn_residual"));
+        }
+        if !(self.parallel_attn && self.shared_norm) {
+            ops.push(self.norm_op("ln2"));
+        }
+        match self.moe {
+            None => self.mlp_ops(&mut ops, "", self.ffn, 1, 1.0),
+            Some(moe) => {
+                ops.push(self.gemm(
+                    "router",
+                    h,
+                    moe.experts,
+                    TpSplit::Replicated,
+                    false,
+                    1,
+                    1.0,
+                    0.0,
+                ));
+                let frac = moe.top_k as f64 / moe.experts as f64;
+                self.mlp_ops(&mut ops, "expert_", moe.expert_ffn, moe.experts, frac);
+                if let Some(shared) = moe.shared_ffn {
+                    self.mlp_ops(&mut ops, "shared_", shared, 1, 1.0);
+                }
+            }
+        }
+        ops.push(self.residual_op("mlp_residual"));
+        Layer {
+            name: format!("block{i}"),
+            kind: LayerKind::Transformer,
+            ops,
+            output_bytes_per_token: 2.0 * h as f64,
+            // Megatron: g after the output projection and after fc2 in forward; f before QKV and
+            // before fc1 in backward (Shoeybi et al. 2019, Fig. 4). A parallel block reduces once.
+            tp_allreduces_fwd: if self.parallel_attn { 1 } else { 2 },
+            tp_allreduces_bwd: if self.parallel_attn { 1 } else { 2 },
+            tp_comm_bytes_per_token: 2.0 * h as f64,
+        }
+    }
+
+    fn embedding(&self) -> Layer {
+        let h = self.hidden;
+        let mut ops = vec![Op {
+            name: "wte".to_string(),
+            kind: OpKind::Lookup { width: h },
+            params: self.vocab * h,
+            params_sharded: true,
+            tied: false,
+            saved_bytes_per_token: 0.0,
+            saved_sharded: false,
+        }];
+        if self.position == PositionKind::Learned {
+            ops.push(Op {
+                name: "wpe".to_string(),
+                kind: OpKind::Lookup { width: h },
+                params: self.max_seq_len * h,
+                params_sharded: false,
+                tied: false,
+                saved_bytes_per_token: 0.0,
+                saved_sharded: false,
+            });
+        }
+        Layer {
+            name: "embedding".to_string(),
+            kind: LayerKind::Embedding,
+            ops,
+            output_bytes_per_token: 2.0 * h as f64,
+            // Vocab-parallel embedding: one all-reduce of the looked-up rows in forward.
+            tp_allreduces_fwd: 1,
+            tp_allreduces_bwd: 0,
+            tp_comm_bytes_per_token: 2.0 * h as f64,
+        }
+    }
+
+    fn head(&self) -> Layer {
+        let h = self.hidden;
+        let v = self.vocab as f64;
+        let mut logits = self.gemm("logits", h, self.vocab, TpSplit::Column, false, 1, 1.0, 2.0 * h as f64);
+        logits.tied = self.tied_embeddings;
+        Layer {
+            name: "head".to_string(),
+            kind: LayerKind::Head,
+            ops: vec![
+                self.norm_op("ln_f"),
+                logits,
+                Op {
+                    name: "loss".to_string(),
+                    // Softmax cross-entropy in fp32 over the (vocab-parallel) logits: reads the
+                    // 16-bit logits, writes and re-reads fp32 probabilities.
+                    kind: OpKind::Elementwise {
+                        bytes_per_token: 10.0 * v,
+                        flops_per_token: 5.0 * v,
+                        sharded: true,
+                    },
+                    params: 0,
+                    params_sharded: false,
+                    tied: false,
+                    // fp32 logits kept for the gradient: 4 bytes per vocabulary entry
+                    // (Korthikanti et al. 2022 §4.1, output layer 4sbv/t).
+                    saved_bytes_per_token: 4.0 * v,
+                    saved_sharded: true,
+                },
+            ],
+            output_bytes_per_token: 0.0,
+            tp_allreduces_fwd: 0,
+            // The input gradient of the column-parallel logits GEMM.
+            tp_allreduces_bwd: 1,
+            tp_comm_bytes_per_token: 2.0 * h as f64,
+        }
+    }
+
+    /// Expands the shape into layers: embedding, `layers` blocks, head.
+    pub fn build(&self) -> Model {
+        let mut layers = vec![self.embedding()];
+        layers.extend((0..self.layers).map(|i| self.block(i)));
+        layers.push(self.head());
+        Model {
+            name: self.name.clone(),
+            layers,
+            transformer: Some(self.clone()),
+            default_seq_len: self.max_seq_len.min(2048),
+            per_sample: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpt3_175b_parameter_count() {
+        // Brown et al. 2020 Table 2.1: 96 layers, d_model 12288, 96 heads; "175B" ≈ 174.6e9.
+        let m = TransformerConfig::gpt("gpt3-175b", 96, 12288, 96, 2048).build();
+        let p = m.params() as f64;
+        assert!((p - 174.6e9).abs() / 174.6e9 < 0.003, "{p}");
+    }
+
+    #[test]
+    fn llama2_7b_parameter_count() {
+        let m = TransformerConfig::llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096).build();
+        let p = m.params() as f64;
+        assert!((p - 6.738e9).abs() / 6.738e9 < 0.002, "{p}");
+    }
+
+    #[test]
+    fn korthikanti_activation_total_is_34_sbh_with_dropout() {
+        // Per token and layer: 34h bytes with dropout, flash-free attention adds 5as.
+        let mut c = TransformerConfig::gpt("t", 1, 1024, 16, 2048);
+        c.dropout = true;
+        c.attn_impl = AttnImpl::Torch;
+        let m = c.build();
+        let block = &m.layers[1];
+        let seq = 2048;
+        let (total, selective): (f64, f64) = block
+            .ops
+            .iter()
+            .map(|o| o.saved_bytes_per_token(seq))
+            .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        let h = 1024.0;
+        assert_eq!(total, 34.0 * h + 5.0 * 16.0 * seq as f64);
+        assert_eq!(selective, 5.0 * 16.0 * seq as f64);
+        // Replicated across TP ranks: 10h (norm inputs 4h, two column-GEMM inputs 4h, masks 2h).
+        let replicated: f64 = block
+            .ops
+            .iter()
+            .filter(|o| !o.saved_sharded)
+            .map(|o| o.saved_bytes_per_token)
+            .sum();
+        assert_eq!(replicated, 10.0 * h);
+    }
+}

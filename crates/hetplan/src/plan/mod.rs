@@ -1,0 +1,246 @@
+//! Training plans: everything the seed papers search over, as one complete value.
+//!
+//! A plan is read from JSON (`serde`) or from the inline form (`inline`), then checked against a
+//! model and a cluster (`validate`). The cost model and the simulator accept only validated plans.
+
+pub mod inline;
+pub mod validate;
+
+use crate::cluster::GpuId;
+use serde::{Deserialize, Serialize};
+
+/// Pipeline schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Schedule {
+    /// All forwards, then all backwards (Huang et al. 2019).
+    Gpipe,
+    /// One-forward-one-backward (PipeDream-Flush; Narayanan et al. 2021).
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+    /// Interleaved 1F1B with `virtual_stages` model chunks per device (Narayanan et al. 2021 §2.2).
+    #[serde(rename = "interleaved-1f1b")]
+    Interleaved { virtual_stages: u32 },
+}
+
+/// The training engine whose behaviour the plan assumes where engines differ (which
+/// communication overlaps compute, how ZeRO-3 prefetches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    #[default]
+    Megatron,
+    Deepspeed,
+    Fsdp,
+}
+
+/// Numeric precision of training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// BF16 compute and activations, FP32 master weights and Adam states.
+    #[default]
+    Bf16,
+    /// FP16 with loss scaling; memory as BF16.
+    Fp16,
+    /// Everything in FP32 (Sailor's default).
+    Fp32,
+}
+
+impl Precision {
+    /// Bytes of one activation or 16/32-bit weight element.
+    pub fn element_bytes(self) -> f64 {
+        match self {
+            Precision::Bf16 | Precision::Fp16 => 2.0,
+            Precision::Fp32 => 4.0,
+        }
+    }
+}
+
+/// Activation checkpointing of a stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Recompute {
+    #[default]
+    None,
+    /// Recompute the attention core only (Korthikanti et al. 2022 §5).
+    Selective,
+    /// Recompute every layer of the stage from its input.
+    Full,
+    /// Recompute this many of the stage's layers fully (Mist's per-stage count), the first ones.
+    Layers(u32),
+}
+
+impl Serialize for Recompute {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Recompute::None => s.serialize_str("none"),
+            Recompute::Selective => s.serialize_str("selective"),
+            Recompute::Full => s.serialize_str("full"),
+            Recompute::Layers(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Recompute {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u32),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Recompute::Layers(n)),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl std::str::FromStr for Recompute {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" | "off" => Ok(Recompute::None),
+            "selective" => Ok(Recompute::Selective),
+            "full" | "on" => Ok(Recompute::Full),
+            n => n.parse::<u32>().map(Recompute::Layers).map_err(|_| {
+                format!(
+                    "activation checkpointing `{n}`: expected `none`, `selective`, `full` or a number of layers"
+                )
+            }),
+        }
+    }
+}
+
+/// Fractions (0..=1) of each state kept in host memory instead of the GPU (Mist §4).
+#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Offload {
+    pub weights: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+    pub activations: f64,
+}
+
+impl Offload {
+    pub fn is_none(&self) -> bool {
+        *self == Offload::default()
+    }
+}
+
+/// A half-open range of layer indices `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerRange {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl LayerRange {
+    pub fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn iter(&self) -> std::ops::Range<usize> {
+        self.start..self.end
+    }
+}
+
+/// One pipeline stage (with interleaving: one model chunk).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stage {
+    pub layers: LayerRange,
+    /// The stage's GPUs, `dp × tp` of them, replica-major: replica r is
+    /// `devices[r·tp .. (r+1)·tp]`.
+    pub devices: Vec<GpuId>,
+    pub tp: u32,
+    pub dp: u32,
+    /// Micro-batch size of each DP replica (replicas may differ, as Metis and Poplar need).
+    pub micro_batch_sizes: Vec<u64>,
+    #[serde(default)]
+    pub zero: u8,
+    #[serde(default)]
+    pub recompute: Recompute,
+    #[serde(default, skip_serializing_if = "Offload::is_none")]
+    pub offload: Offload,
+    #[serde(default)]
+    pub sequence_parallel: bool,
+}
+
+impl Stage {
+    /// The GPUs of DP replica `r`.
+    pub fn replica(&self, r: usize) -> &[GpuId] {
+        let tp = self.tp as usize;
+        &self.devices[r * tp..(r + 1) * tp]
+    }
+    /// Samples one micro-batch carries through this stage, over all replicas.
+    pub fn samples_per_micro_batch(&self) -> u64 {
+        self.micro_batch_sizes.iter().sum()
+    }
+}
+
+/// A complete training plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Samples per iteration.
+    pub global_batch: u64,
+    /// Micro-batches per iteration (gradient-accumulation steps of each pipeline).
+    pub micro_batches: u64,
+    pub schedule: Schedule,
+    #[serde(default)]
+    pub engine: Engine,
+    #[serde(default)]
+    pub precision: Precision,
+    /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
+    /// order, chunk j on the devices of chunk j mod pp).
+    pub stages: Vec<Stage>,
+}
+
+impl Plan {
+    /// Number of physical pipeline stages (chunks ÷ virtual stages).
+    pub fn pipeline_depth(&self) -> usize {
+        match self.schedule {
+            Schedule::Interleaved { virtual_stages } => {
+                self.stages.len() / (virtual_stages.max(1) as usize)
+            }
+            _ => self.stages.len(),
+        }
+    }
+
+    /// All GPUs the plan uses, each once, sorted.
+    pub fn devices(&self) -> Vec<GpuId> {
+        let mut d: Vec<GpuId> = self
+            .stages
+            .iter()
+            .flat_map(|s| s.devices.iter().copied())
+            .collect();
+        d.sort();
+        d.dedup();
+        d
+    }
+
+    /// The compact summary used in tables: `0-12@n0g0..n0g3 (2×2) | ...`, `m=8`.
+    pub fn summary(&self) -> String {
+        let stages: Vec<String> = self
+            .stages
+            .iter()
+            .map(|s| {
+                let first = s.devices.first().map(|g| g.to_string()).unwrap_or_default();
+                let last = s.devices.last().map(|g| g.to_string()).unwrap_or_default();
+                format!(
+                    "{}-{}@{}..{} ({}x{})",
+                    s.layers.start,
+                    s.layers.end.saturating_sub(1),
+                    first,
+                    last,
+                    s.dp,
+                    s.tp
+                )
+            })
+            .collect();
+        format!("{} m={}", stages.join(" | "), self.micro_batches)
+    }
+}

@@ -1,0 +1,1 @@
+//! Checking a plan against a model and a cluster.

@@ -1,0 +1,1 @@
+//! Profile database: measured per-layer times.
