@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod cost;
+pub mod error;
 pub mod gpu;
 pub mod model;
 pub mod names;
@@ -14,6 +15,7 @@ pub mod profile;
 pub mod units;
 
 pub use cluster::{Cluster, GpuId};
+pub use error::InputError;
 pub use model::Model;
 pub use plan::Plan;
 pub use units::{Bytes, BytesPerSec, Flop, FlopPerSec, Seconds};
