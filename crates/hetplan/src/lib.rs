@@ -4,6 +4,7 @@
 //! explicit `load_*` helpers of the input modules; see `ARCHITECTURE.md` for the code map and
 //! the invariants.
 
+pub mod calibration;
 pub mod cluster;
 pub mod cost;
 pub mod error;

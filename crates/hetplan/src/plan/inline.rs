@@ -1,1 +1,844 @@
-//! The inline plan form `tp=8,pp=8,dp=1,mbs=1,gbs=64,...`.
+//! The inline plan form `tp=8,pp=8,dp=1,mbs=1,gbs=64,zero=1,ckpt=selective,sp=on`, for uniform
+//! plans (every stage the same shape), as Megatron-LM's command-line flags describe them.
+//!
+//! Keys (comma-separated `key=value`, each at most once):
+//!
+//! | key | meaning | default |
+//! |---|---|---|
+//! | `tp` | tensor-parallel degree | 1 |
+//! | `pp` | pipeline stages (GPU stages; with interleaving, each holds `v` chunks) | 1 |
+//! | `dp` | data-parallel replicas | fill the cluster: gpus / (tp·pp) |
+//! | `mbs` | micro-batch size of each replica | 1 |
+//! | `gbs` | global batch (samples per iteration) | `m`·`mbs`·`dp` |
+//! | `m` | micro-batches per iteration | `gbs` / (`mbs`·`dp`) |
+//! | `zero` | ZeRO stage 0–3 | 0 |
+//! | `ckpt` | activation checkpointing: `none`, `selective`, `full` or a number of layers per stage | `none` |
+//! | `sp` | sequence parallelism `on`/`off` | `off` |
+//! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
+//! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
+//! | `engine` | `megatron`, `deepspeed` or `fsdp` | `megatron` |
+//! | `precision` | `bf16`, `fp16` or `fp32` | `bf16` |
+//! | `offload_w`, `offload_g`, `offload_opt`, `offload_act` | fractions 0–1 of weights, gradients, optimizer states, activations kept in host memory | 0 |
+//!
+//! One of `gbs` and `m` is required; given both, they must agree.
+//!
+//! **Placement** follows Megatron-LM's rank order: tensor-parallel ranks innermost, then data
+//! parallel, then pipeline stages outermost, GPUs taken in cluster order (node-major). Rank
+//! `r = (s·dp + d)·tp + t` is TP rank `t` of replica `d` of stage `s`. TP groups are kept inside
+//! one node where possible: each node first yields as many whole groups of `tp` consecutive GPUs
+//! as it holds, in cluster order; only when these are too few are further groups formed from the
+//! GPUs left over (node remainders, in cluster order), which then span nodes. The first `pp·dp`
+//! groups are used; on a uniform cluster whose node size is a multiple of `tp` this is exactly
+//! Megatron's placement. Using fewer GPUs than the cluster has requires `dp` to be given.
+//!
+//! **Layers** (embedding and head included, as `Model::layers` lists them) are split over the
+//! `pp·v` chunks in order. When the model starts with an embedding and/or ends with a head and
+//! its other layers divide evenly by the chunk count, the split is Megatron's: every chunk gets
+//! the same number of transformer blocks, the embedding joins the first chunk and the head the
+//! last. Otherwise (where Megatron would refuse) the split is as even as possible over all
+//! layers, counting embedding and head as one layer each, and the earlier chunks get the extra
+//! layers. With interleaving chunk `j` runs on the GPUs of stage `j mod pp`.
+
+use super::validate::{tp_fits_kv_heads, validate};
+use super::{Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
+use crate::cluster::{Cluster, GpuId};
+use crate::error::InputError;
+use crate::model::{LayerKind, Model};
+use crate::names;
+use std::collections::BTreeMap;
+
+/// The keys of the inline form.
+pub const KEYS: &[&str] = &[
+    "tp",
+    "pp",
+    "dp",
+    "mbs",
+    "gbs",
+    "m",
+    "zero",
+    "ckpt",
+    "sp",
+    "schedule",
+    "v",
+    "engine",
+    "precision",
+    "offload_w",
+    "offload_g",
+    "offload_opt",
+    "offload_act",
+];
+
+/// The given `key=value` pairs, with each value's byte offset in the spec.
+struct Spec<'a> {
+    src: &'a str,
+    values: BTreeMap<&'static str, (&'a str, usize)>,
+}
+
+impl<'a> Spec<'a> {
+    fn parse(src: &'a str) -> Result<Spec<'a>, InputError> {
+        let mut values = BTreeMap::new();
+        let mut offset = 0;
+        for piece in src.split(',') {
+            let start = offset;
+            offset += piece.len() + 1;
+            if piece.trim().is_empty() {
+                continue;
+            }
+            let lead = piece.len() - piece.trim_start().len();
+            let at = start + lead;
+            let Some((k, v)) = piece.split_once('=') else {
+                return Err(InputError::new(format!(
+                    "`{}` is not of the form key=value",
+                    piece.trim()
+                ))
+                .hint(Some("e.g. tp=8,pp=4,gbs=512".to_string()))
+                .at_offset(src, at));
+            };
+            let key_text = k.trim();
+            let Some(&key) = KEYS
+                .iter()
+                .find(|&&known| known.eq_ignore_ascii_case(key_text))
+            else {
+                let hint = match names::nearest(key_text, KEYS.iter().copied()) {
+                    Some(n) => format!("did you mean `{n}`?"),
+                    None => format!("known keys: {}", KEYS.join(", ")),
+                };
+                return Err(InputError::new(format!("unknown key `{key_text}`"))
+                    .field(key_text)
+                    .hint(Some(hint))
+                    .at_offset(src, at));
+            };
+            if values.contains_key(key) {
+                return Err(InputError::new(format!("`{key}` is given twice"))
+                    .field(key)
+                    .at_offset(src, at));
+            }
+            let v_lead = v.len() - v.trim_start().len();
+            let v_at = start + k.len() + 1 + v_lead;
+            values.insert(key, (v.trim(), v_at));
+        }
+        Ok(Spec { src, values })
+    }
+
+    fn given(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
+
+    /// An error about `key`, located at its value when it was given.
+    fn err(&self, key: &str, message: impl Into<String>, hint: Option<String>) -> InputError {
+        let e = InputError::new(message).field(key).hint(hint);
+        match self.values.get(key) {
+            Some(&(_, at)) => e.at_offset(self.src, at),
+            None => e,
+        }
+    }
+
+    /// Parses `key`'s value with `f`, which returns the error message and hint.
+    fn get<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&str) -> Result<T, (String, Option<String>)>,
+    ) -> Result<Option<T>, InputError> {
+        match self.values.get(key) {
+            None => Ok(None),
+            Some(&(v, _)) => f(v).map(Some).map_err(|(m, h)| self.err(key, m, h)),
+        }
+    }
+
+    /// A whole number of at least `min`.
+    fn int(&self, key: &str, min: u64) -> Result<Option<u64>, InputError> {
+        self.get(key, |v| match v.replace('_', "").parse::<u64>() {
+            Ok(n) if n >= min => Ok(n),
+            Ok(n) => Err((format!("{key}={n}: must be at least {min}"), None)),
+            Err(_) => Err((
+                format!("{key}=`{v}`: expected a whole number"),
+                Some(format!("e.g. {key}={}", min.max(1))),
+            )),
+        })
+    }
+
+    /// A whole number that fits a `u32`.
+    fn int32(&self, key: &str, min: u64) -> Result<Option<u32>, InputError> {
+        match self.int(key, min)? {
+            None => Ok(None),
+            Some(n) => u32::try_from(n)
+                .map(Some)
+                .map_err(|_| self.err(key, format!("{key}={n} is too large"), None)),
+        }
+    }
+
+    /// One of `choices` (name, value), case-insensitively.
+    fn choice<T: Copy>(&self, key: &str, choices: &[(&str, T)]) -> Result<Option<T>, InputError> {
+        self.get(key, |v| {
+            let lower = v.to_ascii_lowercase();
+            match choices.iter().find(|(name, _)| *name == lower) {
+                Some(&(_, t)) => Ok(t),
+                None => {
+                    let options: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                    let hint = match names::nearest(v, options.iter().copied()) {
+                        Some(n) => format!("did you mean `{n}`?"),
+                        None => format!("one of {}", options.join(", ")),
+                    };
+                    let expected = options.join(", ");
+                    Err((
+                        format!("{key}=`{v}`: expected one of {expected}"),
+                        Some(hint),
+                    ))
+                }
+            }
+        })
+    }
+
+    fn ratio(&self, key: &str) -> Result<f64, InputError> {
+        Ok(self
+            .get(key, |v| match v.parse::<f64>() {
+                Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+                _ => Err((
+                    format!("{key}=`{v}`: expected a fraction between 0 and 1"),
+                    Some(format!("e.g. {key}=0.5")),
+                )),
+            })?
+            .unwrap_or(0.0))
+    }
+}
+
+/// Reads the inline form (see the module documentation) into a complete plan for `model` on
+/// `cluster`. The result passes [`validate`]; errors name the offending key in `field`, carry
+/// its column in the spec, and say what would work in `hint`.
+pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result<Plan, InputError> {
+    let s = Spec::parse(spec)?;
+    let gpus = cluster.num_gpus() as u64;
+
+    let tp = s.int32("tp", 1)?.unwrap_or(1);
+    let pp = s.int32("pp", 1)?.unwrap_or(1);
+    let (tp64, pp64) = (tp as u64, pp as u64);
+
+    // Schedule and virtual stages.
+    let schedule_choice = s.choice(
+        "schedule",
+        &[
+            ("gpipe", 0u8),
+            ("1f1b", 1),
+            ("interleaved", 2),
+            ("interleaved-1f1b", 2),
+        ],
+    )?;
+    let v = s.int32("v", 1)?;
+    let schedule = match (schedule_choice, v) {
+        (Some(0), Some(_)) | (Some(1), Some(_)) => {
+            return Err(s.err(
+                "v",
+                "virtual stages apply to the interleaved schedule only",
+                Some("add schedule=interleaved, or drop v".to_string()),
+            ))
+        }
+        (Some(0), None) => Schedule::Gpipe,
+        (Some(1), None) | (None, None) => Schedule::OneFOneB,
+        (_, Some(v)) => Schedule::Interleaved { virtual_stages: v },
+        (Some(_), None) => {
+            return Err(s.err(
+                "v",
+                "the interleaved schedule needs the number of virtual stages per GPU",
+                Some("add v=2 (or more)".to_string()),
+            ))
+        }
+    };
+    let v = v.unwrap_or(1);
+
+    // Data parallelism: given, or filling the cluster.
+    let dp = match s.int32("dp", 1)? {
+        Some(dp) => {
+            let need = (tp64 * pp64).saturating_mul(dp as u64);
+            if need > gpus {
+                let most = gpus / (tp64 * pp64);
+                return Err(s.err(
+                    "dp",
+                    format!("tp·pp·dp = {tp}·{pp}·{dp} = {need} GPUs, but the cluster has {gpus}"),
+                    Some(if most > 0 {
+                        format!("dp at most {most}")
+                    } else {
+                        "reduce tp or pp".to_string()
+                    }),
+                ));
+            }
+            dp
+        }
+        None => {
+            if tp64 * pp64 > gpus {
+                let key = if tp64 > gpus { "tp" } else { "pp" };
+                return Err(s.err(
+                    key,
+                    format!(
+                        "tp·pp = {tp}·{pp} = {} GPUs, but the cluster has {gpus}",
+                        tp64 * pp64
+                    ),
+                    Some(format!("tp·pp at most {gpus}")),
+                ));
+            }
+            if gpus % (tp64 * pp64) != 0 {
+                let fit = gpus / (tp64 * pp64);
+                return Err(s.err(
+                    "dp",
+                    format!(
+                        "the cluster's {gpus} GPUs do not divide into groups of tp·pp = {}",
+                        tp64 * pp64
+                    ),
+                    Some(format!(
+                        "give dp explicitly to use a subset, e.g. dp={fit} uses {} GPUs",
+                        fit * tp64 * pp64
+                    )),
+                ));
+            }
+            (gpus / (tp64 * pp64)) as u32
+        }
+    };
+    let dp64 = dp as u64;
+
+    // The model: pipeline chunks against layers, tensor parallelism against heads.
+    let num_layers = model.layers.len();
+    let chunks = pp as usize * v as usize;
+    if chunks > num_layers {
+        let (key, hint) = if v > 1 {
+            ("v", format!("pp·v at most {num_layers}"))
+        } else {
+            ("pp", format!("pp at most {num_layers}"))
+        };
+        return Err(s.err(
+            key,
+            format!("pp·v = {pp}·{v} = {chunks} pipeline chunks, but the model has only {num_layers} layers"),
+            Some(hint),
+        ));
+    }
+    if let Some(t) = &model.transformer {
+        let heads_ok = t.heads % tp64 == 0;
+        if !heads_ok || !tp_fits_kv_heads(tp64, t.kv_heads) {
+            let valid: Vec<String> = (1..=t.heads.min(gpus.max(1)))
+                .filter(|&x| t.heads % x == 0 && tp_fits_kv_heads(x, t.kv_heads))
+                .map(|x| x.to_string())
+                .collect();
+            let message = if heads_ok {
+                format!(
+                    "tp={tp}: the model's {} KV heads neither split evenly over {tp} ranks nor divide {tp}",
+                    t.kv_heads
+                )
+            } else {
+                format!(
+                    "tp={tp} does not divide the model's {} attention heads",
+                    t.heads
+                )
+            };
+            return Err(s.err(
+                "tp",
+                message,
+                Some(format!("tp one of {}", valid.join(", "))),
+            ));
+        }
+    }
+
+    // Batch arithmetic.
+    let mbs = s.int("mbs", 1)?.unwrap_or(1);
+    let Some(per_micro_batch) = mbs.checked_mul(dp64) else {
+        return Err(s.err("mbs", format!("mbs={mbs} is too large"), None));
+    };
+    let gbs = s.int("gbs", 1)?;
+    let m = s.int("m", 1)?;
+    let (global_batch, micro_batches) = match (gbs, m) {
+        (None, None) => return Err(s.err(
+            "gbs",
+            "the global batch is required: give gbs (samples per iteration) or m (micro-batches)",
+            Some(format!(
+                "e.g. gbs={} for {} micro-batches of mbs·dp = {mbs}·{dp}",
+                8u64.saturating_mul(per_micro_batch),
+                8
+            )),
+        )),
+        (Some(g), m_given) => {
+            if g % per_micro_batch != 0 {
+                let lower = g / per_micro_batch * per_micro_batch;
+                let upper = lower + per_micro_batch;
+                let hint = if lower > 0 {
+                    format!("gbs={lower} or gbs={upper}")
+                } else {
+                    format!("gbs={upper}")
+                };
+                return Err(s.err(
+                    "gbs",
+                    format!("gbs={g} is not a multiple of mbs·dp = {mbs}·{dp} = {per_micro_batch}"),
+                    Some(hint),
+                ));
+            }
+            let derived = g / per_micro_batch;
+            if let Some(m) = m_given {
+                if m != derived {
+                    return Err(s.err(
+                        "m",
+                        format!("m={m} disagrees with gbs/(mbs·dp) = {g}/({mbs}·{dp}) = {derived}"),
+                        Some(format!("m={derived}, or drop m")),
+                    ));
+                }
+            }
+            (g, derived)
+        }
+        (None, Some(m)) => match m.checked_mul(per_micro_batch) {
+            Some(g) => (g, m),
+            None => return Err(s.err("m", format!("m={m} is too large"), None)),
+        },
+    };
+    if matches!(schedule, Schedule::Interleaved { .. }) && micro_batches % pp64 != 0 {
+        let key = if s.given("m") { "m" } else { "gbs" };
+        let up = micro_batches.div_ceil(pp64) * pp64;
+        return Err(s.err(
+            key,
+            format!(
+                "the interleaved schedule needs the micro-batch count to be a multiple of pp={pp}, \
+                 but it is {micro_batches}"
+            ),
+            Some(format!(
+                "m={up} (gbs={})",
+                up.saturating_mul(per_micro_batch)
+            )),
+        ));
+    }
+
+    // Per-stage settings.
+    let zero = s.int("zero", 0)?.unwrap_or(0);
+    if zero > 3 {
+        return Err(s.err(
+            "zero",
+            format!("zero={zero}: the ZeRO stages are 0, 1, 2 and 3"),
+            None,
+        ));
+    }
+    let recompute = s
+        .get("ckpt", |v| {
+            v.to_ascii_lowercase().parse::<Recompute>().map_err(|m| {
+                (
+                    m,
+                    Some("ckpt=none, ckpt=selective, ckpt=full or ckpt=2".to_string()),
+                )
+            })
+        })?
+        .unwrap_or_default();
+    let sequence_parallel = s
+        .choice(
+            "sp",
+            &[
+                ("on", true),
+                ("off", false),
+                ("true", true),
+                ("false", false),
+                ("1", true),
+                ("0", false),
+            ],
+        )?
+        .unwrap_or(false);
+    let engine = s
+        .choice(
+            "engine",
+            &[
+                ("megatron", Engine::Megatron),
+                ("deepspeed", Engine::Deepspeed),
+                ("fsdp", Engine::Fsdp),
+            ],
+        )?
+        .unwrap_or_default();
+    let precision = s
+        .choice(
+            "precision",
+            &[
+                ("bf16", Precision::Bf16),
+                ("fp16", Precision::Fp16),
+                ("fp32", Precision::Fp32),
+            ],
+        )?
+        .unwrap_or_default();
+    let offload = Offload {
+        weights: s.ratio("offload_w")?,
+        gradients: s.ratio("offload_g")?,
+        optimizer: s.ratio("offload_opt")?,
+        activations: s.ratio("offload_act")?,
+    };
+
+    let ranges = split_layers(model, chunks);
+    if let Recompute::Layers(n) = recompute {
+        let fewest = ranges.iter().map(|r| r.len()).min().unwrap_or(0);
+        if n as usize > fewest {
+            return Err(s.err(
+                "ckpt",
+                format!("ckpt={n}: the smallest pipeline chunk has only {fewest} layers"),
+                Some(format!("ckpt at most {fewest}, or ckpt=full")),
+            ));
+        }
+    }
+
+    let groups = tp_groups(cluster, tp as usize, pp as usize * dp as usize);
+    let stage_devices: Vec<Vec<GpuId>> = groups
+        .chunks(dp as usize)
+        .map(|replicas| replicas.concat())
+        .collect();
+    let stages = ranges
+        .into_iter()
+        .enumerate()
+        .map(|(j, layers)| Stage {
+            layers,
+            devices: stage_devices[j % pp as usize].clone(),
+            tp,
+            dp,
+            micro_batch_sizes: vec![mbs; dp as usize],
+            zero: zero as u8,
+            recompute,
+            offload,
+            sequence_parallel,
+        })
+        .collect();
+    let plan = Plan {
+        global_batch,
+        micro_batches,
+        schedule,
+        engine,
+        precision,
+        stages,
+    };
+    // Everything above should have ruled these out; report rather than hand on a bad plan.
+    if let Err(errs) = validate(&plan, model, cluster) {
+        let all: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        return Err(InputError::new(format!(
+            "the inline plan `{}` is not valid: {}",
+            spec.trim(),
+            all.join("; ")
+        )));
+    }
+    Ok(plan)
+}
+
+/// `count` TP groups of `tp` GPUs: whole groups inside nodes first (cluster order), then groups
+/// from the node remainders (cluster order). The caller ensures `count·tp ≤ gpus`.
+fn tp_groups(cluster: &Cluster, tp: usize, count: usize) -> Vec<Vec<GpuId>> {
+    let mut groups = Vec::new();
+    let mut leftover = Vec::new();
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let ids: Vec<GpuId> = (0..node.num_gpus)
+            .map(|l| GpuId {
+                node: i as u32,
+                local: l,
+            })
+            .collect();
+        let whole = ids.len() / tp * tp;
+        groups.extend(ids[..whole].chunks(tp).map(|c| c.to_vec()));
+        leftover.extend_from_slice(&ids[whole..]);
+    }
+    groups.truncate(count);
+    let missing = count - groups.len();
+    groups.extend(leftover.chunks(tp).take(missing).map(|c| c.to_vec()));
+    groups
+}
+
+/// Splits the model's layers into `chunks` consecutive ranges (see the module documentation).
+/// `1 ≤ chunks ≤ layers`.
+pub fn split_layers(model: &Model, chunks: usize) -> Vec<LayerRange> {
+    let n = model.layers.len();
+    let emb =
+        usize::from(n >= 2 && model.layers.first().map(|l| l.kind) == Some(LayerKind::Embedding));
+    let head = usize::from(n >= 2 && model.layers.last().map(|l| l.kind) == Some(LayerKind::Head));
+    let inner = n - emb - head;
+    if (emb + head) > 0 && inner >= chunks && inner % chunks == 0 {
+        // Megatron: equal blocks per chunk, embedding on the first, head on the last.
+        let per = inner / chunks;
+        return (0..chunks)
+            .map(|i| LayerRange {
+                start: if i == 0 { 0 } else { emb + i * per },
+                end: if i + 1 == chunks {
+                    n
+                } else {
+                    emb + (i + 1) * per
+                },
+            })
+            .collect();
+    }
+    let (base, extra) = (n / chunks, n % chunks);
+    let mut start = 0;
+    (0..chunks)
+        .map(|i| {
+            let len = base + usize::from(i < extra);
+            let r = LayerRange {
+                start,
+                end: start + len,
+            };
+            start += len;
+            r
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TransformerConfig;
+    use crate::plan::validate::test_support::{cluster, gpt, gpt3};
+
+    const ISSUE_EXAMPLE: &str = "tp=8,pp=8,dp=1,mbs=1,gbs=64,zero=1,ckpt=selective,sp=on";
+
+    fn g(node: u32, local: u32) -> GpuId {
+        GpuId { node, local }
+    }
+
+    fn err(spec: &str, model: &Model, c: &Cluster) -> InputError {
+        parse_inline_plan(spec, model, c).unwrap_err()
+    }
+
+    #[test]
+    fn the_issue_example_on_64_gpus() {
+        let c = cluster(&[8; 8]);
+        let m = gpt3();
+        let p = parse_inline_plan(ISSUE_EXAMPLE, &m, &c).unwrap();
+        assert_eq!(p.stages.len(), 8);
+        assert_eq!((p.global_batch, p.micro_batches), (64, 64));
+        assert_eq!(p.schedule, Schedule::OneFOneB);
+        for (i, s) in p.stages.iter().enumerate() {
+            assert_eq!((s.tp, s.dp), (8, 1));
+            assert_eq!(s.devices.len(), 8);
+            // The TP group is node i, whole.
+            assert!(s.devices.iter().all(|d| d.node == i as u32), "{s:?}");
+            assert_eq!(
+                s.devices,
+                (0..8).map(|l| g(i as u32, l)).collect::<Vec<_>>()
+            );
+            assert_eq!(s.micro_batch_sizes, vec![1]);
+            assert_eq!(s.zero, 1);
+            assert_eq!(s.recompute, Recompute::Selective);
+            assert!(s.sequence_parallel);
+        }
+        // Megatron split of 96 blocks: 12 per stage, embedding first, head last.
+        assert_eq!(p.stages[0].layers, LayerRange { start: 0, end: 13 });
+        assert_eq!(p.stages[1].layers, LayerRange { start: 13, end: 25 });
+        assert_eq!(p.stages[7].layers, LayerRange { start: 85, end: 98 });
+        assert_eq!(validate(&p, &m, &c), Ok(()));
+    }
+
+    #[test]
+    fn megatron_rank_order_tp_then_dp_then_pp() {
+        let c = cluster(&[8; 4]);
+        let p = parse_inline_plan("tp=2,pp=2,gbs=64", &gpt(8), &c).unwrap();
+        // dp fills the cluster: 32 / 4 = 8.
+        assert_eq!(p.stages[0].dp, 8);
+        assert_eq!(p.micro_batches, 8);
+        assert_eq!(
+            &p.stages[0].devices[..4],
+            &[g(0, 0), g(0, 1), g(0, 2), g(0, 3)]
+        );
+        assert_eq!(p.stages[0].devices[15], g(1, 7));
+        assert_eq!(p.stages[1].devices[0], g(2, 0));
+        assert_eq!(validate(&p, &gpt(8), &c), Ok(()));
+    }
+
+    #[test]
+    fn a_valid_uniform_plan_passes_validate() {
+        let c = cluster(&[8; 8]);
+        let m = gpt(22); // 24 layers
+        for spec in [
+            "tp=4,pp=4,dp=4,mbs=2,gbs=256,zero=2,ckpt=full,sp=off,engine=deepspeed,precision=fp16",
+            "tp=2,pp=4,m=8,mbs=4,schedule=interleaved,v=3,offload_opt=0.5,offload_act=0.25",
+            "tp=1,pp=3,dp=21,gbs=42,schedule=gpipe,ckpt=2",
+            "pp=2, tp=16, m=4",
+        ] {
+            let p = parse_inline_plan(spec, &m, &c).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            assert_eq!(validate(&p, &m, &c), Ok(()), "{spec}");
+        }
+        let p = parse_inline_plan(
+            "tp=2,pp=4,m=8,mbs=4,schedule=interleaved,v=3,offload_opt=0.5",
+            &m,
+            &c,
+        )
+        .unwrap();
+        assert_eq!(p.stages.len(), 12);
+        assert_eq!(p.schedule, Schedule::Interleaved { virtual_stages: 3 });
+        assert_eq!(p.stages[5].devices, p.stages[1].devices);
+        assert_eq!(p.stages[0].layers, LayerRange { start: 0, end: 2 });
+        assert_eq!(p.global_batch, 8 * 4 * 8);
+        assert_eq!(p.stages[3].offload.optimizer, 0.5);
+    }
+
+    #[test]
+    fn v_implies_interleaving() {
+        let c = cluster(&[8]);
+        let p = parse_inline_plan("pp=2,v=2,m=4", &gpt(6), &c).unwrap();
+        assert_eq!(p.schedule, Schedule::Interleaved { virtual_stages: 2 });
+        assert_eq!(p.stages.len(), 4);
+        let e = err("pp=2,schedule=interleaved,m=4", &gpt(6), &c);
+        assert_eq!(e.field.as_deref(), Some("v"));
+        let e = err("pp=2,schedule=gpipe,v=2,m=4", &gpt(6), &c);
+        assert_eq!(e.field.as_deref(), Some("v"));
+        assert!(e.hint.unwrap().contains("schedule=interleaved"));
+    }
+
+    #[test]
+    fn uneven_splits_give_earlier_chunks_the_extra_layers() {
+        // 12 blocks + 2 = 14 layers over 4 stages: 12 % 4 == 0, Megatron split 4/3/3/4.
+        let r = split_layers(&gpt(12), 4);
+        let lens: Vec<usize> = r.iter().map(|r| r.len()).collect();
+        assert_eq!(lens, vec![4, 3, 3, 4]);
+        // 10 blocks + 2 = 12 layers over 4 stages: 10 % 4 != 0, even split 3/3/3/3.
+        let lens: Vec<usize> = split_layers(&gpt(10), 4).iter().map(|r| r.len()).collect();
+        assert_eq!(lens, vec![3, 3, 3, 3]);
+        // 11 blocks + 2 = 13 over 4: 4/3/3/3.
+        let lens: Vec<usize> = split_layers(&gpt(11), 4).iter().map(|r| r.len()).collect();
+        assert_eq!(lens, vec![4, 3, 3, 3]);
+        // As many chunks as layers.
+        assert!(split_layers(&gpt(2), 4).iter().all(|r| r.len() == 1));
+        assert_eq!(
+            split_layers(&gpt(2), 1),
+            vec![LayerRange { start: 0, end: 4 }]
+        );
+    }
+
+    #[test]
+    fn tp_groups_stay_inside_nodes_when_possible() {
+        // Nodes of 6, 6 and 4 GPUs, tp = 4: whole groups n0g0-3, n1g0-3, n2g0-3 first.
+        let c = cluster(&[6, 6, 4]);
+        let p = parse_inline_plan("tp=4,pp=1,dp=3,m=1", &gpt(4), &c).unwrap();
+        let d = &p.stages[0].devices;
+        for r in 0..3 {
+            let node = d[r * 4].node;
+            assert!(d[r * 4..r * 4 + 4].iter().all(|x| x.node == node), "{d:?}");
+        }
+        assert_eq!(d[8], g(2, 0));
+        // A fourth group has to span nodes 0 and 1 (their remainders).
+        let p = parse_inline_plan("tp=4,dp=4,m=1", &gpt(4), &c).unwrap();
+        assert_eq!(
+            &p.stages[0].devices[12..],
+            &[g(0, 4), g(0, 5), g(1, 4), g(1, 5)]
+        );
+        // A small node before a big one is skipped when a subset suffices.
+        let c = cluster(&[4, 8]);
+        let p = parse_inline_plan("tp=8,dp=1,gbs=8", &gpt(4), &c).unwrap();
+        assert!(p.stages[0].devices.iter().all(|x| x.node == 1));
+        // TP larger than a node spans nodes.
+        let c = cluster(&[8, 8]);
+        let p = parse_inline_plan("tp=16,gbs=8", &gpt(4), &c).unwrap();
+        assert_eq!(p.stages[0].devices.len(), 16);
+    }
+
+    #[test]
+    fn unknown_key_hints_the_nearest() {
+        let c = cluster(&[8]);
+        let e = err("tp=2,gbs=8,zer0=1", &gpt(4), &c);
+        assert_eq!(e.field.as_deref(), Some("zer0"));
+        assert_eq!(e.hint.as_deref(), Some("did you mean `zero`?"));
+        assert_eq!((e.line, e.column), (Some(1), Some(12)));
+        let e = err("gbs=8,offload_optim=0.5", &gpt(4), &c);
+        assert_eq!(e.hint.as_deref(), Some("did you mean `offload_opt`?"));
+        let e = err("gbs=8,tp", &gpt(4), &c);
+        assert!(e.message.contains("key=value"), "{e}");
+        let e = err("gbs=8,tp=2,TP=2", &gpt(4), &c);
+        assert!(e.message.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn bad_values() {
+        let c = cluster(&[8]);
+        let m = gpt(4);
+        for (spec, field) in [
+            ("tp=two,gbs=8", "tp"),
+            ("tp=0,gbs=8", "tp"),
+            ("gbs=8,zero=4", "zero"),
+            ("gbs=8,ckpt=some", "ckpt"),
+            ("gbs=8,sp=maybe", "sp"),
+            ("gbs=8,schedule=pipedream", "schedule"),
+            ("gbs=8,engine=megatorn", "engine"),
+            ("gbs=8,precision=int8", "precision"),
+            ("gbs=8,offload_w=1.5", "offload_w"),
+            ("gbs=8,mbs=0", "mbs"),
+            ("gbs=8,v=0", "v"),
+            ("m=0", "m"),
+        ] {
+            let e = err(spec, &m, &c);
+            assert_eq!(e.field.as_deref(), Some(field), "{spec}: {e}");
+            assert!(e.column.is_some(), "{spec}");
+        }
+        let e = err("gbs=8,engine=megatorn", &m, &c);
+        assert_eq!(e.hint.as_deref(), Some("did you mean `megatron`?"));
+        // Checkpointing more layers than a chunk has (6 layers over 2 stages: 3 each).
+        let e = err("pp=2,gbs=8,ckpt=4", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("ckpt"));
+        assert!(e.message.contains("only 3 layers"), "{e}");
+    }
+
+    #[test]
+    fn gpu_counts() {
+        let c = cluster(&[8; 8]);
+        let m = gpt(30);
+        let e = err("tp=8,pp=8,dp=2,gbs=64", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("dp"));
+        assert!(
+            e.message.contains("128 GPUs, but the cluster has 64"),
+            "{e}"
+        );
+        assert_eq!(e.hint.as_deref(), Some("dp at most 1"));
+        let e = err("tp=16,pp=8,gbs=64", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("pp"));
+        // 64 GPUs do not divide into groups of 8·3 = 24 unless dp is given.
+        let e = err("tp=8,pp=3,gbs=64", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("dp"));
+        assert!(e.hint.as_deref().unwrap().contains("dp=2"), "{e}");
+        let p = parse_inline_plan("tp=8,pp=3,dp=2,gbs=64", &m, &c).unwrap();
+        assert_eq!(p.devices().len(), 48);
+    }
+
+    #[test]
+    fn batch_arithmetic() {
+        let c = cluster(&[8; 2]);
+        let m = gpt(4);
+        // dp fills 16 GPUs: mbs·dp = 2·16 = 32.
+        let e = err("mbs=2,gbs=100", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("gbs"));
+        assert!(e.message.contains("mbs·dp = 2·16 = 32"), "{e}");
+        assert_eq!(e.hint.as_deref(), Some("gbs=96 or gbs=128"));
+        let e = err("mbs=2,gbs=96,m=4", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("m"));
+        assert!(e.message.contains("= 3"), "{e}");
+        let p = parse_inline_plan("mbs=2,gbs=96,m=3", &m, &c).unwrap();
+        assert_eq!(p.micro_batches, 3);
+        let p = parse_inline_plan("mbs=2,m=3", &m, &c).unwrap();
+        assert_eq!(p.global_batch, 96);
+        let e = err("mbs=2", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("gbs"));
+        // Interleaving needs m to be a multiple of pp.
+        let e = err("pp=2,v=2,m=3", &m, &c);
+        assert_eq!(e.field.as_deref(), Some("m"));
+        assert!(e.hint.unwrap().starts_with("m=4"));
+    }
+
+    #[test]
+    fn tp_against_heads() {
+        let c = cluster(&[8; 2]);
+        // 16 heads.
+        let e = err("tp=3,dp=1,gbs=8", &gpt(4), &c);
+        assert_eq!(e.field.as_deref(), Some("tp"));
+        assert!(e.message.contains("16 attention heads"), "{e}");
+        assert_eq!(e.hint.as_deref(), Some("tp one of 1, 2, 4, 8, 16"));
+        // 48 heads, 12 KV heads: tp = 16 divides the heads, but not the KV heads nor they it.
+        let mut cfg = TransformerConfig::llama("l", 4, 3072, 48, 12, 8192, 32000, 4096);
+        cfg.head_dim = 64;
+        let m = cfg.build();
+        let e = err("tp=16,gbs=8", &m, &c);
+        assert!(e.message.contains("12 KV heads"), "{e}");
+        assert_eq!(e.hint.as_deref(), Some("tp one of 1, 2, 3, 4, 6, 12"));
+        // 32 heads, 4 KV heads: tp = 8 replicates the KV heads.
+        let m = TransformerConfig::llama("l", 4, 4096, 32, 4, 11008, 32000, 4096).build();
+        assert!(parse_inline_plan("tp=8,gbs=8", &m, &c).is_ok());
+        // 32 heads, 12 KV heads (contrived): tp = 8 divides the heads but not the KV heads.
+        let m = TransformerConfig::llama("l", 4, 4096, 32, 12, 11008, 32000, 4096).build();
+        let e = err("tp=8,gbs=8", &m, &c);
+        assert!(e.message.contains("12 KV heads"), "{e}");
+    }
+
+    #[test]
+    fn pp_more_than_layers() {
+        let c = cluster(&[8; 2]);
+        let e = err("pp=8,gbs=8", &gpt(4), &c);
+        assert_eq!(e.field.as_deref(), Some("pp"));
+        assert!(e.message.contains("only 6 layers"), "{e}");
+        let e = err("pp=4,v=2,m=4", &gpt(4), &c);
+        assert_eq!(e.field.as_deref(), Some("v"));
+    }
+}

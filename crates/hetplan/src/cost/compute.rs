@@ -1,0 +1,300 @@
+//! Compute time of a layer on one GPU: from a profile when one is given, otherwise from the
+//! analytic op model
+//!
+//! `time(op) = max(FLOPs ÷ (peak × efficiency(shape)), bytes ÷ (HBM × HBM_EFFICIENCY)) + kernel overhead`
+//!
+//! per kernel (docs/cost-model.md §2).
+
+use super::constants as k;
+use crate::gpu::GpuSpec;
+use crate::model::{AttnImpl, Layer, Model, Op, OpKind, TpSplit};
+use crate::plan::Precision;
+use crate::units::{Flop, FlopPerSec, Seconds};
+use serde::Serialize;
+
+/// Where a layer time came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeSource {
+    Analytic,
+    Measured,
+    Interpolated,
+    Extrapolated,
+}
+
+/// Forward and backward time of one layer for one micro-batch on one GPU of a TP group.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LayerTime {
+    pub forward: Seconds,
+    pub backward: Seconds,
+    /// The part of `forward` that selective recomputation repeats (the attention core).
+    pub selective_forward: Seconds,
+    /// FLOPs executed in forward / backward (hardware FLOPs, per GPU).
+    pub forward_flop: Flop,
+    pub backward_flop: Flop,
+    /// Whether the times already include the tensor-parallel collectives (measured profiles do).
+    pub includes_tp_comm: bool,
+    pub source: TimeSource,
+}
+
+/// What the micro-batch looks like to one layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerShape {
+    /// Samples in the micro-batch on this replica.
+    pub mbs: u64,
+    pub seq: u64,
+    pub tp: u32,
+    /// Sequence parallelism: norms and residuals split over the TP ranks too.
+    pub sequence_parallel: bool,
+    pub precision: Precision,
+}
+
+/// A source of layer compute times.
+pub trait ComputeTimes {
+    fn layer_time(
+        &self,
+        gpu: &GpuSpec,
+        model: &Model,
+        layer: usize,
+        shape: LayerShape,
+    ) -> LayerTime;
+}
+
+/// The analytic op model, no measurements needed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Analytic;
+
+fn saturate(x: f64, half: f64) -> f64 {
+    x / (x + half)
+}
+
+/// Peak rate for GEMM-like work at the training precision. FP32 training uses the FP32 vector
+/// rate (PyTorch disables TF32 for matmuls by default since 1.12).
+fn matmul_peak(gpu: &GpuSpec, p: Precision) -> FlopPerSec {
+    match p {
+        Precision::Fp32 => gpu.peak_fp32,
+        _ => gpu.peak_tensor,
+    }
+}
+
+fn hbm_time(gpu: &GpuSpec, bytes: f64) -> f64 {
+    bytes / (gpu.hbm_bandwidth.get() * k::HBM_EFFICIENCY)
+}
+
+/// (forward seconds, backward seconds, forward FLOPs, backward FLOPs, selective-recompute part)
+struct OpCost {
+    fwd: f64,
+    bwd: f64,
+    fwd_flop: f64,
+    bwd_flop: f64,
+    selective: f64,
+}
+
+fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
+    let tp = s.tp.max(1) as f64;
+    let elem = s.precision.element_bytes();
+    let act_scale = elem / 2.0;
+    let peak = matmul_peak(gpu, s.precision).get();
+    let eff = k::gemm_efficiency(gpu.arch);
+    let ovh = k::KERNEL_OVERHEAD_S;
+    // Tokens (or samples) in the micro-batch.
+    let m = if per_sample {
+        s.mbs as f64
+    } else {
+        (s.mbs * s.seq) as f64
+    };
+    match &op.kind {
+        OpKind::Gemm {
+            k: kd,
+            n,
+            split,
+            count,
+            token_fraction,
+        } => {
+            let (mut kl, mut nl) = (*kd as f64, *n as f64);
+            match split {
+                TpSplit::Column => nl /= tp,
+                TpSplit::Row => kl /= tp,
+                TpSplit::Replicated => {}
+            }
+            let mt = m * token_fraction;
+            let cnt = *count as f64;
+            let flop = 2.0 * mt * kl * nl * cnt;
+            let shape_eff = saturate(mt, k::GEMM_HALF_DIM)
+                * saturate(kl, k::GEMM_HALF_DIM)
+                * saturate(nl, k::GEMM_HALF_DIM);
+            let compute = flop / (peak * eff * shape_eff);
+            let bytes = elem * (mt * kl + kl * nl + mt * nl) * cnt;
+            let fwd = compute.max(hbm_time(gpu, bytes)) + ovh * cnt;
+            // Backward: the data-gradient and the weight-gradient products, same sizes.
+            OpCost {
+                fwd,
+                bwd: 2.0 * fwd,
+                fwd_flop: flop,
+                bwd_flop: 2.0 * flop,
+                selective: 0.0,
+            }
+        }
+        OpKind::Attention {
+            heads,
+            head_dim,
+            causal,
+            implementation,
+            ..
+        } => {
+            let seq = s.seq as f64;
+            let hl = (*heads as f64 / tp).max(1.0);
+            let d = *head_dim as f64;
+            // QKᵀ and PV: 2·s·d FLOPs each per query and head.
+            let full = 4.0 * m * seq * hl * d;
+            let a_eff = k::attention_efficiency(*implementation) * saturate(seq, k::ATTN_HALF_SEQ);
+            match implementation {
+                AttnImpl::Flash | AttnImpl::Triton => {
+                    // Flash kernels skip the masked half of a causal score matrix.
+                    let flop = if *causal { full / 2.0 } else { full };
+                    let fwd = flop / (peak * a_eff) + ovh;
+                    let bwd = k::FLASH_BWD_RATIO * flop / (peak * a_eff) + ovh;
+                    OpCost {
+                        fwd,
+                        bwd,
+                        fwd_flop: flop,
+                        bwd_flop: k::FLASH_BWD_RATIO * flop,
+                        selective: 0.0,
+                    }
+                }
+                AttnImpl::Torch => {
+                    // Unfused: the scores are materialised. Per element of the s×s matrix per
+                    // head: write scores, read them into softmax, write probabilities, read them
+                    // for PV (2 B each) = 8 B forward, twice that backward.
+                    let flop = full;
+                    let score_bytes = 8.0 * m * seq * hl * act_scale;
+                    let fwd =
+                        (flop / (peak * a_eff)).max(0.0) + hbm_time(gpu, score_bytes) + 4.0 * ovh;
+                    let bwd =
+                        2.0 * flop / (peak * a_eff) + hbm_time(gpu, 2.0 * score_bytes) + 6.0 * ovh;
+                    OpCost {
+                        fwd,
+                        bwd,
+                        fwd_flop: flop,
+                        bwd_flop: 2.0 * flop,
+                        selective: fwd,
+                    }
+                }
+            }
+        }
+        OpKind::Elementwise {
+            bytes_per_token,
+            flops_per_token,
+            sharded,
+        } => {
+            let split = if *sharded || s.sequence_parallel {
+                tp
+            } else {
+                1.0
+            };
+            let bytes = m * bytes_per_token * act_scale / split;
+            let fwd = hbm_time(gpu, bytes) + ovh;
+            // Backward reads the saved input and the incoming gradient, writes the gradient.
+            OpCost {
+                fwd,
+                bwd: 2.0 * hbm_time(gpu, bytes) + ovh,
+                fwd_flop: m * flops_per_token / split,
+                bwd_flop: 2.0 * m * flops_per_token / split,
+                selective: 0.0,
+            }
+        }
+        OpKind::Lookup { width } => {
+            // Gather a row per token and write it; backward scatters into the (dense) gradient
+            // of this rank's table shard.
+            let rows = m * *width as f64 * elem;
+            let table = op.params as f64 / if op.params_sharded { tp } else { 1.0 } * elem;
+            OpCost {
+                fwd: hbm_time(gpu, 2.0 * rows) + ovh,
+                bwd: hbm_time(gpu, 2.0 * rows + table) + 2.0 * ovh,
+                fwd_flop: 0.0,
+                bwd_flop: 0.0,
+                selective: 0.0,
+            }
+        }
+        OpKind::Opaque { flops_per_sample } => {
+            let flop = m * flops_per_sample / tp;
+            let fwd = flop / (peak * eff) + ovh;
+            OpCost {
+                fwd,
+                bwd: 2.0 * fwd,
+                fwd_flop: flop,
+                bwd_flop: 2.0 * flop,
+                selective: 0.0,
+            }
+        }
+    }
+}
+
+impl Analytic {
+    pub fn time(
+        &self,
+        gpu: &GpuSpec,
+        model: &Model,
+        layer: &Layer,
+        shape: LayerShape,
+    ) -> LayerTime {
+        let mut t = LayerTime {
+            forward: Seconds::ZERO,
+            backward: Seconds::ZERO,
+            selective_forward: Seconds::ZERO,
+            forward_flop: Flop::ZERO,
+            backward_flop: Flop::ZERO,
+            includes_tp_comm: false,
+            source: TimeSource::Analytic,
+        };
+        for op in &layer.ops {
+            let c = op_cost(op, gpu, model.per_sample, shape);
+            t.forward += Seconds(c.fwd);
+            t.backward += Seconds(c.bwd);
+            t.selective_forward += Seconds(c.selective);
+            t.forward_flop += Flop(c.fwd_flop);
+            t.backward_flop += Flop(c.bwd_flop);
+        }
+        t
+    }
+}
+
+impl ComputeTimes for Analytic {
+    fn layer_time(
+        &self,
+        gpu: &GpuSpec,
+        model: &Model,
+        layer: usize,
+        shape: LayerShape,
+    ) -> LayerTime {
+        self.time(gpu, model, &model.layers[layer], shape)
+    }
+}
+
+/// FLOPs the model "needs" per iteration for MFU (Korthikanti et al. 2022 §6, "model FLOPs"):
+/// three times the forward matrix-product FLOPs — every GEMM, and the attention products
+/// counted over the full s×s score matrix — independent of recomputation and of how causal
+/// kernels skip work.
+pub fn model_flop(model: &Model, samples: u64, seq: u64) -> Flop {
+    let m = (samples * model.tokens_per_sample(seq)) as f64;
+    let mut f = 0.0;
+    for l in &model.layers {
+        for op in &l.ops {
+            f += match &op.kind {
+                OpKind::Gemm {
+                    k,
+                    n,
+                    count,
+                    token_fraction,
+                    ..
+                } => 2.0 * m * token_fraction * (*k as f64) * (*n as f64) * (*count as f64),
+                OpKind::Attention {
+                    heads, head_dim, ..
+                } => 4.0 * m * seq as f64 * (*heads as f64) * (*head_dim as f64),
+                OpKind::Opaque { flops_per_sample } => m * flops_per_sample,
+                _ => 0.0,
+            };
+        }
+    }
+    Flop(3.0 * f)
+}

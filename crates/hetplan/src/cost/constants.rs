@@ -1,0 +1,121 @@
+//! The physical constants of the analytic cost model, each with its source.
+//!
+//! There are few on purpose: an achievable fraction of peak per GPU architecture for large
+//! matrix products, one saturation length for small GEMM dimensions, one for attention over
+//! short sequences, an achievable fraction of HBM bandwidth, a kernel-launch overhead, a
+//! collective-bandwidth efficiency, and the memory overheads. Those marked *calibrated* were set
+//! once against `data/calibration/a100_80gb_fsdp_mpt.csv` (see `docs/validation.md`); the others
+//! come from the cited measurements. Nothing is set per model, per size or per row.
+
+use crate::gpu::Arch;
+use crate::model::AttnImpl;
+
+/// Achievable fraction of the dense tensor-core peak for a large BF16/FP16 GEMM (all dimensions
+/// ≫ 1k), per architecture.
+/// - Ampere 0.75: cuBLAS BF16 on A100-SXM reaches 230–260 TFLOP/s of 312 on large GEMMs (NVIDIA
+///   "Matrix Multiplication Background User's Guide"; Narayanan et al. 2021 §5.1 report
+///   Megatron-LM's GEMMs at 0.75–0.8 of peak) — *calibrated* within that range: it balances
+///   the calibration rows with and without activation checkpointing (docs/validation.md).
+/// - Volta 0.80: ~100 of 125 TFLOP/s on V100 for large FP16 GEMMs (Jia et al. 2018,
+///   "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", §4.2).
+/// - Hopper 0.70: cuBLAS BF16 on H100-SXM ~ 660–750 of 989 TFLOP/s (NVIDIA Transformer Engine
+///   GEMM benchmarks; power-capped clocks under sustained load).
+/// - Turing 0.60: T4 at its 70 W cap sustains ~40 of 65 TFLOP/s FP16 (NVIDIA T4 inference
+///   whitepaper; clocks throttle from 1590 MHz boost to ~1000 MHz under full load).
+/// - Ada 0.70, Blackwell 0.70: as Hopper (same cuBLAS generation, clocks reduced under load),
+///   no independent measurement in hand — an estimate.
+/// - Pascal 0.80: no tensor cores; FP16 vector rate is reached as well as FP32 SGEMM (~80%).
+/// - CDNA2 0.55, CDNA3 0.55: hipBLASLt BF16 on MI250X/MI300X reaches ~55% of the listed dense
+///   peak (AMD ROCm performance notes; MI300X ~ 650–700 of 1307 TFLOP/s).
+pub fn gemm_efficiency(arch: Arch) -> f64 {
+    match arch {
+        Arch::Ampere => 0.75,
+        Arch::Volta => 0.80,
+        Arch::Hopper => 0.70,
+        Arch::Turing => 0.60,
+        Arch::Ada => 0.70,
+        Arch::Blackwell => 0.70,
+        Arch::Pascal => 0.80,
+        Arch::Cdna2 | Arch::Cdna3 => 0.55,
+    }
+}
+
+/// GEMM dimensions below a few tiles waste part of every wave: the efficiency of a dimension x
+/// is x / (x + GEMM_HALF_DIM), i.e. a 128-wide dimension runs at ~2/3 of a large one. 64 is
+/// half of the 128×128 (×32) thread-block tile of cuBLAS/CUTLASS Ampere and Hopper kernels
+/// (CUTLASS 2.x/3.x default tile shapes) — a tile half-empty on average at the edge.
+pub const GEMM_HALF_DIM: f64 = 64.0;
+
+/// Achievable fraction of the tensor peak of the attention core for long sequences (fwd + bwd
+/// averaged over the FLOPs actually executed).
+/// - FlashAttention-2: 0.55. Dao 2023 (FlashAttention-2, Fig. 5/6): fwd+bwd on A100 reaches
+///   160–190 TFLOP/s of 312 for head dim 64–128, causal and not.
+/// - Triton (MPT/llm-foundry's kernel, an earlier, slower port of FlashAttention v1): 0.33 —
+///   *calibrated* on the 32k–64k-token rows of the calibration data, where the attention core
+///   is 60–70% of the work (the other constants fixed by the short-sequence rows).
+/// - Torch (unfused): its two GEMMs run as GEMMs; this factor applies to them, and the softmax
+///   traffic is charged to HBM separately.
+pub fn attention_efficiency(imp: AttnImpl) -> f64 {
+    match imp {
+        AttnImpl::Flash => 0.55,
+        AttnImpl::Triton => 0.33,
+        AttnImpl::Torch => 0.70,
+    }
+}
+
+/// Attention kernels parallelise over (batch × heads × query blocks); short sequences leave
+/// the GPU under-filled. Efficiency scales by s / (s + ATTN_HALF_SEQ): FlashAttention-2 at
+/// sequence 512 runs at ~65–70% of its 8k throughput (Dao 2023, Fig. 4), i.e. ≈ 256.
+pub const ATTN_HALF_SEQ: f64 = 256.0;
+
+/// Backward/forward FLOP ratio of a flash attention core: the backward recomputes QKᵀ and runs
+/// four more products, five against the forward's two (Dao 2023, §3.2).
+pub const FLASH_BWD_RATIO: f64 = 2.5;
+
+/// Achievable fraction of HBM bandwidth for streaming element-wise kernels: STREAM-like copies
+/// reach ~1.6–1.7 TB/s of 2.04 TB/s on A100-80GB and ~2.6–2.9 of 3.35 TB/s on H100
+/// (Citadel "Dissecting the Ampere GPU architecture", and NVIDIA babelstream results) ≈ 0.80.
+pub const HBM_EFFICIENCY: f64 = 0.80;
+
+/// Fixed cost of one GPU kernel in an eager PyTorch step (launch + tail effect), ~4 µs
+/// (PyTorch profiler traces of small kernels on A100; CUDA launch latency 2–5 µs, NVIDIA
+/// "CUDA C++ Best Practices Guide", §Kernel launch).
+pub const KERNEL_OVERHEAD_S: f64 = 4e-6;
+
+/// NCCL bus bandwidth reached by large all-reduce/all-gather/reduce-scatter relative to the
+/// link rate: nccl-tests on DGX A100 report ~230 GB/s bus bandwidth on 300 GB/s-per-direction
+/// NVLink, and ~90% of line rate across InfiniBand/RoCE rails (NVIDIA nccl-tests
+/// PERFORMANCE.md; NVIDIA DGX A100 user guide). 0.80 for both.
+pub const COLLECTIVE_EFFICIENCY: f64 = 0.80;
+
+/// Point-to-point (pipeline send/recv) efficiency relative to link rate: NCCL send/recv reaches
+/// ~85–90% of link bandwidth for MB-sized messages (nccl-tests sendrecv_perf).
+pub const P2P_EFFICIENCY: f64 = 0.85;
+
+/// Bytes moved per parameter by a fused mixed-precision Adam step: read fp32 master, m, v and
+/// the gradient (16 B), write master, m, v (12 B) and the 16-bit copy (2 B): 30 B, HBM-bound
+/// (PyTorch `fused=True` Adam / Apex FusedAdam are single-pass multi-tensor kernels).
+pub const ADAM_BYTES_PER_PARAM: f64 = 30.0;
+
+/// Mixed-precision Adam state per parameter before sharding (Rajbhandari et al. 2020, ZeRO §3):
+/// 2 B 16-bit weights + 2 B 16-bit gradients + 12 B fp32 master weights, momentum and variance.
+/// FP32 training: 4 B weights + 4 B gradients + 8 B momentum and variance: also 16 B.
+pub const WEIGHT_BYTES_16: f64 = 2.0;
+pub const GRAD_BYTES_16: f64 = 2.0;
+pub const OPTIMIZER_BYTES_MIXED: f64 = 12.0;
+pub const OPTIMIZER_BYTES_FP32: f64 = 8.0;
+
+/// Memory the framework holds outside tensors: the CUDA context, cuBLAS/cuDNN workspaces and
+/// NCCL buffers, ~1.0 GiB on A100/H100 with PyTorch 2.x (`torch.cuda.mem_get_info` right after
+/// initialisation vs. device total; PyTorch CUDA semantics notes).
+pub const RUNTIME_RESERVED_GIB: f64 = 1.0;
+
+/// The caching allocator's fragmentation: reserved ≈ 1.07 × allocated at peak for transformer
+/// training (PyTorch memory snapshots of Megatron/FSDP runs report 5–10%; Sailor's GH200
+/// measurements, `docs/validation.md`, are consistent with it).
+pub const ALLOCATOR_OVERHEAD: f64 = 0.07;
+
+/// Parameters per second the host updates when optimizer states are offloaded (DeepSpeed
+/// CPU-Adam, AVX-512, 2-socket Xeon): about 1 s per 10⁹ parameters (Ren et al. 2021,
+/// "ZeRO-Offload", §4.1 and Fig. 8 — of that order; an estimate to be refined by profiling).
+pub const CPU_ADAM_PARAMS_PER_S: f64 = 1.0e9;

@@ -1,0 +1,183 @@
+//! Per-GPU memory of a stage replica (docs/cost-model.md §5).
+
+use super::constants as k;
+use crate::model::{Layer, Model, OpKind};
+use crate::plan::{Precision, Recompute, Schedule, Stage};
+use crate::units::Bytes;
+use serde::Serialize;
+
+/// Where one GPU's memory goes at its peak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct MemoryBreakdown {
+    pub weights: Bytes,
+    pub gradients: Bytes,
+    pub optimizer: Bytes,
+    pub activations: Bytes,
+    /// Transient buffers: ZeRO-3 gathered layers, the loss's fp32 logits, recompute working set.
+    pub temporary: Bytes,
+    /// Allocator fragmentation and the CUDA context/workspaces.
+    pub overhead: Bytes,
+    pub total: Bytes,
+}
+
+/// Parameters of `layers` held by one TP rank (a tied head weight counts: the last stage keeps a
+/// copy, as Megatron does, unless the embedding is on the same stage).
+pub fn stage_params(model: &Model, layers: std::ops::Range<usize>, tp: u32) -> f64 {
+    let has_embedding = layers
+        .clone()
+        .any(|i| model.layers[i].kind == crate::model::LayerKind::Embedding);
+    let mut p = 0.0;
+    for i in layers {
+        for op in &model.layers[i].ops {
+            if op.tied && has_embedding {
+                continue;
+            }
+            let shard = if op.params_sharded || matches!(op.kind, OpKind::Opaque { .. }) {
+                tp.max(1) as f64
+            } else {
+                1.0
+            };
+            p += op.params as f64 / shard;
+        }
+    }
+    p
+}
+
+/// Bytes one layer keeps for backward for one micro-batch on one TP rank, without checkpointing.
+pub fn layer_saved_bytes(
+    layer: &Layer,
+    tokens: f64,
+    seq: u64,
+    tp: u32,
+    sequence_parallel: bool,
+    selective: bool,
+    precision: Precision,
+) -> f64 {
+    let tp = tp.max(1) as f64;
+    let scale = precision.element_bytes() / 2.0;
+    let mut b = 0.0;
+    for op in &layer.ops {
+        let (all, recomputed) = op.saved_bytes_per_token(seq);
+        let kept = if selective { all - recomputed } else { all };
+        let split = if op.saved_sharded || sequence_parallel {
+            tp
+        } else {
+            1.0
+        };
+        b += kept * tokens / split;
+    }
+    b * scale
+}
+
+/// Input of a layer kept by full checkpointing: the previous layer's output.
+fn checkpoint_bytes(
+    model: &Model,
+    layer: usize,
+    tokens: f64,
+    tp: u32,
+    sp: bool,
+    p: Precision,
+) -> f64 {
+    let prev = if layer == 0 {
+        0.0
+    } else {
+        model.layers[layer - 1].output_bytes_per_token
+    };
+    let split = if sp { tp.max(1) as f64 } else { 1.0 };
+    prev * tokens / split * p.element_bytes() / 2.0
+}
+
+/// Activation bytes of one micro-batch through a stage, and the working set of recomputing its
+/// largest checkpointed layer.
+pub fn micro_batch_activations(
+    model: &Model,
+    stage: &Stage,
+    mbs: u64,
+    seq: u64,
+    precision: Precision,
+) -> (f64, f64) {
+    let tokens = (mbs * model.tokens_per_sample(seq)) as f64;
+    let n_ckpt = match stage.recompute {
+        Recompute::Full => stage.layers.len(),
+        Recompute::Layers(n) => n as usize,
+        _ => 0,
+    };
+    let selective = stage.recompute == Recompute::Selective;
+    let mut kept = 0.0;
+    let mut working: f64 = 0.0;
+    for (j, i) in stage.layers.iter().enumerate() {
+        let full = layer_saved_bytes(
+            &model.layers[i],
+            tokens,
+            seq,
+            stage.tp,
+            stage.sequence_parallel,
+            selective,
+            precision,
+        );
+        if j < n_ckpt {
+            kept += checkpoint_bytes(
+                model,
+                i,
+                tokens,
+                stage.tp,
+                stage.sequence_parallel,
+                precision,
+            );
+            working = working.max(full);
+        } else {
+            kept += full;
+        }
+    }
+    (kept, working)
+}
+
+/// Micro-batches whose activations a pipeline stage holds at once.
+/// 1F1B: stage i of S holds min(S − i, m) (Narayanan et al. 2021 §2.2); GPipe: all m;
+/// interleaved: Megatron's warm-up count 2(S − i − 1) + (v − 1)·S, plus the one in progress,
+/// in units of chunks (each 1/v of the stage's layers), capped by m·v.
+pub fn in_flight(schedule: Schedule, pipeline_depth: usize, stage: usize, m: u64) -> f64 {
+    let s = pipeline_depth as u64;
+    let i = stage as u64;
+    match schedule {
+        Schedule::Gpipe => m as f64,
+        Schedule::OneFOneB => (s - i).min(m) as f64,
+        Schedule::Interleaved { virtual_stages } => {
+            let v = virtual_stages.max(1) as u64;
+            let chunks = (2 * (s - i - 1) + (v - 1) * s + 1).min(m * v);
+            chunks as f64 / v as f64
+        }
+    }
+}
+
+/// The largest transient buffer of one micro-batch: the 16-bit logits the head's GEMM writes
+/// before the loss turns them into the fp32 probabilities it keeps (those are counted with the
+/// saved activations, Korthikanti et al. 2022 §4.1: 4sbv/t).
+pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, seq: u64) -> f64 {
+    let tokens = (mbs * model.tokens_per_sample(seq)) as f64;
+    let mut t: f64 = 0.0;
+    for i in stage.layers.iter() {
+        for op in &model.layers[i].ops {
+            if let OpKind::Gemm { n, split, .. } = op.kind {
+                if split == crate::model::TpSplit::Column
+                    && model.layers[i].kind == crate::model::LayerKind::Head
+                {
+                    t = t.max(2.0 * tokens * n as f64 / stage.tp.max(1) as f64);
+                }
+            }
+        }
+    }
+    t
+}
+
+/// Bytes per parameter of weights, gradients and optimizer state for a precision.
+pub fn state_bytes(p: Precision) -> (f64, f64, f64) {
+    match p {
+        Precision::Fp32 => (4.0, 4.0, k::OPTIMIZER_BYTES_FP32),
+        _ => (
+            k::WEIGHT_BYTES_16,
+            k::GRAD_BYTES_16,
+            k::OPTIMIZER_BYTES_MIXED,
+        ),
+    }
+}
