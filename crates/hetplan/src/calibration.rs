@@ -6,31 +6,13 @@
 //! node, micro-batch `mbs`, `grad_accum` micro-batches, full checkpointing when `ckpt` — and
 //! estimated with the analytic model.
 
-use crate::cluster::{Cluster, GpuId, GpuTypeId, Node};
+use crate::cluster::spec::uniform_cluster;
+use crate::cluster::{Cluster, GpuId};
 use crate::cost::{self, Analytic, Workload};
 use crate::error::InputError;
-fn tmp_mpt(name: &str) -> crate::model::Model {
-    let (d, h, l) = match name {
-        "125m" => (768, 12, 12),
-        "350m" => (1024, 16, 24),
-        "760m" => (1536, 12, 24),
-        "1b" => (2048, 16, 24),
-        "3b" => (2560, 20, 32),
-        "7b" => (4096, 32, 32),
-        "13b" => (5120, 40, 40),
-        "30b" => (7168, 56, 48),
-        _ => (8192, 64, 80),
-    };
-    let mut c = crate::model::TransformerConfig::gpt(name, l, d, h, 2048);
-    c.vocab = 50368;
-    c.attn_bias = false;
-    c.mlp_bias = false;
-    c.norm_bias = false;
-    c.attn_impl = crate::model::AttnImpl::Triton;
-    c.build()
-}
+use crate::model::catalog::catalog_model;
 use crate::plan::{Engine, LayerRange, Plan, Precision, Recompute, Schedule, Stage};
-use crate::units::{BytesPerSec, Seconds};
+use crate::units::BytesPerSec;
 use serde::Serialize;
 
 /// The calibration data shipped with hetplan (llm-foundry's MPT benchmarks on A100-80GB).
@@ -131,22 +113,7 @@ fn cluster_for(row: &Row) -> Result<Cluster, InputError> {
     })?;
     let per_node = row.gpus.min(8);
     let nodes = row.gpus.div_ceil(per_node);
-    Ok(Cluster {
-        name: format!("{}x{}x{}", nodes, per_node, gpu.name),
-        nodes: (0..nodes)
-            .map(|_| Node {
-                gpu_type: GpuTypeId(0),
-                num_gpus: per_node,
-                intra_bandwidth: gpu.default_intra_node_bandwidth(),
-                inter_bandwidth: BytesPerSec::gbps(1600.0),
-                group: 0,
-            })
-            .collect(),
-        gpu_types: vec![gpu],
-        pair_bandwidth: Default::default(),
-        intra_latency: Seconds::us(5.0),
-        inter_latency: Seconds::us(15.0),
-    })
+    Ok(uniform_cluster(&gpu, nodes, per_node, BytesPerSec::gbps(1600.0)))
 }
 
 /// The FSDP plan of a row.
@@ -183,7 +150,11 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
 pub fn check(rows: &[Row]) -> Result<Report, InputError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let base = tmp_mpt(&row.model);
+        let base = catalog_model(&format!("mpt-{}", row.model)).map_err(|e| InputError {
+            line: Some(row.line),
+            column: Some(1),
+            ..e
+        })?;
         // llm-foundry sets max_seq_len to the benchmark's sequence length (learned positions).
         let model = match &base.transformer {
             Some(cfg) => {

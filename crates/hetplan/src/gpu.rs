@@ -97,14 +97,27 @@ const PCIE4: f64 = 31.5;
 const PCIE5: f64 = 63.0;
 
 /// Every GPU type hetplan knows, in a fixed order (listing order of `hetplan gpus`).
+///
+/// Memory sizes are the vendor's "GB", which for these parts are binary gibibytes (an "80GB"
+/// A100 reports 81920 MiB). `peak_tensor` on GeForce/Quadro/workstation parts is the FP16
+/// tensor rate *with FP32 accumulate* (what mixed-precision training uses), from NVIDIA's
+/// architecture whitepapers, since their datasheets quote the sparse or FP16-accumulate rate.
 pub fn catalog() -> Vec<GpuSpec> {
     use Arch::*;
     vec![
-        // NVIDIA V100 datasheet (2020): SXM2 125 TFLOPS tensor, 15.7 FP32, 900 GB/s HBM2,
-        // NVLink 300 GB/s total (150 GB/s per direction).
+        // ---------------------------------------------------------------- Volta (V100)
+        // NVIDIA V100 Tensor Core GPU datasheet (2020): SXM2 125 TFLOPS tensor (FP16), 15.7
+        // FP32, 900 GB/s HBM2, NVLink 300 GB/s total (150 GB/s per direction), PCIe Gen3.
         spec(
             "v100-sxm2-16gb",
-            &["v100", "v100-16gb", "v100-sxm2", "v100-16", "tesla-v100"],
+            &[
+                "v100",
+                "v100-16gb",
+                "v100-sxm2",
+                "v100-16",
+                "tesla-v100",
+                "v100-sxm-16gb",
+            ],
             Volta,
             Bytes(16.0 * GIB),
             125.0,
@@ -114,24 +127,128 @@ pub fn catalog() -> Vec<GpuSpec> {
             PCIE3,
             "NVIDIA V100 Tensor Core GPU datasheet (2020)",
         ),
-        // NVIDIA A100 datasheet (2021): 312 TFLOPS BF16 dense, 19.5 FP32, 80GB SXM 2039 GB/s,
-        // NVLink 600 GB/s total (300 GB/s per direction), PCIe Gen4.
+        // Same datasheet: the 32 GB SXM2 part has the same rates and links.
         spec(
-            "a100-sxm4-80gb",
-            &["a100-80gb", "a100_80gb", "a100-80", "a100-sxm-80gb"],
-            Ampere,
-            Bytes(80.0 * GIB),
-            312.0,
-            19.5,
-            2039.0,
-            Some(300.0),
-            PCIE4,
-            "NVIDIA A100 Tensor Core GPU datasheet (2021)",
+            "v100-sxm2-32gb",
+            &["v100-32gb", "v100-32", "v100-sxm-32gb", "v100-sxm2-32"],
+            Volta,
+            Bytes(32.0 * GIB),
+            125.0,
+            15.7,
+            900.0,
+            Some(150.0),
+            PCIE3,
+            "NVIDIA V100 Tensor Core GPU datasheet (2020)",
         ),
-        // Same datasheet: A100 40GB SXM, 1555 GB/s HBM2.
+        // Same datasheet: V100 PCIe 112 TFLOPS tensor, 14 FP32, 900 GB/s, no NVLink.
+        spec(
+            "v100-pcie-16gb",
+            &["v100-pcie", "v100-pcie-16"],
+            Volta,
+            Bytes(16.0 * GIB),
+            112.0,
+            14.0,
+            900.0,
+            None,
+            PCIE3,
+            "NVIDIA V100 Tensor Core GPU datasheet (2020)",
+        ),
+        spec(
+            "v100-pcie-32gb",
+            &["v100-pcie-32"],
+            Volta,
+            Bytes(32.0 * GIB),
+            112.0,
+            14.0,
+            900.0,
+            None,
+            PCIE3,
+            "NVIDIA V100 Tensor Core GPU datasheet (2020)",
+        ),
+        // --------------------------------------------------------------- Pascal (P100)
+        // NVIDIA Tesla P100 PCIe datasheet (2016): 16 GB HBM2, 732 GB/s, 18.7 TFLOPS FP16
+        // (no tensor cores: the FP16 vector rate), 9.3 FP32, PCIe Gen3, no NVLink. The PCIe
+        // card is the one clouds rent (e.g. Google Cloud's `nvidia-tesla-p100`); the SXM2 part
+        // (21.2 FP16, 10.6 FP32, NVLink 160 GB/s total) is not in the catalog.
+        spec(
+            "p100-pcie-16gb",
+            &["p100", "p100-16gb", "p100-pcie", "p100-16", "tesla-p100"],
+            Pascal,
+            Bytes(16.0 * GIB),
+            18.7,
+            9.3,
+            732.0,
+            None,
+            PCIE3,
+            "NVIDIA Tesla P100 PCIe datasheet (2016)",
+        ),
+        // ---------------------------------------------------------------- Turing (T4)
+        // NVIDIA T4 Tensor Core GPU datasheet (2019): 65 TFLOPS FP16 tensor (mixed precision),
+        // 8.1 FP32, 16 GB GDDR6 at 320 GB/s, PCIe Gen3.
+        spec(
+            "t4",
+            &["t4-16gb", "tesla-t4", "nvidia-t4"],
+            Turing,
+            Bytes(16.0 * GIB),
+            65.0,
+            8.1,
+            320.0,
+            None,
+            PCIE3,
+            "NVIDIA T4 Tensor Core GPU datasheet (2019)",
+        ),
+        // ------------------------------------------------------------------- Ada (L4)
+        // NVIDIA L4 Tensor Core GPU datasheet (2023): BF16 tensor 242 TFLOPS with sparsity
+        // (121 dense), 30.3 FP32, 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16, no NVLink.
+        spec(
+            "l4",
+            &["l4-24gb", "nvidia-l4"],
+            Ada,
+            Bytes(24.0 * GIB),
+            121.0,
+            30.3,
+            300.0,
+            None,
+            PCIE4,
+            "NVIDIA L4 Tensor Core GPU datasheet (2023)",
+        ),
+        // ------------------------------------------------------------ Ampere (A10, A10G)
+        // NVIDIA A10 Tensor Core GPU datasheet (2021): BF16 tensor 125 TFLOPS dense (250
+        // sparse), 31.2 FP32, 24 GB GDDR6 at 600 GB/s, PCIe Gen4, no NVLink.
+        spec(
+            "a10",
+            &["a10-24gb", "nvidia-a10"],
+            Ampere,
+            Bytes(24.0 * GIB),
+            125.0,
+            31.2,
+            600.0,
+            None,
+            PCIE4,
+            "NVIDIA A10 Tensor Core GPU datasheet (2021)",
+        ),
+        // A10G (AWS EC2 G5 only; NVIDIA publishes no datasheet): GA102 with 80 SMs at a
+        // 1.71 GHz boost: 35 TFLOPS FP32 and a GeForce-like half-rate FP32-accumulate tensor
+        // path, 70 TFLOPS BF16 dense; 24 GB GDDR6 at 600 GB/s; PCIe Gen4. Numbers as tabulated
+        // in Baseten, "NVIDIA A10 vs A10G for ML model inference" (2023).
+        spec(
+            "a10g",
+            &["a10g-24gb", "nvidia-a10g"],
+            Ampere,
+            Bytes(24.0 * GIB),
+            70.0,
+            35.0,
+            600.0,
+            None,
+            PCIE4,
+            "AWS EC2 G5 / NVIDIA A10G (GA102, 80 SMs at 1.71 GHz), as tabulated by Baseten (2023)",
+        ),
+        // ----------------------------------------------------------------- Ampere (A100)
+        // NVIDIA A100 Tensor Core GPU datasheet (2021): 312 TFLOPS BF16 dense, 19.5 FP32, 40GB
+        // SXM 1555 GB/s HBM2, NVLink 600 GB/s total (300 GB/s per direction), PCIe Gen4.
         spec(
             "a100-sxm4-40gb",
-            &["a100", "a100-40gb", "a100-40", "a100-sxm-40gb"],
+            &["a100", "a100-40gb", "a100-40", "a100-sxm-40gb", "a100-sxm4"],
             Ampere,
             Bytes(40.0 * GIB),
             312.0,
@@ -141,11 +258,66 @@ pub fn catalog() -> Vec<GpuSpec> {
             PCIE4,
             "NVIDIA A100 Tensor Core GPU datasheet (2021)",
         ),
-        // NVIDIA H100 datasheet: SXM5 989 TFLOPS BF16 dense (1979 with sparsity), 67 FP32,
-        // 3.35 TB/s HBM3, NVLink 900 GB/s total (450 per direction), PCIe Gen5.
+        // Same datasheet: A100 80GB SXM, 2039 GB/s HBM2e.
+        spec(
+            "a100-sxm4-80gb",
+            &["a100-80gb", "a100-80", "a100-sxm-80gb"],
+            Ampere,
+            Bytes(80.0 * GIB),
+            312.0,
+            19.5,
+            2039.0,
+            Some(300.0),
+            PCIE4,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021)",
+        ),
+        // Same datasheet: A100 40GB PCIe, 1555 GB/s. Its optional NVLink bridge joins only
+        // pairs of cards, so the intra-node default is PCIe (override per cluster if bridged).
+        spec(
+            "a100-pcie-40gb",
+            &["a100-pcie", "a100-pcie-40"],
+            Ampere,
+            Bytes(40.0 * GIB),
+            312.0,
+            19.5,
+            1555.0,
+            None,
+            PCIE4,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021)",
+        ),
+        // Same datasheet: A100 80GB PCIe, 1935 GB/s HBM2e; NVLink bridge pairs only, as above.
+        spec(
+            "a100-pcie-80gb",
+            &["a100-pcie-80"],
+            Ampere,
+            Bytes(80.0 * GIB),
+            312.0,
+            19.5,
+            1935.0,
+            None,
+            PCIE4,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021)",
+        ),
+        // NVIDIA A800 40GB/80GB SXM datasheet (2022): the A100 80GB SXM with NVLink cut to
+        // 400 GB/s total (200 GB/s per direction); 312 TFLOPS BF16, 19.5 FP32, 2039 GB/s.
+        spec(
+            "a800-sxm4-80gb",
+            &["a800", "a800-80gb", "a800-80", "a800-sxm"],
+            Ampere,
+            Bytes(80.0 * GIB),
+            312.0,
+            19.5,
+            2039.0,
+            Some(200.0),
+            PCIE4,
+            "NVIDIA A800 Tensor Core GPU datasheet (2022)",
+        ),
+        // ---------------------------------------------------------------- Hopper (H100)
+        // NVIDIA H100 Tensor Core GPU datasheet (2023): SXM5 989 TFLOPS BF16 dense (1979 with
+        // sparsity), 67 FP32, 3.35 TB/s HBM3, NVLink 900 GB/s total (450 per direction), Gen5.
         spec(
             "h100-sxm5-80gb",
-            &["h100", "h100-sxm", "h100-80gb", "h100-sxm5"],
+            &["h100", "h100-sxm", "h100-80gb", "h100-sxm5", "h100-80"],
             Hopper,
             Bytes(80.0 * GIB),
             989.0,
@@ -155,18 +327,206 @@ pub fn catalog() -> Vec<GpuSpec> {
             PCIE5,
             "NVIDIA H100 Tensor Core GPU datasheet (2023)",
         ),
-        // NVIDIA T4 datasheet: 65 TFLOPS FP16 tensor, 8.1 FP32, 320 GB/s GDDR6, PCIe Gen3.
+        // Same datasheet: H100 PCIe 756 TFLOPS BF16 dense (1513 sparse), 51 FP32, 2 TB/s
+        // HBM2e, PCIe Gen5; its NVLink bridge joins only pairs, so the default is PCIe.
         spec(
-            "t4",
-            &["t4-16gb", "tesla-t4"],
+            "h100-pcie-80gb",
+            &["h100-pcie", "h100-pcie-80"],
+            Hopper,
+            Bytes(80.0 * GIB),
+            756.0,
+            51.0,
+            2000.0,
+            None,
+            PCIE5,
+            "NVIDIA H100 Tensor Core GPU datasheet (2023)",
+        ),
+        // NVIDIA H200 Tensor Core GPU datasheet (2024): H200 SXM 141 GB HBM3e at 4.8 TB/s,
+        // 989 TFLOPS BF16 dense (1979 sparse), 67 FP32, NVLink 900 GB/s total, PCIe Gen5.
+        spec(
+            "h200-sxm-141gb",
+            &["h200", "h200-141gb", "h200-sxm", "h200-141"],
+            Hopper,
+            Bytes(141.0 * GIB),
+            989.0,
+            67.0,
+            4800.0,
+            Some(450.0),
+            PCIE5,
+            "NVIDIA H200 Tensor Core GPU datasheet (2024)",
+        ),
+        // NVIDIA H800 SXM5 datasheet (2023): the H100 SXM5 with NVLink cut to 400 GB/s total
+        // (200 per direction); 989 TFLOPS BF16 dense, 67 FP32, 3.35 TB/s HBM3, PCIe Gen5.
+        spec(
+            "h800-sxm5-80gb",
+            &["h800", "h800-80gb", "h800-sxm", "h800-sxm5", "h800-80"],
+            Hopper,
+            Bytes(80.0 * GIB),
+            989.0,
+            67.0,
+            3350.0,
+            Some(200.0),
+            PCIE5,
+            "NVIDIA H800 Tensor Core GPU datasheet (2023)",
+        ),
+        // ------------------------------------------------------------- Blackwell (B200)
+        // NVIDIA HGX B200 datasheet (2024), per GPU (the 8-GPU board's totals / 8): 2.25
+        // PFLOPS BF16 dense (4.5 sparse), 75 TFLOPS FP32, 180 GB HBM3e at 8 TB/s, NVLink 5
+        // 1.8 TB/s total (900 GB/s per direction). Host link: PCIe Gen5 (HGX B200 hosts).
+        spec(
+            "b200-sxm-180gb",
+            &["b200", "b200-180gb", "hgx-b200", "b200-180"],
+            Blackwell,
+            Bytes(180.0 * GIB),
+            2250.0,
+            75.0,
+            8000.0,
+            Some(900.0),
+            PCIE5,
+            "NVIDIA HGX B200 datasheet (2024)",
+        ),
+        // ------------------------------------------------------ GeForce / workstation
+        // NVIDIA Ampere GA102 GPU architecture whitepaper (2020), RTX 3090: FP16 tensor with
+        // FP32 accumulate 71 TFLOPS dense (142 with FP16 accumulate), 35.6 FP32, 24 GB GDDR6X at
+        // 936 GB/s, PCIe Gen4. Its NVLink bridge joins only pairs: PCIe by default.
+        spec(
+            "rtx-3090",
+            &["3090", "rtx3090", "geforce-rtx-3090", "rtx-3090-24gb"],
+            Ampere,
+            Bytes(24.0 * GIB),
+            71.0,
+            35.6,
+            936.0,
+            None,
+            PCIE4,
+            "NVIDIA Ampere GA102 GPU architecture whitepaper (2020)",
+        ),
+        // NVIDIA Ada Lovelace GPU architecture whitepaper (2022), RTX 4090: FP16 tensor with
+        // FP32 accumulate 165.2 TFLOPS dense, 82.6 FP32, 24 GB GDDR6X at 1008 GB/s, PCIe Gen4,
+        // no NVLink.
+        spec(
+            "rtx-4090",
+            &["4090", "rtx4090", "geforce-rtx-4090", "rtx-4090-24gb"],
+            Ada,
+            Bytes(24.0 * GIB),
+            165.2,
+            82.6,
+            1008.0,
+            None,
+            PCIE4,
+            "NVIDIA Ada Lovelace GPU architecture whitepaper (2022)",
+        ),
+        // NVIDIA Ampere GA102 whitepaper (2020) / RTX A6000 datasheet (2021): FP16 tensor with
+        // FP32 accumulate 154.8 TFLOPS dense (309.7 sparse), 38.7 FP32, 48 GB GDDR6 at
+        // 768 GB/s, PCIe Gen4; NVLink bridge pairs only: PCIe by default.
+        spec(
+            "rtx-a6000",
+            &["a6000", "rtxa6000", "rtx-a6000-48gb"],
+            Ampere,
+            Bytes(48.0 * GIB),
+            154.8,
+            38.7,
+            768.0,
+            None,
+            PCIE4,
+            "NVIDIA RTX A6000 datasheet (2021); Ampere GA102 whitepaper (2020)",
+        ),
+        // NVIDIA L40S GPU datasheet (2023): BF16 tensor 362.05 TFLOPS dense (733 sparse),
+        // 91.6 FP32, 48 GB GDDR6 at 864 GB/s, PCIe Gen4, no NVLink.
+        spec(
+            "l40s",
+            &["l40s-48gb", "nvidia-l40s"],
+            Ada,
+            Bytes(48.0 * GIB),
+            362.05,
+            91.6,
+            864.0,
+            None,
+            PCIE4,
+            "NVIDIA L40S GPU datasheet (2023)",
+        ),
+        // ------------------------------------------------------------------------ AMD
+        // AMD Instinct MI250X datasheet (2021), per card: 383 TFLOPS FP16/BF16 matrix, 47.9
+        // FP32 vector, 128 GB HBM2e at 3.2768 TB/s, 8 Infinity Fabric links, 800 GB/s peak
+        // aggregate P2P (both directions). ROCm exposes each of the two GCDs as a GPU, so this
+        // entry is one GCD: half of each (191.5, 23.95, 64 GB, 1638.4 GB/s, 200 GB/s per
+        // direction, which is also the in-package GCD-GCD quad link, 4 x 50 GB/s each way:
+        // OLCF Frontier user guide). Host link PCIe Gen4 x16.
+        spec(
+            "mi250x-gcd",
+            &["mi250x", "mi250x-64gb", "instinct-mi250x", "mi250x-half"],
+            Cdna2,
+            Bytes(64.0 * GIB),
+            191.5,
+            23.95,
+            1638.4,
+            Some(200.0),
+            PCIE4,
+            "AMD Instinct MI250X datasheet (2021), halved per GCD; OLCF Frontier user guide",
+        ),
+        // AMD Instinct MI300X datasheet (2023): 1307.4 TFLOPS BF16 dense (2614.9 sparse),
+        // 163.4 FP32 vector, 192 GB HBM3 at 5.3 TB/s, 7 Infinity Fabric links of 128 GB/s
+        // (both directions) = 896 GB/s total, 448 GB/s per direction; PCIe Gen5 x16.
+        spec(
+            "mi300x",
+            &["mi300x-192gb", "instinct-mi300x", "mi300x-192"],
+            Cdna3,
+            Bytes(192.0 * GIB),
+            1307.4,
+            163.4,
+            5300.0,
+            Some(448.0),
+            PCIE5,
+            "AMD Instinct MI300X datasheet (2023)",
+        ),
+        // ------------------------------------------------------------ Grace Hopper (GH200)
+        // NVIDIA GH200 Grace Hopper Superchip datasheet (2023), 96 GB HBM3 version: the H100
+        // SXM compute (989 TFLOPS BF16 dense, 67 FP32), 4 TB/s HBM3, NVLink 900 GB/s total
+        // (450 per direction). The host link is NVLink-C2C to the Grace CPU, 900 GB/s total
+        // (450 per direction), not PCIe: that is what `pcie_bandwidth` holds here, since it is
+        // the bandwidth offloading to host memory sees. Sailor's measured profiles use it.
+        spec(
+            "gh200-96gb",
+            &["gh200", "gh-96", "gh200-96", "gh-200", "grace-hopper"],
+            Hopper,
+            Bytes(96.0 * GIB),
+            989.0,
+            67.0,
+            4000.0,
+            Some(450.0),
+            450.0,
+            "NVIDIA GH200 Grace Hopper Superchip datasheet (2023)",
+        ),
+        // ------------------------------------------------- Turing desktop (Sailor profiles)
+        // NVIDIA Titan RTX (2018; Turing TU102, NVIDIA Turing architecture whitepaper 2018):
+        // 130 TFLOPS FP16 tensor with FP32 accumulate (full rate on Titan), 16.3 FP32, 24 GB
+        // GDDR6 at 672 GB/s, PCIe Gen3; NVLink bridge pairs only: PCIe by default.
+        spec(
+            "titan-rtx",
+            &["titanrtx", "titan-rtx-24gb", "nvidia-titan-rtx"],
             Turing,
-            Bytes(16.0 * GIB),
-            65.0,
-            8.1,
-            320.0,
+            Bytes(24.0 * GIB),
+            130.0,
+            16.3,
+            672.0,
             None,
             PCIE3,
-            "NVIDIA T4 Tensor Core GPU datasheet",
+            "NVIDIA Titan RTX product page (2018); Turing architecture whitepaper (2018)",
+        ),
+        // NVIDIA Turing architecture whitepaper (2018), GeForce RTX 2080 (reference clocks):
+        // FP16 tensor with FP32 accumulate 40.3 TFLOPS (GeForce half rate; 80.5 with FP16
+        // accumulate), 10.1 FP32, 8 GB GDDR6 at 448 GB/s, PCIe Gen3; no NVLink by default.
+        spec(
+            "rtx-2080",
+            &["2080", "rtx2080", "geforce-rtx-2080", "rtx-2080-8gb"],
+            Turing,
+            Bytes(8.0 * GIB),
+            40.3,
+            10.1,
+            448.0,
+            None,
+            PCIE3,
+            "NVIDIA Turing GPU architecture whitepaper (2018)",
         ),
     ]
 }
@@ -175,10 +535,9 @@ pub fn catalog() -> Vec<GpuSpec> {
 pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
     let n = names::normalize(name);
     let all = catalog();
-    if let Some(g) = all
-        .iter()
-        .find(|g| names::normalize(&g.name) == n || g.aliases.iter().any(|a| names::normalize(a) == n))
-    {
+    if let Some(g) = all.iter().find(|g| {
+        names::normalize(&g.name) == n || g.aliases.iter().any(|a| names::normalize(a) == n)
+    }) {
         return Ok(g.clone());
     }
     let candidates: Vec<&str> = all
@@ -194,16 +553,131 @@ pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn aliases_resolve() {
-        assert_eq!(lookup("V100").unwrap().name, "v100-sxm2-16gb");
-        assert_eq!(lookup("a100_80gb").unwrap().name, "a100-sxm4-80gb");
+        let cases = [
+            ("V100", "v100-sxm2-16gb"),
+            ("v100_16gb", "v100-sxm2-16gb"),
+            ("V100-16", "v100-sxm2-16gb"),
+            ("V100 32GB", "v100-sxm2-32gb"),
+            ("v100-pcie", "v100-pcie-16gb"),
+            ("P100", "p100-pcie-16gb"),
+            ("Tesla-T4", "t4"),
+            ("L4", "l4"),
+            ("A10G", "a10g"),
+            ("A100", "a100-sxm4-40gb"),
+            ("A100-40", "a100-sxm4-40gb"),
+            ("A100-80", "a100-sxm4-80gb"),
+            ("a100_80gb", "a100-sxm4-80gb"),
+            ("A100-PCIe-80GB", "a100-pcie-80gb"),
+            ("A800", "a800-sxm4-80gb"),
+            ("H100", "h100-sxm5-80gb"),
+            ("h100 pcie", "h100-pcie-80gb"),
+            ("H200", "h200-sxm-141gb"),
+            ("H800", "h800-sxm5-80gb"),
+            ("B200", "b200-sxm-180gb"),
+            ("RTX-3090", "rtx-3090"),
+            ("RTX 4090", "rtx-4090"),
+            ("A6000", "rtx-a6000"),
+            ("L40S", "l40s"),
+            ("MI250X", "mi250x-gcd"),
+            ("MI300X", "mi300x"),
+            ("GH-96", "gh200-96gb"),
+            ("GH200", "gh200-96gb"),
+            ("Titan-RTX", "titan-rtx"),
+            ("RTX-2080", "rtx-2080"),
+        ];
+        for (alias, name) in cases {
+            assert_eq!(lookup(alias).unwrap().name, name, "alias {alias}");
+        }
+    }
+
+    #[test]
+    fn every_name_and_alias_resolves_to_its_own_entry() {
+        for g in catalog() {
+            assert_eq!(lookup(&g.name).unwrap().name, g.name);
+            for a in &g.aliases {
+                assert_eq!(lookup(a).unwrap().name, g.name, "alias {a}");
+            }
+        }
     }
 
     #[test]
     fn unknown_names_get_a_hint() {
         let e = lookup("a100-sxm4-80g").unwrap_err();
         assert_eq!(e.hint.as_deref(), Some("a100-sxm4-80gb"));
+        let e = lookup("h100-sxm5-80").unwrap_err();
+        assert_eq!(e.hint.as_deref(), Some("h100-sxm5-80gb"));
+        let e = lookup("rtx-309").unwrap_err();
+        assert_eq!(e.hint.as_deref(), Some("rtx-3090"));
+        let e = lookup("mi300").unwrap_err();
+        assert_eq!(e.hint.as_deref(), Some("mi300x"));
+        assert!(e.to_string().contains("did you mean `mi300x`"));
+        assert_eq!(lookup("zzzzzzzzzzzzzz").unwrap_err().hint, None);
+    }
+
+    #[test]
+    fn names_and_aliases_are_unique_across_the_catalog() {
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for g in catalog() {
+            for n in std::iter::once(&g.name).chain(g.aliases.iter()) {
+                let key = names::normalize(n);
+                if let Some(prev) = seen.insert(key.clone(), g.name.clone()) {
+                    panic!("`{n}` of `{}` clashes with an entry of `{prev}`", g.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn canonical_names_are_normalized() {
+        for g in catalog() {
+            assert_eq!(names::normalize(&g.name), g.name);
+            assert!(!g.name.contains("--") && !g.name.starts_with('-'));
+        }
+    }
+
+    #[test]
+    fn every_spec_is_physical_and_sourced() {
+        for g in catalog() {
+            let n = &g.name;
+            assert!(g.memory.get() > 0.0 && g.memory.is_finite(), "{n}");
+            assert!(
+                g.peak_tensor.get() > 0.0 && g.peak_tensor.is_finite(),
+                "{n}"
+            );
+            assert!(g.peak_fp32.get() > 0.0 && g.peak_fp32.is_finite(), "{n}");
+            assert!(g.hbm_bandwidth.get() > 0.0, "{n}");
+            assert!(g.pcie_bandwidth.get() > 0.0, "{n}");
+            if let Some(nv) = g.nvlink_bandwidth {
+                assert!(nv.get() > 0.0, "{n}");
+                assert!(
+                    nv >= g.pcie_bandwidth,
+                    "{n}: NVLink slower than the host link"
+                );
+            }
+            // The tensor (or FP16) path is never slower than plain FP32.
+            assert!(g.peak_tensor >= g.peak_fp32, "{n}");
+            // Between 4 GiB and 256 GiB, between 100 GB/s and 10 TB/s: catches unit slips.
+            assert!((4.0..=256.0).contains(&g.memory.as_gib()), "{n}");
+            assert!((100e9..=10e12).contains(&g.hbm_bandwidth.get()), "{n}");
+            assert!(!g.source.trim().is_empty(), "{n}");
+            assert!(g.default_intra_node_bandwidth().get() > 0.0, "{n}");
+        }
+    }
+
+    #[test]
+    fn nvlink_values_are_per_direction() {
+        let bw = |n: &str| lookup(n).unwrap().nvlink_bandwidth.unwrap().get();
+        assert_eq!(bw("a100-sxm4-80gb"), 300e9);
+        assert_eq!(bw("h100-sxm5-80gb"), 450e9);
+        assert_eq!(bw("v100-sxm2-16gb"), 150e9);
+        assert_eq!(lookup("t4").unwrap().nvlink_bandwidth, None);
+        assert_eq!(
+            lookup("t4").unwrap().default_intra_node_bandwidth(),
+            BytesPerSec::gb_s(PCIE3)
+        );
     }
 }

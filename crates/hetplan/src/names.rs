@@ -1,6 +1,6 @@
 //! Name normalisation and "did you mean" hints shared by every catalog lookup.
 
-/// Lower-case, with `_`, ` ` and `.` folded into `-`, so that "V100_16GB", "v100 16gb" and
+/// Lower-case, with `_` and ` ` folded into `-`, so that "V100_16GB", "v100 16gb" and
 /// "v100-16gb" compare equal.
 pub fn normalize(name: &str) -> String {
     name.trim()

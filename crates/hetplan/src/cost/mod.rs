@@ -174,7 +174,7 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         _ => 1,
     };
     let elem = plan.precision.element_bytes();
-    let (w_bytes, g_bytes, o_bytes) = memory::state_bytes(plan.precision);
+    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
     let mut notes = Vec::new();
     let mut stages = Vec::with_capacity(plan.stages.len());
     let mut per_gpu = Vec::new();
