@@ -3,12 +3,12 @@
 use super::compute::{Analytic, ComputeTimes, LayerShape, LayerTime, TimeSource};
 use crate::gpu::GpuSpec;
 use crate::model::Model;
-use crate::profile::{Interpolation, ProfileDb, Provenance};
+use crate::profile::{Interpolation, ProfileIndex, Provenance};
 use crate::units::Seconds;
 
 /// Measured times where the profile has them, the analytic model elsewhere.
 pub struct Profiled<'a> {
-    pub db: &'a ProfileDb,
+    pub index: &'a ProfileIndex,
     pub interpolation: Interpolation,
 }
 
@@ -22,7 +22,7 @@ impl ComputeTimes for Profiled<'_> {
     ) -> LayerTime {
         let analytic = Analytic.layer_time(gpu, model, layer, shape);
         let l = &model.layers[layer];
-        match self.db.layer_time(
+        match self.index.layer_time(
             &gpu.name,
             &model.name,
             layer,

@@ -1,1 +1,869 @@
 //! HuggingFace `config.json` import.
+//!
+//! Reads the shape of a decoder from the `config.json` of a HuggingFace checkpoint and builds it
+//! with [`TransformerConfig`]. Supported `model_type`s: `llama`, `mistral`, `mixtral`, `qwen2`,
+//! `qwen2_moe`, `gpt2`, `gpt_neox`, `falcon` (also the older `RefinedWebModel`/`RefinedWeb`) and
+//! `mpt`. A multimodal config's language model under `text_config` is used when present.
+//!
+//! Shape fields (width, depth, heads, vocabulary, FFN width) are required even where the
+//! `transformers` class has a default: a config without them is not the model meant. Optional
+//! fields take the `transformers` defaults, except `num_key_value_heads`, which defaults to the
+//! number of attention heads. Not modelled: sliding-window and local attention (costed as full
+//! causal attention), rope scaling, Qwen2-MoE's one-output shared-expert gate (h parameters a
+//! layer).
+
+use super::catalog::{assemble, blocks_of, drop_block_params};
+use super::layerlist::JsonSpans;
+use super::{AttnImpl, MlpKind, Model, MoeConfig, NormKind, PositionKind, TransformerConfig};
+use crate::error::InputError;
+use crate::names;
+use serde_json::{Map, Value};
+
+/// The `model_type`s understood, in the order error messages list them.
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "gpt2",
+    "gpt_neox",
+    "falcon",
+    "mpt",
+];
+
+/// Builds the model described by a HuggingFace `config.json`. `name_hint` names it (e.g. the
+/// file or repository name); when empty, `_name_or_path` or the `model_type` is used.
+pub fn parse_hf_config(src: &str, name_hint: &str) -> Result<Model, InputError> {
+    let root: Value = serde_json::from_str(src).map_err(|e| InputError::from_json(&e))?;
+    let spans = JsonSpans::index(src);
+    let Value::Object(root_obj) = &root else {
+        return Err(InputError::new("expected a JSON object (a HuggingFace config.json)").at(1, 1));
+    };
+    let top = Cfg {
+        obj: root_obj,
+        prefix: String::new(),
+        src,
+        spans: &spans,
+    };
+    let cfg = match root_obj.get("text_config") {
+        Some(Value::Object(t)) => Cfg {
+            obj: t,
+            prefix: "text_config".to_string(),
+            src,
+            spans: &spans,
+        },
+        _ => top.clone(),
+    };
+    let (model_type, mt_cfg) = match cfg.str_opt("model_type")? {
+        Some(t) => (t.to_string(), &cfg),
+        None => match top.str_opt("model_type")? {
+            Some(t) => (t.to_string(), &top),
+            None => {
+                return Err(InputError::new(format!(
+                    "missing `model_type`; supported: {}",
+                    supported_list()
+                ))
+                .field(cfg.path("model_type"))
+                .at(1, 1))
+            }
+        },
+    };
+    let name = {
+        let hint = name_hint.trim();
+        if !hint.is_empty() {
+            hint.to_string()
+        } else {
+            match top.str_opt("_name_or_path").ok().flatten() {
+                Some(n) if !n.trim().is_empty() => n.trim().to_string(),
+                _ => model_type.clone(),
+            }
+        }
+    };
+
+    let mut model = match model_type.to_ascii_lowercase().as_str() {
+        "llama" => llama_like(&cfg, &name, Family::Llama)?,
+        "mistral" => llama_like(&cfg, &name, Family::Mistral)?,
+        "mixtral" => llama_like(&cfg, &name, Family::Mixtral)?,
+        "qwen2" => llama_like(&cfg, &name, Family::Qwen2)?,
+        "qwen2_moe" => llama_like(&cfg, &name, Family::Qwen2Moe)?,
+        "gpt2" => gpt2(&cfg, &name)?,
+        "gpt_neox" => gpt_neox(&cfg, &name)?,
+        "falcon" | "refinedwebmodel" => falcon(&cfg, &name, false)?,
+        // The original Falcon-40B configs: the new decoder architecture without the flag.
+        "refinedweb" => falcon(&cfg, &name, true)?,
+        "mpt" => mpt(&cfg, &name)?,
+        _ => {
+            let hint = names::nearest(&model_type, SUPPORTED_MODEL_TYPES.iter().copied());
+            return Err(mt_cfg.located(
+                "model_type",
+                InputError::new(format!(
+                    "unsupported model_type `{model_type}`; supported: {}",
+                    supported_list()
+                ))
+                .hint(hint.map(|h| format!("did you mean `{h}`?"))),
+            ));
+        }
+    };
+    model.name = name;
+    Ok(model)
+}
+
+fn supported_list() -> String {
+    SUPPORTED_MODEL_TYPES
+        .iter()
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A view of one config object with typed, located field access.
+#[derive(Clone)]
+struct Cfg<'a> {
+    obj: &'a Map<String, Value>,
+    prefix: String,
+    src: &'a str,
+    spans: &'a JsonSpans,
+}
+
+impl<'a> Cfg<'a> {
+    fn path(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.prefix)
+        }
+    }
+
+    fn located(&self, key: &str, e: InputError) -> InputError {
+        let path = self.path(key);
+        let e = e.field(path.clone());
+        match self.spans.values.get(&path) {
+            Some(&o) => e.at_offset(self.src, o),
+            None => e,
+        }
+    }
+
+    /// The value of `key`, treating JSON `null` as absent.
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.obj.get(key).filter(|v| !v.is_null())
+    }
+
+    fn sub(&self, key: &str) -> Result<Option<Cfg<'a>>, InputError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(o)) => Ok(Some(Cfg {
+                obj: o,
+                prefix: self.path(key),
+                src: self.src,
+                spans: self.spans,
+            })),
+            Some(v) => Err(self.type_error(key, "an object", v)),
+        }
+    }
+
+    fn type_error(&self, key: &str, expected: &str, found: &Value) -> InputError {
+        let what = match found {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        };
+        self.located(
+            key,
+            InputError::new(format!("expected {expected}, found {what}")),
+        )
+    }
+
+    /// A positive whole number (JSON floats such as `4.0` are accepted when integral).
+    fn uint_opt(&self, key: &str) -> Result<Option<u64>, InputError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let n = match v {
+            Value::Number(n) => n.as_u64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            }),
+            _ => None,
+        };
+        match n {
+            Some(0) => Err(self.located(key, InputError::new("must be at least 1, found 0"))),
+            Some(n) => Ok(Some(n)),
+            None => Err(self.type_error(key, "a positive whole number", v)),
+        }
+    }
+
+    /// The first of `keys` present (HF renamed some fields over time).
+    fn uint_any(&self, keys: &[&str]) -> Result<Option<u64>, InputError> {
+        for k in keys {
+            if let Some(v) = self.uint_opt(k)? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    fn uint(&self, keys: &[&str], what: &str) -> Result<u64, InputError> {
+        self.uint_any(keys)?.ok_or_else(|| {
+            let e = InputError::new(format!("missing `{}` ({what})", keys[0]))
+                .field(self.path(keys[0]));
+            match self.spans.values.get(&self.prefix) {
+                Some(&o) if !self.prefix.is_empty() => e.at_offset(self.src, o),
+                _ => e,
+            }
+        })
+    }
+
+    fn bool_opt(&self, key: &str) -> Result<Option<bool>, InputError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.type_error(key, "true or false", v)),
+        }
+    }
+
+    fn float_opt(&self, key: &str) -> Result<Option<f64>, InputError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Number(n)) => Ok(n.as_f64()),
+            Some(v) => Err(self.type_error(key, "a number", v)),
+        }
+    }
+
+    fn str_opt(&self, key: &str) -> Result<Option<&'a str>, InputError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(v) => Err(self.type_error(key, "a string", v)),
+        }
+    }
+
+    /// Whether any of the dropout probabilities given is positive.
+    fn dropout(&self, keys: &[&str]) -> Result<bool, InputError> {
+        for k in keys {
+            if self.float_opt(k)?.unwrap_or(0.0) > 0.0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// `attn_implementation` (`eager` materialises the scores; `sdpa` and `flash_attention_2`
+    /// are fused), flash when absent.
+    fn attn_impl(&self) -> Result<AttnImpl, InputError> {
+        for k in ["attn_implementation", "_attn_implementation"] {
+            if let Some(s) = self.str_opt(k)? {
+                return Ok(if s == "eager" {
+                    AttnImpl::Torch
+                } else {
+                    AttnImpl::Flash
+                });
+            }
+        }
+        Ok(AttnImpl::Flash)
+    }
+}
+
+/// Checks the head counts against the width and each other.
+fn check_heads(
+    cfg: &Cfg,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: Option<u64>,
+    heads_key: &str,
+    kv_key: &str,
+) -> Result<u64, InputError> {
+    if kv_heads > heads || heads % kv_heads != 0 {
+        return Err(cfg.located(
+            kv_key,
+            InputError::new(format!(
+                "{kv_heads} key/value heads must divide the {heads} attention heads"
+            )),
+        ));
+    }
+    match head_dim {
+        Some(d) => Ok(d),
+        None if hidden % heads == 0 => Ok(hidden / heads),
+        None => Err(cfg.located(
+            heads_key,
+            InputError::new(format!(
+                "{heads} attention heads do not divide the width {hidden} (and no `head_dim` is given)"
+            )),
+        )),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Family {
+    Llama,
+    Mistral,
+    Mixtral,
+    Qwen2,
+    Qwen2Moe,
+}
+
+/// LLaMA-style decoders: RMSNorm, SwiGLU, rotary, GQA.
+fn llama_like(cfg: &Cfg, name: &str, family: Family) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(&["num_attention_heads"], "the number of attention heads")?;
+    let kv = cfg.uint_opt("num_key_value_heads")?.unwrap_or(heads);
+    let head_dim = check_heads(
+        cfg,
+        hidden,
+        heads,
+        kv,
+        cfg.uint_opt("head_dim")?,
+        "num_attention_heads",
+        "num_key_value_heads",
+    )?;
+    let vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
+    let qwen = matches!(family, Family::Qwen2 | Family::Qwen2Moe);
+    // Qwen2-MoE's dense FFN width only matters for layers without experts.
+    let ffn = if family == Family::Qwen2Moe {
+        cfg.uint_opt("intermediate_size")?.unwrap_or(0)
+    } else {
+        cfg.uint(&["intermediate_size"], "the FFN width")?
+    };
+    let mut c = TransformerConfig::llama(name, layers, hidden, heads, kv, ffn, vocab, max_seq);
+    c.head_dim = head_dim;
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false);
+    // Qwen2 has biases on q, k and v (not on o_proj, removed below).
+    c.attn_bias = qwen || cfg.bool_opt("attention_bias")?.unwrap_or(false);
+    c.mlp_bias = cfg.bool_opt("mlp_bias")?.unwrap_or(false);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["attention_dropout", "hidden_dropout"])?;
+
+    let mut model = match family {
+        Family::Llama | Family::Mistral | Family::Qwen2 => c.build(),
+        Family::Mixtral => {
+            c.moe = Some(MoeConfig {
+                experts: cfg.uint(&["num_local_experts"], "the number of experts")?,
+                top_k: cfg.uint(&["num_experts_per_tok"], "experts per token")?,
+                expert_ffn: ffn,
+                shared_ffn: None,
+            });
+            check_top_k(cfg, c.moe.as_ref().expect("set"), "num_experts_per_tok")?;
+            c.build()
+        }
+        Family::Qwen2Moe => qwen2_moe(cfg, c)?,
+    };
+    if qwen {
+        drop_block_params(&mut model, "proj", hidden);
+    }
+    Ok(model)
+}
+
+fn check_top_k(cfg: &Cfg, moe: &MoeConfig, key: &str) -> Result<(), InputError> {
+    if moe.top_k > moe.experts {
+        return Err(cfg.located(
+            key,
+            InputError::new(format!(
+                "{} experts per token, but only {} experts",
+                moe.top_k, moe.experts
+            )),
+        ));
+    }
+    Ok(())
+}
+
+/// Qwen2-MoE: experts of `moe_intermediate_size` with a shared expert beside them in every
+/// `decoder_sparse_step`-th layer not listed in `mlp_only_layers`; the others dense.
+fn qwen2_moe(cfg: &Cfg, dense: TransformerConfig) -> Result<Model, InputError> {
+    let moe = MoeConfig {
+        experts: cfg.uint(&["num_experts"], "the number of experts")?,
+        top_k: cfg.uint(&["num_experts_per_tok"], "experts per token")?,
+        expert_ffn: cfg.uint(&["moe_intermediate_size"], "the FFN width of one expert")?,
+        // Absent or 0: no shared expert.
+        shared_ffn: match cfg.get("shared_expert_intermediate_size") {
+            Some(v) if v.as_u64() == Some(0) => None,
+            _ => cfg.uint_opt("shared_expert_intermediate_size")?,
+        },
+    };
+    check_top_k(cfg, &moe, "num_experts_per_tok")?;
+    let step = cfg.uint_opt("decoder_sparse_step")?.unwrap_or(1);
+    let dense_only: Vec<u64> = match cfg.get("mlp_only_layers") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_u64())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                cfg.located(
+                    "mlp_only_layers",
+                    InputError::new("expected a list of layer indices (whole numbers)"),
+                )
+            })?,
+        Some(v) => return Err(cfg.type_error("mlp_only_layers", "a list of layer indices", v)),
+    };
+    let is_moe = |i: u64| !dense_only.contains(&i) && (i + 1) % step == 0;
+    let mut sparse = dense.clone();
+    sparse.moe = Some(moe);
+    if (0..dense.layers).all(is_moe) {
+        return Ok(sparse.build());
+    }
+    if dense.ffn == 0 {
+        return Err(cfg.located(
+            "intermediate_size",
+            InputError::new("missing `intermediate_size` (the FFN width of the dense layers)"),
+        ));
+    }
+    let (d, s) = (blocks_of(&dense), blocks_of(&sparse));
+    let blocks = (0..dense.layers as usize)
+        .map(|i| {
+            let b = if is_moe(i as u64) { &s[i] } else { &d[i] };
+            (dense.hidden, b.clone())
+        })
+        .collect();
+    Ok(assemble(&dense.name, &dense, blocks, &dense))
+}
+
+/// GPT-2: learned positions, GeLU MLP of `n_inner` (4h), biases, LayerNorm, tied.
+fn gpt2(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["n_embd", "hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(
+        &["n_head", "num_attention_heads"],
+        "the number of attention heads",
+    )?;
+    check_heads(cfg, hidden, heads, heads, None, "n_head", "n_head")?;
+    let max_seq = cfg.uint_any(&["n_positions", "n_ctx"])?.unwrap_or(1024);
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * hidden);
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["resid_pdrop", "embd_pdrop", "attn_pdrop"])?;
+    Ok(c.build())
+}
+
+/// GPT-NeoX (Pythia, GPT-NeoX-20B): rotary on `rotary_pct` of each head (no parameters either
+/// way), biases, LayerNorm, attention and MLP side by side with their own norms when
+/// `use_parallel_residual`, untied.
+fn gpt_neox(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(&["num_attention_heads"], "the number of attention heads")?;
+    check_heads(
+        cfg,
+        hidden,
+        heads,
+        heads,
+        None,
+        "num_attention_heads",
+        "num_attention_heads",
+    )?;
+    let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    c.ffn = cfg.uint(&["intermediate_size"], "the FFN width")?;
+    c.position = PositionKind::Rotary;
+    let _rotary_pct = cfg.float_opt("rotary_pct")?;
+    let bias = cfg.bool_opt("attention_bias")?.unwrap_or(true);
+    c.attn_bias = bias;
+    c.parallel_attn = cfg.bool_opt("use_parallel_residual")?.unwrap_or(true);
+    c.shared_norm = false;
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["hidden_dropout", "attention_dropout"])?;
+    Ok(c.build())
+}
+
+/// Falcon: rotary (or ALiBi), GeLU MLP of `ffn_hidden_size` (4h), LayerNorm with bias, linear
+/// biases per `bias`, tied. Attention heads: `num_kv_heads` KV heads with the new decoder
+/// architecture (Falcon-40B/180B; parallel attention with two norms unless
+/// `num_ln_in_parallel_attn` is 1), else one KV head when `multi_query` (Falcon-7B; parallel
+/// attention with one shared norm when `parallel_attn`).
+fn falcon(cfg: &Cfg, name: &str, refinedweb: bool) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["hidden_size", "n_embed"], "the model width")?;
+    let layers = cfg.uint(&["num_hidden_layers", "n_layer"], "the number of layers")?;
+    let heads_key = if cfg.get("num_attention_heads").is_some() {
+        "num_attention_heads"
+    } else {
+        "n_head"
+    };
+    let heads = cfg.uint(
+        &["num_attention_heads", "n_head"],
+        "the number of attention heads",
+    )?;
+    let vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let new_arch = cfg
+        .bool_opt("new_decoder_architecture")?
+        .unwrap_or(refinedweb);
+    let multi_query = cfg.bool_opt("multi_query")?.unwrap_or(true);
+    let parallel = cfg.bool_opt("parallel_attn")?.unwrap_or(true);
+    let kv_key = if cfg.get("num_kv_heads").is_some() {
+        "num_kv_heads"
+    } else {
+        "n_head_kv"
+    };
+    let kv = if new_arch {
+        cfg.uint_any(&["num_kv_heads", "n_head_kv"])?
+            .unwrap_or(heads)
+    } else if multi_query {
+        1
+    } else {
+        heads
+    };
+    let head_dim = check_heads(cfg, hidden, heads, kv, None, heads_key, kv_key)?;
+    let bias = cfg.bool_opt("bias")?.unwrap_or(false);
+    let (parallel_attn, shared_norm) = if new_arch {
+        (
+            true,
+            cfg.uint_opt("num_ln_in_parallel_attn")?.unwrap_or(2) == 1,
+        )
+    } else {
+        (parallel, parallel)
+    };
+    let c = TransformerConfig {
+        name: name.to_string(),
+        hidden,
+        layers,
+        heads,
+        kv_heads: kv,
+        head_dim,
+        ffn: cfg.uint_opt("ffn_hidden_size")?.unwrap_or(4 * hidden),
+        mlp: MlpKind::Gelu,
+        norm: NormKind::LayerNorm,
+        position: if cfg.bool_opt("alibi")?.unwrap_or(false) {
+            PositionKind::Alibi
+        } else {
+            PositionKind::Rotary
+        },
+        vocab,
+        max_seq_len: cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048),
+        attn_bias: bias,
+        mlp_bias: bias,
+        norm_bias: true,
+        tied_embeddings: cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true),
+        parallel_attn,
+        shared_norm,
+        causal: true,
+        attn_impl: cfg.attn_impl()?,
+        dropout: cfg.dropout(&["hidden_dropout", "attention_dropout"])?,
+        moe: None,
+    };
+    Ok(c.build())
+}
+
+/// MPT (llm-foundry): d_model/n_heads/n_layers, FFN `expansion_ratio`·d_model with GeLU,
+/// LayerNorm (RMSNorm for the rmsnorm norm types), biases on linears and norms unless `no_bias`
+/// (default true, as in `transformers`' MptConfig), learned positions unless
+/// `attn_config.alibi`, tied, the attention kernel of `attn_config.attn_impl` (torch when absent).
+fn mpt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["d_model"], "the model width")?;
+    let heads = cfg.uint(&["n_heads"], "the number of attention heads")?;
+    let layers = cfg.uint(&["n_layers"], "the number of layers")?;
+    let vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let ratio = match cfg.float_opt("expansion_ratio")? {
+        None => 4.0,
+        Some(r) if r > 0.0 && r.is_finite() => r,
+        Some(r) => {
+            return Err(cfg.located(
+                "expansion_ratio",
+                InputError::new(format!("must be positive, found {r}")),
+            ))
+        }
+    };
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, 2048);
+    c.max_seq_len = cfg.uint_opt("max_seq_len")?.unwrap_or(2048);
+    c.vocab = vocab;
+    c.ffn = (ratio * hidden as f64).round() as u64;
+    let no_bias = cfg.bool_opt("no_bias")?.unwrap_or(true);
+    c.attn_bias = !no_bias;
+    c.mlp_bias = !no_bias;
+    c.norm_bias = !no_bias;
+    if let Some(n) = cfg.str_opt("norm_type")? {
+        if n.contains("rmsnorm") {
+            c.norm = NormKind::RmsNorm;
+            c.norm_bias = false;
+        }
+    }
+    c.tied_embeddings = true;
+    c.attn_impl = AttnImpl::Torch;
+    let mut kv = heads;
+    let mut dropout = cfg.dropout(&["resid_pdrop", "emb_pdrop"])?;
+    if let Some(a) = cfg.sub("attn_config")? {
+        if let Some(imp) = a.str_opt("attn_impl")? {
+            c.attn_impl = match imp {
+                "flash" => AttnImpl::Flash,
+                "triton" => AttnImpl::Triton,
+                "torch" => AttnImpl::Torch,
+                other => {
+                    let hint = names::nearest(other, ["flash", "triton", "torch"]);
+                    return Err(a.located(
+                        "attn_impl",
+                        InputError::new(format!(
+                            "unknown attn_impl `{other}`; expected `flash`, `triton` or `torch`"
+                        ))
+                        .hint(hint.map(|h| format!("did you mean `{h}`?"))),
+                    ));
+                }
+            };
+        }
+        if a.bool_opt("alibi")?.unwrap_or(false) {
+            c.position = PositionKind::Alibi;
+        }
+        match a.str_opt("attn_type")? {
+            Some("multiquery_attention") => kv = 1,
+            Some("grouped_query_attention") => {
+                kv = a.uint(&["kv_n_heads"], "the number of key/value heads")?;
+            }
+            _ => {}
+        }
+        dropout |= a.dropout(&["attn_pdrop"])?;
+    }
+    c.kv_heads = kv;
+    c.head_dim = check_heads(cfg, hidden, heads, kv, None, "n_heads", "n_heads")?;
+    c.dropout = dropout;
+    Ok(c.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(src: &str) -> f64 {
+        parse_hf_config(src, "").unwrap().params() as f64
+    }
+
+    fn assert_close(got: f64, want: f64, tol: f64) {
+        assert!((got - want).abs() / want <= tol, "{got:.6e} vs {want:.6e}");
+    }
+
+    const LLAMA2_7B: &str = r#"{
+  "_name_or_path": "meta-llama/Llama-2-7b-hf",
+  "architectures": ["LlamaForCausalLM"],
+  "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 11008,
+  "max_position_embeddings": 4096,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "vocab_size": 32000
+}"#;
+
+    #[test]
+    fn llama2_7b() {
+        let m = parse_hf_config(LLAMA2_7B, "").unwrap();
+        assert_eq!(m.name, "meta-llama/Llama-2-7b-hf");
+        assert_eq!(m.params(), 6_738_415_616);
+        let t = m.transformer.as_ref().unwrap();
+        assert_eq!(
+            (t.mlp, t.norm, t.max_seq_len),
+            (MlpKind::SwiGlu, NormKind::RmsNorm, 4096)
+        );
+        assert_eq!(
+            parse_hf_config(LLAMA2_7B, "my-llama").unwrap().name,
+            "my-llama"
+        );
+    }
+
+    #[test]
+    fn mistral_7b() {
+        let src = r#"{"architectures": ["MistralForCausalLM"], "hidden_act": "silu",
+          "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
+          "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+          "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+          "sliding_window": 4096, "tie_word_embeddings": false, "vocab_size": 32000}"#;
+        assert_eq!(params(src) as u64, 7_241_732_096);
+    }
+
+    #[test]
+    fn mixtral_8x7b() {
+        let src = r#"{"architectures": ["MixtralForCausalLM"], "hidden_act": "silu",
+          "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
+          "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+          "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+          "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+          "router_aux_loss_coef": 0.02, "sliding_window": null, "tie_word_embeddings": false,
+          "vocab_size": 32000}"#;
+        let m = parse_hf_config(src, "").unwrap();
+        assert_eq!(m.params(), 46_702_792_704);
+        assert_close(m.active_params() as f64, 12.88e9, 0.003);
+    }
+
+    #[test]
+    fn qwen2_0_5b() {
+        // Qwen/Qwen2-0.5B: 494,032,768 parameters (q/k/v biases, tied embeddings).
+        let src = r#"{"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+          "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu",
+          "hidden_size": 896, "initializer_range": 0.02, "intermediate_size": 4864,
+          "max_position_embeddings": 131072, "max_window_layers": 24, "model_type": "qwen2",
+          "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+          "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072,
+          "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+          "use_sliding_window": false, "vocab_size": 151936}"#;
+        assert_eq!(params(src) as u64, 494_032_768);
+    }
+
+    #[test]
+    fn qwen15_moe_a27b() {
+        // Qwen/Qwen1.5-MoE-A2.7B: 14.3B parameters, 2.7B activated.
+        let src = r#"{"architectures": ["Qwen2MoeForCausalLM"], "decoder_sparse_step": 1,
+          "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5632,
+          "max_position_embeddings": 8192, "model_type": "qwen2_moe",
+          "moe_intermediate_size": 1408, "norm_topk_prob": false, "num_attention_heads": 16,
+          "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+          "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+          "shared_expert_intermediate_size": 5632, "tie_word_embeddings": false,
+          "vocab_size": 151936}"#;
+        let m = parse_hf_config(src, "").unwrap();
+        assert_close(m.params() as f64, 14.3e9, 0.005);
+        assert_close(m.active_params() as f64, 2.7e9, 0.01);
+        assert!(m.transformer.is_some());
+        // Every other layer dense: assembled from two shapes.
+        let src2 = src.replace("\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2");
+        let m2 = parse_hf_config(&src2, "").unwrap();
+        assert!(m2.transformer.is_none());
+        assert_eq!(m2.layers.len(), 26);
+        assert!(m2.layers[1].ops.iter().all(|o| o.name != "router"));
+        assert!(m2.layers[2].ops.iter().any(|o| o.name == "router"));
+    }
+
+    #[test]
+    fn gpt2_small() {
+        let src = r#"{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+          "attn_pdrop": 0.1, "embd_pdrop": 0.1, "layer_norm_epsilon": 1e-05,
+          "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_inner": null,
+          "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}"#;
+        let m = parse_hf_config(src, "gpt2").unwrap();
+        assert_eq!(m.params(), 124_439_808);
+        assert!(m.transformer.as_ref().unwrap().dropout);
+    }
+
+    #[test]
+    fn pythia_160m() {
+        let src = r#"{"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0,
+          "eos_token_id": 0, "hidden_act": "gelu", "hidden_size": 768,
+          "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
+          "max_position_embeddings": 2048, "model_type": "gpt_neox",
+          "num_attention_heads": 12, "num_hidden_layers": 12, "rotary_emb_base": 10000,
+          "rotary_pct": 0.25, "tie_word_embeddings": false, "use_cache": true,
+          "use_parallel_residual": true, "vocab_size": 50304}"#;
+        let m = parse_hf_config(src, "").unwrap();
+        assert_eq!(m.params(), 162_322_944);
+        let t = m.transformer.as_ref().unwrap();
+        assert!(t.parallel_attn && !t.shared_norm);
+    }
+
+    #[test]
+    fn falcon_7b_and_40b() {
+        let src = r#"{"alibi": false, "apply_residual_connection_post_layernorm": false,
+          "architectures": ["FalconForCausalLM"], "attention_dropout": 0.0, "bias": false,
+          "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0, "hidden_size": 4544,
+          "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
+          "multi_query": true, "new_decoder_architecture": false, "num_attention_heads": 71,
+          "num_hidden_layers": 32, "parallel_attn": true, "vocab_size": 65024}"#;
+        let m = parse_hf_config(src, "falcon-7b").unwrap();
+        assert_close(m.params() as f64, 6.92e9, 0.002);
+        let t = m.transformer.as_ref().unwrap();
+        assert_eq!((t.kv_heads, t.head_dim), (1, 64));
+        assert!(t.parallel_attn && t.shared_norm);
+        // The original Falcon-40B config (RefinedWeb, n_* names), its lm_head untied.
+        let src = r#"{"alibi": false, "architectures": ["RWForCausalLM"], "bias": false,
+          "hidden_size": 8192, "model_type": "RefinedWeb", "n_head": 128, "n_head_kv": 8,
+          "n_layer": 60, "parallel_attn": true, "tie_word_embeddings": false,
+          "vocab_size": 65024}"#;
+        let m = parse_hf_config(src, "falcon-40b").unwrap();
+        assert_close(m.params() as f64, 41.8e9, 0.003);
+        let t = m.transformer.as_ref().unwrap();
+        assert!(t.parallel_attn && !t.shared_norm && t.kv_heads == 8);
+    }
+
+    #[test]
+    fn mpt_7b() {
+        // mosaicml/mpt-7b: 6,649,286,656 parameters (ALiBi, no biases, vocab 50432).
+        let src = r#"{"architectures": ["MPTForCausalLM"], "attn_config": {"alibi": true,
+          "alibi_bias_max": 8, "attn_impl": "triton", "attn_pdrop": 0, "attn_type":
+          "multihead_attention", "attn_uses_sequence_id": false, "clip_qkv": null,
+          "prefix_lm": false, "qk_ln": false, "softmax_scale": null}, "d_model": 4096,
+          "emb_pdrop": 0, "embedding_fraction": 1.0, "expansion_ratio": 4, "init_device": "cpu",
+          "learned_pos_emb": true, "logit_scale": null, "max_seq_len": 2048,
+          "model_type": "mpt", "n_heads": 32, "n_layers": 32, "no_bias": true,
+          "norm_type": "low_precision_layernorm", "resid_pdrop": 0, "tokenizer_name":
+          "EleutherAI/gpt-neox-20b", "torch_dtype": "bfloat16", "use_cache": false,
+          "verbose": 0, "vocab_size": 50432}"#;
+        let m = parse_hf_config(src, "").unwrap();
+        assert_eq!(m.params(), 6_649_286_656);
+        let t = m.transformer.as_ref().unwrap();
+        assert_eq!(
+            (t.attn_impl, t.position),
+            (AttnImpl::Triton, PositionKind::Alibi)
+        );
+        assert_eq!(m.name, "mpt");
+        // Without ALiBi: a learned table of max_seq_len × d_model.
+        let m2 = parse_hf_config(&src.replace("\"alibi\": true", "\"alibi\": false"), "").unwrap();
+        assert_eq!(m2.params(), 6_649_286_656 + 2048 * 4096);
+        let e = parse_hf_config(&src.replace("\"triton\"", "\"trition\""), "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("attn_config.attn_impl"));
+        assert_eq!(e.hint.as_deref(), Some("did you mean `triton`?"));
+        assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn text_config_is_used() {
+        let src = format!("{{\"model_type\": \"llava\", \"text_config\": {LLAMA2_7B}}}");
+        let m = parse_hf_config(&src, "llava").unwrap();
+        assert_eq!(m.params(), 6_738_415_616);
+        let missing = src.replace("\"hidden_size\": 4096,", "");
+        let e = parse_hf_config(&missing, "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("text_config.hidden_size"));
+        assert!(e.message.contains("missing `hidden_size`"), "{e}");
+    }
+
+    #[test]
+    fn errors() {
+        // Unknown model_type: the list and the nearest one.
+        let e = parse_hf_config(&LLAMA2_7B.replace("\"llama\"", "\"lama\""), "").unwrap_err();
+        assert!(e.message.contains("`qwen2_moe`"), "{e}");
+        assert_eq!(e.hint.as_deref(), Some("did you mean `llama`?"));
+        assert_eq!(e.field.as_deref(), Some("model_type"));
+        assert_eq!(e.line, Some(10));
+        // A missing required field is named.
+        let e = parse_hf_config(&LLAMA2_7B.replace("\"vocab_size\": 32000", "\"x\": 1"), "")
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("vocab_size"));
+        assert!(e.message.contains("missing"));
+        // A wrong type is named and located.
+        let e = parse_hf_config(
+            &LLAMA2_7B.replace("\"hidden_size\": 4096", "\"hidden_size\": \"4096\""),
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("hidden_size"));
+        assert_eq!((e.line, e.column), (Some(6), Some(18)));
+        // Syntax errors carry serde's line and column.
+        let e = parse_hf_config(
+            "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": ,\n}",
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, Some(3));
+        assert!(e.column.is_some());
+        // Inconsistent heads.
+        let e = parse_hf_config(
+            &LLAMA2_7B.replace("\"num_key_value_heads\": 32", "\"num_key_value_heads\": 5"),
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("num_key_value_heads"));
+        let e = parse_hf_config("{\"hidden_size\": 1}", "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("model_type"));
+    }
+}

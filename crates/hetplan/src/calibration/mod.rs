@@ -6,6 +6,8 @@
 //! node, micro-batch `mbs`, `grad_accum` micro-batches, full checkpointing when `ckpt` — and
 //! estimated with the analytic model.
 
+pub mod sailor;
+
 use crate::cluster::spec::uniform_cluster;
 use crate::cluster::{Cluster, GpuId};
 use crate::cost::{self, Analytic, Workload};
@@ -16,7 +18,7 @@ use crate::units::BytesPerSec;
 use serde::Serialize;
 
 /// The calibration data shipped with hetplan (llm-foundry's MPT benchmarks on A100-80GB).
-pub const BUILTIN_CSV: &str = include_str!("../../../data/calibration/a100_80gb_fsdp_mpt.csv");
+pub const BUILTIN_CSV: &str = include_str!("../../../../data/calibration/a100_80gb_fsdp_mpt.csv");
 
 /// One measured row.
 #[derive(Clone, Debug, PartialEq, Serialize)]

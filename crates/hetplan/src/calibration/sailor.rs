@@ -1,0 +1,257 @@
+//! The whole path checked on Sailor's measured GH200 iterations: import Sailor's per-layer
+//! profiles, rebuild each measured plan, estimate it, compare iteration time and peak memory.
+//!
+//! Each `validation-gh200/*.json` file is one plan: `pipeline_list[0]` with `layers_per_stage`
+//! (Sailor's layer indices: 0 = embedding, 1..L blocks, L+1 head — hetplan's order too),
+//! `tmp_per_stage` (per stage, per DP replica: `[[[gpu, gpus_per_node, zone]], tp]`), `dp`;
+//! `mbs`, `gbs`, the measured `real` iteration seconds and `max_mem` bytes, `N` nodes.
+//!
+//! Assumptions (Sailor's data does not state them): GH200 nodes of 4 GPUs joined by 4 × 200 Gbps
+//! (the GH200 nodes of CSCS Alps, where Sailor's authors measured: 4 Slingshot-11 NICs per node);
+//! replicas placed on GPUs in order, stage by stage; FP32 training, ZeRO-0 (Sailor's README:
+//! fp32 Adam, data-parallel all-reduce), 1F1B, no recomputation.
+
+use crate::cluster::spec::uniform_cluster;
+use crate::cost::{self, Profiled, Workload};
+use crate::error::InputError;
+use crate::model::catalog::catalog_model;
+use crate::plan::{Engine, LayerRange, Plan, Precision, Recompute, Schedule, Stage};
+use crate::profile::{Interpolation, ProfileDb, ProfileIndex};
+use crate::units::BytesPerSec;
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize)]
+struct RawRun {
+    pipeline_list: Vec<RawPipeline>,
+    mbs: u64,
+    gbs: u64,
+    real: f64,
+    max_mem: f64,
+    #[serde(rename = "N")]
+    nodes: u32,
+}
+
+#[derive(Deserialize)]
+struct RawPipeline {
+    layers_per_stage: Vec<Vec<usize>>,
+    /// stage → replica → ([(gpu, gpus_per_node, zone)], tp)
+    tmp_per_stage: Vec<Vec<(Vec<(String, u32, String)>, u32)>>,
+    dp: Vec<u32>,
+}
+
+/// One measured run with its estimate.
+#[derive(Clone, Debug, Serialize)]
+pub struct SailorCheck {
+    pub file: String,
+    pub model: String,
+    pub nodes: u32,
+    pub plan: String,
+    pub measured_iteration_s: f64,
+    pub estimated_iteration_s: f64,
+    pub time_error: f64,
+    pub measured_max_mem_bytes: f64,
+    pub estimated_max_mem_bytes: f64,
+    pub memory_error: f64,
+}
+
+/// All runs, or why some were skipped.
+#[derive(Clone, Debug, Serialize)]
+pub struct SailorReport {
+    pub runs: Vec<SailorCheck>,
+    /// (file, reason) of runs that could not be rebuilt.
+    pub skipped: Vec<(String, String)>,
+    /// Mean absolute relative error of the iteration time, per model.
+    pub mean_abs_time_error: Vec<(String, f64)>,
+    pub mean_abs_memory_error: Vec<(String, f64)>,
+}
+
+/// Sailor's model names → hetplan catalog names.
+fn model_name(file: &str) -> Option<&'static str> {
+    if file.starts_with("GPT-NEO") {
+        Some("gpt-neo-2.7b")
+    } else if file.starts_with("OPT-350") {
+        Some("opt-350m")
+    } else {
+        None
+    }
+}
+
+/// Checks every run (`(file name, contents)`) against estimates from `profiles`.
+pub fn check_sailor(runs: &[(String, String)], profiles: &ProfileDb) -> Result<SailorReport, InputError> {
+    let seq = 2048;
+    let index = ProfileIndex::for_setup(profiles, Some(seq), Some(Precision::Fp32));
+    let compute = Profiled {
+        index: &index,
+        interpolation: Interpolation::MonotoneCubic,
+    };
+    let gpu = crate::gpu::lookup("gh200-96gb").map_err(|e| InputError::new(e.to_string()))?;
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for (file, src) in runs {
+        let Some(mname) = model_name(file) else {
+            skipped.push((file.clone(), "unknown model prefix".to_string()));
+            continue;
+        };
+        let raw: RawRun = serde_json::from_str(src).map_err(|e| {
+            let mut err = InputError::from_json(&e);
+            err.message = format!("{file}: {}", err.message);
+            err
+        })?;
+        let model = catalog_model(mname)?;
+        let Some(p) = raw.pipeline_list.first() else {
+            skipped.push((file.clone(), "no pipeline".to_string()));
+            continue;
+        };
+        let covered: usize = p.layers_per_stage.iter().map(|l| l.len()).sum();
+        if covered != model.layers.len() {
+            skipped.push((
+                file.clone(),
+                format!(
+                    "its stages cover {covered} layers, {mname} has {}",
+                    model.layers.len()
+                ),
+            ));
+            continue;
+        }
+        let cluster = uniform_cluster(&gpu, raw.nodes, 4, BytesPerSec::gbps(800.0));
+        let all = cluster.gpus();
+        let mut next = 0usize;
+        let mut stages = Vec::new();
+        let mut start = 0usize;
+        for (si, layers) in p.layers_per_stage.iter().enumerate() {
+            let dp = p.dp[si];
+            let tp = p.tmp_per_stage[si].first().map(|r| r.1).unwrap_or(1);
+            let n = (dp * tp) as usize;
+            let devices = all[next..(next + n).min(all.len())].to_vec();
+            next += n;
+            stages.push(Stage {
+                layers: LayerRange {
+                    start,
+                    end: start + layers.len(),
+                },
+                devices,
+                tp,
+                dp,
+                micro_batch_sizes: vec![raw.mbs; dp as usize],
+                zero: 0,
+                recompute: Recompute::None,
+                offload: Default::default(),
+                sequence_parallel: false,
+            });
+            start += layers.len();
+        }
+        let dp0 = p.dp.first().copied().unwrap_or(1) as u64;
+        let plan = Plan {
+            global_batch: raw.gbs,
+            micro_batches: (raw.gbs / (raw.mbs * dp0)).max(1),
+            schedule: Schedule::OneFOneB,
+            engine: Engine::Deepspeed,
+            precision: Precision::Fp32,
+            stages,
+        };
+        if let Err(errs) = crate::plan::validate::validate(&plan, &model, &cluster) {
+            skipped.push((file.clone(), errs[0].to_string()));
+            continue;
+        }
+        let est = cost::estimate(
+            Workload {
+                model: &model,
+                cluster: &cluster,
+                seq_len: seq,
+            },
+            &plan,
+            &compute,
+        );
+        out.push(SailorCheck {
+            file: file.clone(),
+            model: mname.to_string(),
+            nodes: raw.nodes,
+            plan: plan.summary(),
+            measured_iteration_s: raw.real,
+            estimated_iteration_s: est.iteration_time_s,
+            time_error: (est.iteration_time_s - raw.real) / raw.real,
+            measured_max_mem_bytes: raw.max_mem,
+            estimated_max_mem_bytes: est.peak_memory_bytes,
+            memory_error: (est.peak_memory_bytes - raw.max_mem) / raw.max_mem,
+        });
+    }
+    let mean = |f: &dyn Fn(&SailorCheck) -> f64| -> Vec<(String, f64)> {
+        let mut models: Vec<String> = out.iter().map(|c| c.model.clone()).collect();
+        models.sort();
+        models.dedup();
+        models
+            .into_iter()
+            .map(|m| {
+                let v: Vec<f64> = out.iter().filter(|c| c.model == m).map(f).collect();
+                (m, v.iter().sum::<f64>() / v.len().max(1) as f64)
+            })
+            .collect()
+    };
+    let mean_abs_time_error = mean(&|c| c.time_error.abs());
+    let mean_abs_memory_error = mean(&|c| c.memory_error.abs());
+    Ok(SailorReport {
+        runs: out,
+        skipped,
+        mean_abs_time_error,
+        mean_abs_memory_error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Sailor files shipped in `data/sailor/` (MIT, see its LICENSE).
+    fn data() -> (ProfileDb, Vec<(String, String)>) {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/sailor");
+        let profiles = std::fs::read_to_string(format!("{dir}/profiles_tmp.json")).unwrap();
+        let info = std::fs::read_to_string(format!("{dir}/llm_info.json")).unwrap();
+        let db = crate::profile::sailor::import_sailor(&profiles, Some(&info)).unwrap();
+        let mut runs: Vec<(String, String)> = std::fs::read_dir(format!("{dir}/validation-gh200"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read_to_string(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        runs.sort();
+        (db, runs)
+    }
+
+    #[test]
+    fn sailor_print() {
+        let (db, runs) = data();
+        let r = check_sailor(&runs, &db).unwrap();
+        for c in &r.runs {
+            eprintln!(
+                "{:40} meas {:7.3} est {:7.3} err {:6.1}%  mem {:5.1} est {:5.1} GiB err {:6.1}%",
+                c.file,
+                c.measured_iteration_s,
+                c.estimated_iteration_s,
+                c.time_error * 100.0,
+                c.measured_max_mem_bytes / 1073741824.0,
+                c.estimated_max_mem_bytes / 1073741824.0,
+                c.memory_error * 100.0
+            );
+        }
+        eprintln!("skipped {:?}", r.skipped);
+        eprintln!("time {:?} memory {:?}", r.mean_abs_time_error, r.mean_abs_memory_error);
+    }
+
+    /// Iteration-time accuracy on the GH200 runs (Sailor's own simulator: 8.9% for OPT-350,
+    /// 18.5% for GPT-Neo mean absolute error). Bounds are set just above what the model reaches
+    /// today (docs/validation.md), so that a regression fails.
+    #[test]
+    fn sailor_time_accuracy() {
+        let (db, runs) = data();
+        let r = check_sailor(&runs, &db).unwrap();
+        assert_eq!(r.runs.len(), 26, "skipped: {:?}", r.skipped);
+        for (model, err) in &r.mean_abs_time_error {
+            let bound = if model == "gpt-neo-2.7b" { 0.12 } else { 0.11 };
+            assert!(*err <= bound, "{model}: {err:.3}");
+        }
+    }
+}
