@@ -115,7 +115,12 @@ fn cluster_for(row: &Row) -> Result<Cluster, InputError> {
     })?;
     let per_node = row.gpus.min(8);
     let nodes = row.gpus.div_ceil(per_node);
-    Ok(uniform_cluster(&gpu, nodes, per_node, BytesPerSec::gbps(1600.0)))
+    Ok(uniform_cluster(
+        &gpu,
+        nodes,
+        per_node,
+        BytesPerSec::gbps(1600.0),
+    ))
 }
 
 /// The FSDP plan of a row.
@@ -230,7 +235,11 @@ mod tests {
     fn calibration_gate() {
         let rows = parse_csv(BUILTIN_CSV).unwrap();
         let r = check(&rows).unwrap();
-        assert!(r.median_abs_error <= 0.10, "median {:.3}", r.median_abs_error);
+        assert!(
+            r.median_abs_error <= 0.10,
+            "median {:.3}",
+            r.median_abs_error
+        );
         for c in &r.rows {
             let outlier = KNOWN_OUTLIERS.contains(&(c.row.model.as_str(), c.row.seq));
             let limit = if outlier { 0.35 } else { 0.25 };
@@ -242,6 +251,9 @@ mod tests {
                 c.error
             );
         }
-        assert!(r.rows.iter().all(|c| c.fits), "every measured run fit in memory");
+        assert!(
+            r.rows.iter().all(|c| c.fits),
+            "every measured run fit in memory"
+        );
     }
 }

@@ -77,7 +77,10 @@ fn model_name(file: &str) -> Option<&'static str> {
 }
 
 /// Checks every run (`(file name, contents)`) against estimates from `profiles`.
-pub fn check_sailor(runs: &[(String, String)], profiles: &ProfileDb) -> Result<SailorReport, InputError> {
+pub fn check_sailor(
+    runs: &[(String, String)],
+    profiles: &ProfileDb,
+) -> Result<SailorReport, InputError> {
     let seq = 2048;
     let index = ProfileIndex::for_setup(profiles, Some(seq), Some(Precision::Fp32));
     let compute = Profiled {
@@ -238,7 +241,10 @@ mod tests {
             );
         }
         eprintln!("skipped {:?}", r.skipped);
-        eprintln!("time {:?} memory {:?}", r.mean_abs_time_error, r.mean_abs_memory_error);
+        eprintln!(
+            "time {:?} memory {:?}",
+            r.mean_abs_time_error, r.mean_abs_memory_error
+        );
     }
 
     /// Iteration-time accuracy on the GH200 runs (Sailor's own simulator: 8.9% for OPT-350,
