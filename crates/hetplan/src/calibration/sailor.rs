@@ -31,11 +31,14 @@ struct RawRun {
     nodes: u32,
 }
 
+/// One DP replica of a stage: its GPUs as `[(gpu type, gpus per node, zone)]`, and its TP degree.
+type RawReplica = (Vec<(String, u32, String)>, u32);
+
 #[derive(Deserialize)]
 struct RawPipeline {
     layers_per_stage: Vec<Vec<usize>>,
     /// stage → replica → ([(gpu, gpus_per_node, zone)], tp)
-    tmp_per_stage: Vec<Vec<(Vec<(String, u32, String)>, u32)>>,
+    tmp_per_stage: Vec<Vec<RawReplica>>,
     dp: Vec<u32>,
 }
 

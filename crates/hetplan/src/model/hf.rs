@@ -278,7 +278,7 @@ fn check_heads(
     heads_key: &str,
     kv_key: &str,
 ) -> Result<u64, InputError> {
-    if kv_heads > heads || heads % kv_heads != 0 {
+    if kv_heads > heads || !heads.is_multiple_of(kv_heads) {
         return Err(cfg.located(
             kv_key,
             InputError::new(format!(
@@ -288,7 +288,7 @@ fn check_heads(
     }
     match head_dim {
         Some(d) => Ok(d),
-        None if hidden % heads == 0 => Ok(hidden / heads),
+        None if hidden.is_multiple_of(heads) => Ok(hidden / heads),
         None => Err(cfg.located(
             heads_key,
             InputError::new(format!(
@@ -402,7 +402,7 @@ fn qwen2_moe(cfg: &Cfg, dense: TransformerConfig) -> Result<Model, InputError> {
             })?,
         Some(v) => return Err(cfg.type_error("mlp_only_layers", "a list of layer indices", v)),
     };
-    let is_moe = |i: u64| !dense_only.contains(&i) && (i + 1) % step == 0;
+    let is_moe = |i: u64| !dense_only.contains(&i) && (i + 1).is_multiple_of(step);
     let mut sparse = dense.clone();
     sparse.moe = Some(moe);
     if (0..dense.layers).all(is_moe) {

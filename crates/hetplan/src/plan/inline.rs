@@ -275,7 +275,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
                     Some(format!("tp·pp at most {gpus}")),
                 ));
             }
-            if gpus % (tp64 * pp64) != 0 {
+            if !gpus.is_multiple_of(tp64 * pp64) {
                 let fit = gpus / (tp64 * pp64);
                 return Err(s.err(
                     "dp",
@@ -541,7 +541,7 @@ pub fn split_layers(model: &Model, chunks: usize) -> Vec<LayerRange> {
         usize::from(n >= 2 && model.layers.first().map(|l| l.kind) == Some(LayerKind::Embedding));
     let head = usize::from(n >= 2 && model.layers.last().map(|l| l.kind) == Some(LayerKind::Head));
     let inner = n - emb - head;
-    if (emb + head) > 0 && inner >= chunks && inner % chunks == 0 {
+    if (emb + head) > 0 && inner >= chunks && inner.is_multiple_of(chunks) {
         // Megatron: equal blocks per chunk, embedding on the first, head on the last.
         let per = inner / chunks;
         return (0..chunks)

@@ -390,7 +390,7 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
         if v == 0 {
             errs.push(PlanError::ZeroVirtualStages);
             depth = None;
-        } else if stages.len() % v as usize != 0 {
+        } else if !stages.len().is_multiple_of(v as usize) {
             errs.push(PlanError::StagesNotDivisibleByVirtual {
                 stages: stages.len(),
                 virtual_stages: v,
@@ -398,7 +398,7 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
             depth = None;
         } else {
             let pp = stages.len() / v as usize;
-            if pp > 0 && plan.micro_batches > 0 && plan.micro_batches % pp as u64 != 0 {
+            if pp > 0 && plan.micro_batches > 0 && !plan.micro_batches.is_multiple_of(pp as u64) {
                 errs.push(PlanError::MicroBatchesNotDivisibleByDepth {
                     micro_batches: plan.micro_batches,
                     pp,
@@ -552,7 +552,7 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
 
 /// KV heads split over the TP ranks, or (tp a multiple of them) replicated as Megatron does.
 pub(crate) fn tp_fits_kv_heads(tp: u64, kv_heads: u64) -> bool {
-    kv_heads > 0 && (kv_heads % tp == 0 || tp % kv_heads == 0)
+    kv_heads > 0 && (kv_heads.is_multiple_of(tp) || tp.is_multiple_of(kv_heads))
 }
 
 fn check_layers(plan: &Plan, model: &Model, errs: &mut Vec<PlanError>) {
