@@ -525,7 +525,7 @@ impl ProfileDb {
                 )
                 .field("format_version")
                 .hint(Some(format!(
-                    "start the file with `\"format_version\": {FORMAT_VERSION}`, or convert other tools' profiles with `hetplan profile import`"
+                    "start the file with `\"format_version\": {FORMAT_VERSION}`; other tools' profiles (Sailor, Metis, Oobleck) go through an importer first"
                 ))))
             }
             Some(v) if v.as_u64() == Some(FORMAT_VERSION as u64) => {}
@@ -766,6 +766,12 @@ pub struct ProfileIndex {
     models: BTreeMap<(usize, String), ProfiledModel>,
 }
 
+/// The points of one model on one GPU, by (layer index, tp) and by (kind rank, tp).
+type ModelPoints = (
+    BTreeMap<(usize, u32), Vec<Point>>,
+    BTreeMap<(u8, u32), Vec<Point>>,
+);
+
 /// The curves of one model on one GPU type.
 #[derive(Clone, Debug, Default)]
 pub struct ProfiledModel {
@@ -792,13 +798,7 @@ impl ProfileIndex {
     fn build(db: &ProfileDb, keep: impl Fn(&ModelProfile) -> bool) -> Self {
         let mut gpus: BTreeMap<String, usize> = BTreeMap::new();
         let mut slots: BTreeMap<String, usize> = BTreeMap::new(); // canonical → slot
-        let mut points: BTreeMap<
-            (usize, String),
-            (
-                BTreeMap<(usize, u32), Vec<Point>>,
-                BTreeMap<(u8, u32), Vec<Point>>,
-            ),
-        > = BTreeMap::new();
+        let mut points: BTreeMap<(usize, String), ModelPoints> = BTreeMap::new();
         for p in db.profiles.iter().filter(|p| keep(p)) {
             let spec = gpu::lookup(&p.gpu).ok();
             let canonical = match &spec {

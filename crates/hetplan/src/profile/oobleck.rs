@@ -28,6 +28,9 @@ use crate::units::{Bytes, BytesPerSec, Seconds};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+/// Per layer: group size → all-reduce time, ms.
+type AllReduceTimes = Vec<BTreeMap<String, f64>>;
+
 #[derive(Deserialize)]
 struct OobleckLayer {
     forward: f64,
@@ -64,7 +67,7 @@ pub fn import_oobleck(
     files: &[(String, String)],
 ) -> Result<ProfileDb, InputError> {
     let mut by_mbs: BTreeMap<u64, (String, Vec<OobleckLayer>)> = BTreeMap::new();
-    let mut allreduce: Vec<(LinkKind, String, Vec<BTreeMap<String, f64>>)> = Vec::new();
+    let mut allreduce: Vec<(LinkKind, String, AllReduceTimes)> = Vec::new();
     for (path, contents) in files {
         let file = path.rsplit(['/', '\\']).next().unwrap_or(path).to_string();
         let link = match file.as_str() {

@@ -287,7 +287,7 @@ fn import_one(
             format!("layers {a}..={b}")
         };
         source.push_str(&format!(
-            "; Sailor's {span} after the last block (final norm) added into the head, layer {head}"
+            "; Sailor's {span} (final norm, after the last block) added into its head, which becomes layer {head}"
         ));
     }
     if have_llm_info {

@@ -734,36 +734,3 @@ fn oobleck_cache_imports() {
     assert!(import_oobleck("V100", "m", &[("layers.json".into(), "[]".into())]).is_err());
     assert_eq!(ProfileDb::parse(&db.to_json()).unwrap(), db);
 }
-
-#[test]
-fn tmp_perf_probe() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/external/sailor");
-    let profiles = std::fs::read_to_string(format!("{dir}/profiles_tmp.json")).unwrap();
-    let info = std::fs::read_to_string(format!("{dir}/llm_info.json")).unwrap();
-    let t0 = std::time::Instant::now();
-    let db = import_sailor(&profiles, Some(&info)).unwrap();
-    let json = db.to_json();
-    eprintln!("import {:?}, {} bytes json", t0.elapsed(), json.len());
-    let t0 = std::time::Instant::now();
-    let db2 = ProfileDb::parse(&json).unwrap();
-    eprintln!("parse {:?}", t0.elapsed());
-    assert_eq!(db2, db);
-    let n = 20000;
-    for gpu in ["gh200-96gb", "h100-sxm5-80gb", "GH-96"] {
-        let t0 = std::time::Instant::now();
-        let mut acc = 0.0;
-        for i in 0..n {
-            if let Some(t) = db.layer_time(gpu, "opt-350m", i % 26, LayerKind::Transformer, 2, 3 + (i % 50) as u64, CUBIC) { acc += t.forward.get(); }
-        }
-        eprintln!("db.layer_time {gpu}: {:?}/call ({acc})", t0.elapsed() / n as u32);
-    }
-    let t0 = std::time::Instant::now();
-    let idx = ProfileIndex::new(&db);
-    eprintln!("index build {:?}", t0.elapsed());
-    let t0 = std::time::Instant::now();
-    let mut acc = 0.0;
-    for i in 0..n {
-        if let Some(t) = idx.layer_time("gh200-96gb", "opt-350m", i % 26, LayerKind::Transformer, 2, 3 + (i % 50) as u64, CUBIC) { acc += t.forward.get(); }
-    }
-    eprintln!("idx.layer_time: {:?}/call ({acc})", t0.elapsed() / n as u32);
-}
