@@ -45,7 +45,10 @@ mod tests {
     #[test]
     fn suggests_the_nearest_name() {
         let c = ["a100-sxm4-80gb", "v100-sxm2-16gb", "t4"];
-        assert_eq!(nearest("v100-sxm-16gb", c).as_deref(), Some("v100-sxm2-16gb"));
+        assert_eq!(
+            nearest("v100-sxm-16gb", c).as_deref(),
+            Some("v100-sxm2-16gb")
+        );
         assert_eq!(nearest("zzzzzzzzzzzz", c), None);
     }
 }

@@ -165,7 +165,10 @@ const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum UnitError {
     #[error("`{text}` has no unit; write {expected}")]
-    MissingUnit { text: String, expected: &'static str },
+    MissingUnit {
+        text: String,
+        expected: &'static str,
+    },
     #[error("unknown unit `{unit}` in `{text}`; write {expected}")]
     UnknownUnit {
         text: String,
@@ -173,7 +176,10 @@ pub enum UnitError {
         expected: &'static str,
     },
     #[error("`{text}` does not start with a number; write {expected}")]
-    BadNumber { text: String, expected: &'static str },
+    BadNumber {
+        text: String,
+        expected: &'static str,
+    },
     #[error("`{text}` must be positive and finite")]
     NotPositive { text: String },
 }
@@ -182,7 +188,8 @@ pub const BYTES_EXPECTED: &str = "a size with its unit, e.g. \"80 GiB\", \"40 GB
 pub const BANDWIDTH_EXPECTED: &str =
     "a bandwidth with its unit, e.g. \"300 GB/s\", \"100 Gbps\" or \"25 GB/s\"";
 pub const FLOPS_EXPECTED: &str = "a rate with its unit, e.g. \"312 TFLOP/s\" or \"19.5 TFLOPS\"";
-pub const SECONDS_EXPECTED: &str = "a duration with its unit, e.g. \"10 us\", \"2 ms\" or \"1.5 s\"";
+pub const SECONDS_EXPECTED: &str =
+    "a duration with its unit, e.g. \"10 us\", \"2 ms\" or \"1.5 s\"";
 
 /// Splits `"80 GiB"` into `(80.0, "GiB")`.
 fn split_number<'a>(text: &'a str, expected: &'static str) -> Result<(f64, &'a str), UnitError> {

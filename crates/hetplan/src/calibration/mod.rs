@@ -13,7 +13,9 @@ use crate::cluster::{Cluster, GpuId};
 use crate::cost::{self, Analytic, Workload};
 use crate::error::InputError;
 use crate::model::catalog::catalog_model;
-use crate::plan::{Engine, LayerRange, Plan, Precision, Recompute, Schedule, Stage};
+use crate::plan::{
+    CollectiveDtypes, Engine, LayerRange, Plan, Precision, Recompute, Schedule, Stage,
+};
 use crate::units::BytesPerSec;
 use serde::Serialize;
 
@@ -32,6 +34,9 @@ pub struct Row {
     pub gbs: u64,
     pub tokens_per_s_per_gpu: f64,
     pub ckpt: bool,
+    /// `amp_bf16` (Composer FSDP `DEFAULT`: fp32 parameter all-gathers, bf16 gradient
+    /// reduce-scatters) or `bf16` (`PURE`); empty when the data has no such column (`bf16`).
+    pub precision: String,
     /// 1-based line in the CSV.
     pub line: usize,
 }
@@ -98,6 +103,11 @@ pub fn parse_csv(src: &str) -> Result<Vec<Row>, InputError> {
             gbs: num("gbs")? as u64,
             tokens_per_s_per_gpu: num("tok_s_gpu")?,
             ckpt: matches!(col("ckpt")?, "True" | "true" | "1"),
+            precision: if h.iter().any(|c| c == "precision") {
+                col("precision")?.to_string()
+            } else {
+                String::new()
+            },
             line: line_no,
         });
     }
@@ -106,7 +116,7 @@ pub fn parse_csv(src: &str) -> Result<Vec<Row>, InputError> {
 
 /// The cluster of the measurements: nodes of 8 GPUs joined by 1600 Gbps (llm-foundry's
 /// benchmark set-up as the data's header states it).
-fn cluster_for(row: &Row) -> Result<Cluster, InputError> {
+fn cluster_for(row: &Row, inter_node: BytesPerSec) -> Result<Cluster, InputError> {
     let gpu = crate::gpu::lookup(&row.gpu).map_err(|e| {
         InputError::new(e.to_string())
             .at(row.line, 1)
@@ -115,12 +125,7 @@ fn cluster_for(row: &Row) -> Result<Cluster, InputError> {
     })?;
     let per_node = row.gpus.min(8);
     let nodes = row.gpus.div_ceil(per_node);
-    Ok(uniform_cluster(
-        &gpu,
-        nodes,
-        per_node,
-        BytesPerSec::gbps(1600.0),
-    ))
+    Ok(uniform_cluster(&gpu, nodes, per_node, inter_node))
 }
 
 /// The FSDP plan of a row.
@@ -132,6 +137,14 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         schedule: Schedule::OneFOneB,
         engine: Engine::Fsdp,
         precision: Precision::Bf16,
+        collective_dtypes: if row.precision == "amp_bf16" {
+            CollectiveDtypes {
+                params: Some(Precision::Fp32),
+                gradients: Some(Precision::Bf16),
+            }
+        } else {
+            CollectiveDtypes::default()
+        },
         stages: vec![Stage {
             layers: LayerRange {
                 start: 0,
@@ -153,8 +166,13 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
     }
 }
 
-/// Estimates every row.
+/// Estimates every row, on nodes joined by 1600 Gbps (the calibration data's set-up).
 pub fn check(rows: &[Row]) -> Result<Report, InputError> {
+    check_with(rows, BytesPerSec::gbps(1600.0))
+}
+
+/// Estimates every row, on 8-GPU nodes joined by `inter_node`.
+pub fn check_with(rows: &[Row], inter_node: BytesPerSec) -> Result<Report, InputError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let base = catalog_model(&format!("mpt-{}", row.model)).map_err(|e| InputError {
@@ -171,7 +189,7 @@ pub fn check(rows: &[Row]) -> Result<Report, InputError> {
             }
             None => base,
         };
-        let cluster = cluster_for(row)?;
+        let cluster = cluster_for(row, inter_node)?;
         let plan = plan_for(row, &cluster, model.layers.len());
         let est = cost::estimate(
             Workload {
@@ -215,6 +233,43 @@ pub fn check(rows: &[Row]) -> Result<Report, InputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn print(r: &Report) {
+        for c in &r.rows {
+            eprintln!(
+                "{:>5} {:>6} {:>3} mbs{:>4} ck{:>6} meas {:>8.0} est {:>8.0} err {:>6.1}% mem {:.2}",
+                c.row.model,
+                c.row.seq,
+                c.row.gpus,
+                c.row.mbs,
+                c.row.ckpt,
+                c.row.tokens_per_s_per_gpu,
+                c.estimated_tokens_per_s_per_gpu,
+                c.error * 100.0,
+                c.memory_fraction
+            );
+        }
+        eprintln!(
+            "median {:.3} worst {:.3}",
+            r.median_abs_error, r.worst_abs_error
+        );
+    }
+
+    #[test]
+    #[ignore = "prints tables; run with --ignored --nocapture"]
+    fn print_all() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/validation");
+        print(&check(&parse_csv(BUILTIN_CSV).unwrap()).unwrap());
+        for (f, gbps) in [
+            ("llm_foundry_a100_80gb_extra.csv", 1600.0),
+            ("llm_foundry_a100_40gb.csv", 1600.0),
+            ("llm_foundry_h100_80gb.csv", 3200.0),
+        ] {
+            eprintln!("== {f}");
+            let src = std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
+            print(&check_with(&parse_csv(&src).unwrap(), BytesPerSec::gbps(gbps)).unwrap());
+        }
+    }
 
     #[test]
     fn builtin_data_parses() {

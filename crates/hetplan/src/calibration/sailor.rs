@@ -153,6 +153,7 @@ pub fn check_sailor(
             schedule: Schedule::OneFOneB,
             engine: Engine::Deepspeed,
             precision: Precision::Fp32,
+            collective_dtypes: Default::default(),
             stages,
         };
         if let Err(errs) = crate::plan::validate::validate(&plan, &model, &cluster) {

@@ -147,7 +147,8 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
             let d = *head_dim as f64;
             // QKᵀ and PV: 2·s·d FLOPs each per query and head.
             let full = 4.0 * m * seq * hl * d;
-            let a_eff = k::attention_efficiency(*implementation) * saturate(seq, k::ATTN_HALF_SEQ);
+            let a_eff = k::attention_efficiency_on(*implementation, gpu.arch)
+                * saturate(seq, k::ATTN_HALF_SEQ);
             match implementation {
                 AttnImpl::Flash | AttnImpl::Triton => {
                     // Flash kernels skip the masked half of a causal score matrix.

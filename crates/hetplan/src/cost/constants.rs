@@ -63,6 +63,23 @@ pub fn attention_efficiency(imp: AttnImpl) -> f64 {
     }
 }
 
+/// Attention kernels written for Ampere (FlashAttention-2, the Triton kernel) on Hopper and later
+/// use the legacy `mma.sync` path, not Hopper's asynchronous warpgroup MMA (`wgmma`), and reach
+/// half the utilisation they reach on Ampere: "FlashAttention-2 achieves only 35% utilization
+/// on H100 GPUs compared to 70% on A100" (Shah et al. 2024, FlashAttention-3, §1). cuBLAS GEMMs
+/// use `wgmma` and are not affected; FlashAttention-3 (`flash3`) is written for Hopper.
+pub const PRE_HOPPER_KERNEL_ON_HOPPER: f64 = 0.5;
+
+/// Achievable fraction of peak of an attention kernel on a GPU architecture.
+pub fn attention_efficiency_on(imp: AttnImpl, arch: Arch) -> f64 {
+    let base = attention_efficiency(imp);
+    let hopper_or_later = matches!(arch, Arch::Hopper | Arch::Blackwell);
+    match imp {
+        AttnImpl::Flash | AttnImpl::Triton if hopper_or_later => base * PRE_HOPPER_KERNEL_ON_HOPPER,
+        _ => base,
+    }
+}
+
 /// Attention kernels parallelise over (batch × heads × query blocks); short sequences leave
 /// the GPU under-filled. Efficiency scales by s / (s + ATTN_HALF_SEQ): FlashAttention-2 at
 /// sequence 512 runs at ~65–70% of its 8k throughput (Dao 2023, Fig. 4), i.e. ≈ 256.
@@ -119,3 +136,12 @@ pub const ALLOCATOR_OVERHEAD: f64 = 0.07;
 /// CPU-Adam, AVX-512, 2-socket Xeon): about 1 s per 10⁹ parameters (Ren et al. 2021,
 /// "ZeRO-Offload", §4.1 and Fig. 8 — of that order; an estimate to be refined by profiling).
 pub const CPU_ADAM_PARAMS_PER_S: f64 = 1.0e9;
+
+/// Slowdown of compute kernels while NCCL kernels run beside them, and of NCCL while compute
+/// runs (Mist's interference model, Zhu et al. 2025 §5.2.2, fits such factors per kernel pair
+/// from profiles). NCCL's ring kernels occupy 8–32 SMs and part of HBM bandwidth; published
+/// measurements of GEMMs overlapped with all-gather/reduce-scatter on A100/H100 report 5–20%
+/// compute slowdown (Pati et al. 2024, "T3", §3; Jangda et al. 2022, "CoCoNet", §6). 1.10 each
+/// is a documented default, to be refit from profile data.
+pub const COMPUTE_SLOWDOWN_UNDER_NCCL: f64 = 1.10;
+pub const NCCL_SLOWDOWN_UNDER_COMPUTE: f64 = 1.10;

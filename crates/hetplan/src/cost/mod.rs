@@ -8,6 +8,7 @@ pub mod comm;
 pub mod compute;
 pub mod constants;
 pub mod memory;
+pub mod overlap;
 pub mod profiled;
 
 pub use compute::{Analytic, ComputeTimes, LayerShape, LayerTime, TimeSource};
@@ -175,6 +176,8 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
     };
     let elem = plan.precision.element_bytes();
     let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
+    // Element sizes on the wire of parameter gathers and gradient reductions.
+    let (pg_bytes, gg_bytes) = plan.collective_element_bytes();
     let mut notes = Vec::new();
     let mut stages = Vec::with_capacity(plan.stages.len());
     let mut per_gpu = Vec::new();
@@ -264,8 +267,8 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
             // is the excess over compute plus the first layer's gather.
             let dp_group: Vec<GpuId> = (0..st.dp as usize).map(|q| st.replica(q)[0]).collect();
             if st.dp > 1 && st.zero >= 2 {
-                let pbytes = Bytes(params_local * w_bytes);
-                let gbytes = Bytes(params_local * g_bytes);
+                let pbytes = Bytes(params_local * pg_bytes);
+                let gbytes = Bytes(params_local * gg_bytes);
                 let ag =
                     collective_time(cluster, &dp_group, pbytes, Collective::AllGather, &conc).get();
                 let rs =
@@ -278,8 +281,12 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
                 };
                 let fwd_compute = rt.forward;
                 let bwd_compute = rt.backward + rt.recompute;
-                rt.exposed += (fwd_comm - fwd_compute).max(0.0) + fwd_comm / nlayers;
-                rt.exposed += (bwd_comm - bwd_compute).max(0.0) + bwd_comm / nlayers;
+                // All but the first layer's transfer runs beside compute and slows it.
+                let hidden = 1.0 - 1.0 / nlayers;
+                rt.exposed += overlap::co_run(fwd_compute, fwd_comm * hidden) - fwd_compute
+                    + fwd_comm / nlayers;
+                rt.exposed += overlap::co_run(bwd_compute, bwd_comm * hidden) - bwd_compute
+                    + bwd_comm / nlayers;
             }
             // Offloading over the host link, overlapped with compute (Mist Fig. 7): weights
             // come up for forward and backward, activations go down in forward and up in
@@ -343,8 +350,8 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         // all TP ranks' groups run at once and share the network.
         let dp_group: Vec<GpuId> = (0..st.dp as usize).map(|q| st.replica(q)[0]).collect();
         let dp_sync = if st.dp > 1 {
-            let g = Bytes(params_local * g_bytes);
-            let p = Bytes(params_local * w_bytes);
+            let g = Bytes(params_local * gg_bytes);
+            let p = Bytes(params_local * pg_bytes);
             match st.zero {
                 0 => collective_time(cluster, &dp_group, g, Collective::AllReduce, &conc).get(),
                 1 => {
@@ -364,7 +371,8 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         let bwd_last = worst.backward + worst.recompute;
         let dp_exposed = match plan.engine {
             Engine::Megatron | Engine::Fsdp | Engine::Deepspeed => {
-                (dp_sync - bwd_last).max(0.0) + dp_sync / nlayers
+                let hidden = dp_sync * (1.0 - 1.0 / nlayers);
+                overlap::co_run(bwd_last, hidden) - bwd_last + dp_sync / nlayers
             }
         };
         // Optimizer step: HBM-bound Adam over this GPU's shard; offloaded states are updated by
@@ -577,7 +585,7 @@ fn stage_memory(
     if st.zero >= 3 {
         // The gathered current layer and the prefetched next one.
         let per_layer = params_local / st.layers.len().max(1) as f64;
-        temporary += 2.0 * per_layer * w_bytes;
+        temporary += 2.0 * per_layer * plan.collective_element_bytes().0;
     }
     let allocated = weights + gradients + optimizer + activations + temporary;
     let overhead = allocated * k::ALLOCATOR_OVERHEAD + Bytes::gib(k::RUNTIME_RESERVED_GIB).get();

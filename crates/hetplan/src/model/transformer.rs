@@ -415,7 +415,16 @@ impl TransformerConfig {
     fn head(&self) -> Layer {
         let h = self.hidden;
         let v = self.vocab as f64;
-        let mut logits = self.gemm("logits", h, self.vocab, TpSplit::Column, false, 1, 1.0, 2.0 * h as f64);
+        let mut logits = self.gemm(
+            "logits",
+            h,
+            self.vocab,
+            TpSplit::Column,
+            false,
+            1,
+            1.0,
+            2.0 * h as f64,
+        );
         logits.tied = self.tied_embeddings;
         Layer {
             name: "head".to_string(),
@@ -478,7 +487,8 @@ mod tests {
 
     #[test]
     fn llama2_7b_parameter_count() {
-        let m = TransformerConfig::llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096).build();
+        let m =
+            TransformerConfig::llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096).build();
         let p = m.params() as f64;
         assert!((p - 6.738e9).abs() / 6.738e9 < 0.002, "{p}");
     }

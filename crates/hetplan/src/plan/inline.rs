@@ -497,6 +497,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         schedule,
         engine,
         precision,
+        collective_dtypes: Default::default(),
         stages,
     };
     // Everything above should have ruled these out; report rather than hand on a bad plan.

@@ -57,6 +57,28 @@ impl Precision {
     }
 }
 
+/// Element types of the data-parallel collectives, where engines let them differ from the
+/// training precision: PyTorch FSDP's `MixedPrecision(param_dtype, reduce_dtype)` (Composer's
+/// `DEFAULT` gathers fp32 parameters and reduces in bf16), Megatron's
+/// `--accumulate-allreduce-grads-in-fp32` (fp32 gradient reduction). `None`: the training
+/// precision's 16- or 32-bit element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectiveDtypes {
+    /// Parameters all-gathered by ZeRO-1/2/3 (and FSDP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<Precision>,
+    /// Gradients all-reduced or reduce-scattered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gradients: Option<Precision>,
+}
+
+impl CollectiveDtypes {
+    pub fn is_default(&self) -> bool {
+        *self == CollectiveDtypes::default()
+    }
+}
+
 /// Activation checkpointing of a stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Recompute {
@@ -194,12 +216,21 @@ pub struct Plan {
     pub engine: Engine,
     #[serde(default)]
     pub precision: Precision,
+    #[serde(default, skip_serializing_if = "CollectiveDtypes::is_default")]
+    pub collective_dtypes: CollectiveDtypes,
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
     /// order, chunk j on the devices of chunk j mod pp).
     pub stages: Vec<Stage>,
 }
 
 impl Plan {
+    /// Bytes per element of gathered parameters and of reduced gradients.
+    pub fn collective_element_bytes(&self) -> (f64, f64) {
+        let p = self.collective_dtypes.params.unwrap_or(self.precision);
+        let g = self.collective_dtypes.gradients.unwrap_or(self.precision);
+        (p.element_bytes(), g.element_bytes())
+    }
+
     /// Number of physical pipeline stages (chunks ÷ virtual stages).
     pub fn pipeline_depth(&self) -> usize {
         match self.schedule {
