@@ -229,6 +229,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "prints the table; run with --ignored --nocapture"]
     fn sailor_print() {
         let (db, runs) = data();
         let r = check_sailor(&runs, &db).unwrap();
