@@ -295,7 +295,11 @@ mod tests {
     fn held_out_accuracy() {
         for ((name, src), bound) in HELD_OUT.iter().zip([0.08, 0.08, 0.12]) {
             let r = check(&parse_csv(src).unwrap()).unwrap();
-            assert!(r.median_abs_error <= bound, "{name}: median {:.3}", r.median_abs_error);
+            assert!(
+                r.median_abs_error <= bound,
+                "{name}: median {:.3}",
+                r.median_abs_error
+            );
         }
     }
 

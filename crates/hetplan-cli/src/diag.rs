@@ -1,0 +1,594 @@
+//! Errors of the command-line tool and how they are shown.
+//!
+//! Every bad input (a file that cannot be read, a parse error, an unknown name, an invalid plan)
+//! ends with exit code 2; anything else that fails, with 1. Diagnostics go to stderr, rendered
+//! with miette: `file:line:column`, the offending field, what was expected, the hint, and the
+//! source line with the spot marked when the text is at hand.
+
+use crate::jsonpos::JsonSpans;
+use hetplan::error::line_col;
+use hetplan::plan::validate::PlanError;
+use hetplan::plan::Plan;
+use hetplan::InputError;
+use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource};
+use std::fmt;
+use std::io::IsTerminal;
+
+/// Exit code of bad input.
+pub const EXIT_INPUT: i32 = 2;
+/// Exit code of any other failure.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// The text an error points into: a file, or a command-line argument (`--plan`, `--model`).
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// How it is named in messages: the path as given, or `--plan`.
+    pub name: String,
+    pub text: String,
+    /// The text is JSON: fields without a position can be found in it.
+    pub json: bool,
+}
+
+impl Origin {
+    pub fn file(path: &str, text: String) -> Origin {
+        let json = path.to_ascii_lowercase().ends_with(".json")
+            || text.trim_start().starts_with('{')
+            || text.trim_start().starts_with('[');
+        Origin {
+            name: path.to_string(),
+            text,
+            json,
+        }
+    }
+    pub fn arg(flag: &str, text: &str) -> Origin {
+        Origin {
+            name: flag.to_string(),
+            text: text.to_string(),
+            json: false,
+        }
+    }
+}
+
+/// A plan problem with the place in the plan's text it concerns, when known.
+#[derive(Clone, Debug)]
+pub struct PlanProblem {
+    pub error: PlanError,
+    /// Dotted path into the plan JSON, e.g. `stages[1].devices[3]`.
+    pub path: Option<String>,
+    pub hint: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum CliError {
+    /// A file that could not be read (or written).
+    Read { path: String, reason: String },
+    /// A located input error.
+    Input {
+        origin: Option<Box<Origin>>,
+        error: Box<InputError>,
+    },
+    /// A plan that does not fit the model or the cluster: every problem.
+    Plan {
+        origin: Option<Box<Origin>>,
+        problems: Vec<PlanProblem>,
+        model: String,
+        cluster: String,
+    },
+    /// A bad combination of arguments.
+    Usage(String),
+    /// Anything else.
+    Failure(String),
+}
+
+pub type Result<T> = std::result::Result<T, CliError>;
+
+impl CliError {
+    pub fn input(origin: Option<Origin>, error: InputError) -> CliError {
+        CliError::Input {
+            origin: origin.map(Box::new),
+            error: Box::new(error),
+        }
+    }
+
+    pub fn read(path: &str, e: &std::io::Error) -> CliError {
+        CliError::Read {
+            path: path.to_string(),
+            reason: io_reason(e),
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Failure(_) => EXIT_FAILURE,
+            _ => EXIT_INPUT,
+        }
+    }
+
+    /// Writes the error to stderr.
+    pub fn report(&self) {
+        let handler = handler();
+        let mut out = String::new();
+        for d in self.diagnostics() {
+            let mut s = String::new();
+            if handler.render_report(&mut s, &d).is_err() {
+                s = format!("error: {}\n", d.message);
+            }
+            out.push_str(&s);
+        }
+        if let CliError::Plan { problems, .. } = self {
+            if problems.len() > 1 {
+                out.push_str(&format!(
+                    "error: the plan has {} problems\n",
+                    problems.len()
+                ));
+            }
+        }
+        eprint!("{out}");
+    }
+
+    fn diagnostics(&self) -> Vec<Diag> {
+        match self {
+            CliError::Read { path, reason } => {
+                vec![Diag::plain(format!("cannot read {path}: {reason}"))]
+            }
+            CliError::Usage(m) | CliError::Failure(m) => vec![Diag::plain(m.clone())],
+            CliError::Input { origin, error } => vec![input_diag(origin.as_deref(), error)],
+            CliError::Plan {
+                origin,
+                problems,
+                model,
+                cluster,
+            } => {
+                let n = problems.len();
+                problems
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let mut e = InputError::new(format!(
+                            "invalid plan for `{model}` on `{cluster}`{}: {}",
+                            if n > 1 {
+                                format!(" ({} of {n})", i + 1)
+                            } else {
+                                String::new()
+                            },
+                            p.error
+                        ))
+                        .hint(p.hint.clone());
+                        e.field = p.path.clone();
+                        input_diag(origin.as_deref(), &e)
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for d in self.diagnostics() {
+            writeln!(f, "{}", d.message)?;
+            if let Some(h) = &d.help {
+                writeln!(f, "  help: {h}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `No such file or directory`, without the `(os error 2)`.
+pub fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+fn handler() -> GraphicalReportHandler {
+    let tty = std::io::stderr().is_terminal();
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| v != "0");
+    let theme = match (tty, no_color) {
+        (true, false) => GraphicalTheme::unicode(),
+        (true, true) => GraphicalTheme::unicode_nocolor(),
+        _ => GraphicalTheme::none(),
+    };
+    let width = if tty {
+        terminal_width().unwrap_or(100)
+    } else {
+        110
+    };
+    GraphicalReportHandler::new_themed(theme)
+        .with_links(false)
+        .with_width(width)
+        .with_wrap_lines(tty)
+        .with_context_lines(1)
+}
+
+fn terminal_width() -> Option<usize> {
+    std::env::var("COLUMNS").ok()?.parse().ok()
+}
+
+/// One rendered diagnostic.
+#[derive(Debug)]
+struct Diag {
+    message: String,
+    help: Option<String>,
+    source: Option<NamedSource<String>>,
+    label: Option<(usize, usize, String)>,
+}
+
+impl Diag {
+    fn plain(message: String) -> Diag {
+        Diag {
+            message,
+            help: None,
+            source: None,
+            label: None,
+        }
+    }
+}
+
+impl fmt::Display for Diag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Diag {}
+
+impl Diagnostic for Diag {
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.help
+            .as_ref()
+            .map(|h| Box::new(h.clone()) as Box<dyn fmt::Display>)
+    }
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        self.source.as_ref().map(|s| s as &dyn miette::SourceCode)
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        let (start, len, text) = self.label.as_ref()?;
+        self.source.as_ref()?;
+        Some(Box::new(std::iter::once(LabeledSpan::new(
+            Some(text.clone()),
+            *start,
+            *len,
+        ))))
+    }
+}
+
+/// Byte offset of 1-based (line, column), columns counting characters.
+pub fn offset_of(text: &str, line: usize, column: usize) -> Option<usize> {
+    let mut start = 0usize;
+    for (i, l) in text.split_inclusive('\n').enumerate() {
+        if i + 1 == line {
+            let col = column.max(1) - 1;
+            let within = l
+                .char_indices()
+                .nth(col)
+                .map(|(b, _)| b)
+                .unwrap_or(l.trim_end_matches(['\n', '\r']).len());
+            return Some(start + within);
+        }
+        start += l.len();
+    }
+    if line == text.split_inclusive('\n').count() + 1 {
+        return Some(text.len());
+    }
+    None
+}
+
+/// Length of the token at `offset`: a quoted string, a `[...]`/`{...}` value is marked by its
+/// first character only, anything else up to a separator.
+fn token_len(text: &str, offset: usize) -> usize {
+    let rest = &text[offset.min(text.len())..];
+    let mut chars = rest.char_indices();
+    match chars.next() {
+        None => 0,
+        Some((_, q @ ('"' | '\''))) => {
+            let mut escaped = false;
+            for (i, c) in chars {
+                if c == '\n' {
+                    return i;
+                }
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    return i + c.len_utf8();
+                }
+            }
+            rest.len()
+        }
+        Some((_, c)) if "[{".contains(c) => 1,
+        Some(_) => rest
+            .char_indices()
+            .find(|(_, c)| c.is_whitespace() || ",]}=;".contains(*c))
+            .map(|(i, _)| i.max(1))
+            .unwrap_or(rest.len()),
+    }
+}
+
+fn input_diag(origin: Option<&Origin>, e: &InputError) -> Diag {
+    // Where: the error's own line and column, else the field found in a JSON text.
+    let mut at: Option<(usize, usize, usize)> = None; // (offset, line, column)
+    let mut span_end: Option<usize> = None;
+    if let Some(o) = origin {
+        if let (Some(l), Some(c)) = (e.line, e.column) {
+            at = offset_of(&o.text, l, c).map(|off| (off, l, c));
+            if at.is_none() {
+                // A position beyond the text: still name it.
+                at = Some((o.text.len(), l, c));
+            }
+        } else if let (Some(field), true) = (&e.field, o.json) {
+            if let Some((start, end)) =
+                JsonSpans::new(&o.text).and_then(|s| s.locate_value_first(field))
+            {
+                let (l, c) = line_col(&o.text, start);
+                at = Some((start, l, c));
+                span_end = Some(end);
+            }
+        }
+    }
+    let mut message = String::new();
+    match (origin, at) {
+        (Some(o), Some((_, l, c))) => message.push_str(&format!("{}:{l}:{c}: ", o.name)),
+        (Some(o), None) => message.push_str(&format!("{}: ", o.name)),
+        (None, _) => {
+            if let (Some(l), Some(c)) = (e.line, e.column) {
+                message.push_str(&format!("{l}:{c}: "));
+            }
+        }
+    }
+    if let Some(f) = &e.field {
+        message.push_str(&format!("`{f}`: "));
+    }
+    message.push_str(&e.message);
+    let help = e.hint.clone();
+    let (source, label) = match (origin, at) {
+        (Some(o), Some((off, _, _))) if !o.text.is_empty() => {
+            let off = off.min(o.text.len());
+            // The whole value when it is known and on one line, else the token there.
+            let len = match span_end {
+                Some(end) if end > off && !o.text[off..end].contains('\n') => end - off,
+                _ => token_len(&o.text, off),
+            };
+            let label = e
+                .field
+                .clone()
+                .map_or_else(|| "here".to_string(), |f| format!("`{f}`"));
+            (
+                Some(NamedSource::new(o.name.clone(), o.text.clone())),
+                Some((off, len, label)),
+            )
+        }
+        _ => (None, None),
+    };
+    Diag {
+        message,
+        help,
+        source,
+        label,
+    }
+}
+
+impl JsonSpans {
+    /// For a field path: the value's span (what is wrong is usually the value), else the key's,
+    /// else the nearest enclosing path's.
+    pub fn locate_value_first(&self, path: &str) -> Option<(usize, usize)> {
+        self.value(path).or_else(|| self.locate(path))
+    }
+}
+
+/// Each plan error with the JSON path it concerns and a hint.
+pub fn plan_problems(plan: &Plan, errors: Vec<PlanError>) -> Vec<PlanProblem> {
+    // With as many KV heads as heads (no GQA), a tp that does not divide the heads fails both
+    // checks: say it once.
+    let redundant = |e: &PlanError| {
+        match e {
+        PlanError::TpKvHeads {
+            stage, kv_heads, ..
+        } => errors.iter().any(|o| {
+            matches!(o, PlanError::TpHeads { stage: s, heads, .. } if s == stage && heads == kv_heads)
+        }),
+        _ => false,
+    }
+    };
+    let keep: Vec<PlanError> = errors.iter().filter(|e| !redundant(e)).cloned().collect();
+    keep.into_iter()
+        .map(|error| {
+            let (path, hint) = describe_plan_error(plan, &error);
+            PlanProblem { error, path, hint }
+        })
+        .collect()
+}
+
+fn describe_plan_error(plan: &Plan, e: &PlanError) -> (Option<String>, Option<String>) {
+    let st = |i: usize, f: &str| Some(format!("stages[{i}].{f}"));
+    let device_at = |i: usize, gpu: hetplan::GpuId, nth: usize| {
+        plan.stages.get(i).and_then(|s| {
+            s.devices
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| **g == gpu)
+                .map(|(j, _)| j)
+                .nth(nth)
+                .map(|j| format!("stages[{i}].devices[{j}]"))
+        })
+    };
+    match e {
+        PlanError::NoStages => (Some("stages".into()), Some("add at least one stage".into())),
+        PlanError::ZeroMicroBatches => (
+            Some("micro_batches".into()),
+            Some("micro_batches must be at least 1".into()),
+        ),
+        PlanError::ZeroVirtualStages => (
+            Some("schedule.virtual_stages".into()),
+            Some("use at least 1 virtual stage, or the `1f1b` schedule".into()),
+        ),
+        PlanError::StagesNotDivisibleByVirtual { virtual_stages, .. } => (
+            Some("stages".into()),
+            Some(format!(
+                "list pp × {virtual_stages} model chunks, chunk j on the GPUs of chunk j mod pp"
+            )),
+        ),
+        PlanError::MicroBatchesNotDivisibleByDepth { pp, .. } => (
+            Some("micro_batches".into()),
+            Some(format!("use a multiple of {pp} micro-batches")),
+        ),
+        PlanError::ZeroDegree { stage, which } => (st(*stage, which), None),
+        PlanError::DeviceCount { stage, dp, tp, .. } => (
+            st(*stage, "devices"),
+            Some(format!(
+                "list exactly dp × tp = {} GPUs, or change dp/tp",
+                *dp as u64 * *tp as u64
+            )),
+        ),
+        PlanError::DeviceRepeated { stage, gpu } => (
+            device_at(*stage, *gpu, 1).or_else(|| st(*stage, "devices")),
+            Some(format!(
+                "list GPU {gpu} once; every GPU of a stage must be distinct"
+            )),
+        ),
+        PlanError::DeviceShared {
+            stage, first, gpus, ..
+        } => (
+            gpus.first()
+                .and_then(|g| device_at(*stage, *g, 0))
+                .or_else(|| st(*stage, "devices")),
+            Some(format!(
+                "give stage {stage} GPUs that stage {first} does not use"
+            )),
+        ),
+        PlanError::InterleavedDevices { stage, base, .. } => (
+            st(*stage, "devices"),
+            Some(format!("use the same GPUs as stage {base}")),
+        ),
+        PlanError::UnknownGpus { stage, gpus, .. } => (
+            gpus.first()
+                .and_then(|g| device_at(*stage, *g, 0))
+                .or_else(|| st(*stage, "devices")),
+            Some(
+                "GPUs are {\"node\": n, \"local\": g}, counted from 0 in the cluster's node order"
+                    .into(),
+            ),
+        ),
+        PlanError::EmptyStage { stage, .. } => (
+            st(*stage, "layers"),
+            Some("a stage's layers are the half-open range [start, end) with end > start".into()),
+        ),
+        PlanError::LayersOutOfRange {
+            stage, num_layers, ..
+        } => (
+            st(*stage, "layers.end"),
+            Some(format!(
+                "layer ranges are half-open [start, end); the last stage ends at {num_layers}"
+            )),
+        ),
+        PlanError::LayerGap { stage, from, .. } => (
+            st(*stage, "layers.start"),
+            Some(format!("start stage {stage} at layer {from}")),
+        ),
+        PlanError::LayerOverlap {
+            stage, overlap_end, ..
+        } => (
+            st(*stage, "layers.start"),
+            Some(format!("start stage {stage} at layer {overlap_end}")),
+        ),
+        PlanError::LayersUncovered { to, .. } => (
+            plan.stages
+                .len()
+                .checked_sub(1)
+                .map(|i| format!("stages[{i}].layers.end")),
+            Some(format!("end the last stage at layer {to}")),
+        ),
+        PlanError::MicroBatchSizesCount { stage, dp, .. } => (
+            st(*stage, "micro_batch_sizes"),
+            Some(format!("give {dp} micro-batch sizes, one per DP replica")),
+        ),
+        PlanError::ZeroMicroBatchSize { stage, replica } => (
+            Some(format!("stages[{stage}].micro_batch_sizes[{replica}]")),
+            Some("use a micro-batch size of at least 1".into()),
+        ),
+        PlanError::BatchMismatch {
+            stage,
+            samples,
+            micro_batches,
+            global_batch,
+        } => {
+            let mut h = format!(
+                "sum(micro_batch_sizes) × micro_batches must equal global_batch: set global_batch \
+                 to {}",
+                *samples as u128 * *micro_batches as u128
+            );
+            if *global_batch % *samples == 0 {
+                h.push_str(&format!(", or micro_batches to {}", global_batch / samples));
+            }
+            (st(*stage, "micro_batch_sizes"), Some(h))
+        }
+        PlanError::TpHeads { stage, heads, .. } => (
+            st(*stage, "tp"),
+            Some(format!(
+                "use a tp that divides {heads}: {}",
+                divisors(*heads)
+            )),
+        ),
+        PlanError::TpKvHeads {
+            stage, kv_heads, ..
+        } => (
+            st(*stage, "tp"),
+            Some(format!(
+                "use a tp that divides {kv_heads} or is a multiple of it"
+            )),
+        ),
+        PlanError::ZeroStage { stage, .. } => {
+            (st(*stage, "zero"), Some("zero is 0, 1, 2 or 3".into()))
+        }
+        PlanError::OffloadRatio { stage, which, .. } => (
+            Some(format!("stages[{stage}].offload.{which}")),
+            Some("offload fractions lie between 0 and 1".into()),
+        ),
+        PlanError::RecomputeLayers {
+            stage,
+            stage_layers,
+            ..
+        } => (
+            st(*stage, "recompute"),
+            Some(format!(
+                "recompute at most {stage_layers} layers, or \"full\""
+            )),
+        ),
+        #[allow(unreachable_patterns)]
+        _ => (None, None),
+    }
+}
+
+/// `1, 2, 4, 8` (the divisors up to 64).
+fn divisors(n: u64) -> String {
+    let d: Vec<String> = (1..=n.min(64))
+        .filter(|k| n.is_multiple_of(*k))
+        .map(|k| k.to_string())
+        .collect();
+    d.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_of_lines_and_columns() {
+        let t = "ab\ncdé\nf";
+        assert_eq!(offset_of(t, 1, 1), Some(0));
+        assert_eq!(offset_of(t, 2, 3), Some(5));
+        assert_eq!(offset_of(t, 3, 1), Some(t.len() - 1));
+        assert_eq!(offset_of(t, 9, 1), None);
+    }
+
+    #[test]
+    fn tokens() {
+        assert_eq!(token_len("x = \"a b\" # c", 4), 5);
+        assert_eq!(token_len("tp=3,pp=2", 3), 1);
+        assert_eq!(token_len("{ \"a\" }", 0), 1);
+    }
+}

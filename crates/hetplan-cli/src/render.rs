@@ -1,0 +1,623 @@
+//! Human-readable output: aligned tables and the estimate report. Printing lives only here and in
+//! `main`; the library returns values.
+
+use hetplan::calibration::Report;
+use hetplan::cost::Estimate;
+use hetplan::gpu::GpuSpec;
+use hetplan::plan::{Engine, Precision, Schedule};
+use hetplan::units::{Bytes, Seconds};
+use hetplan::{Cluster, Model, Plan};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Column alignment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// A plain-text table: a header, a rule, and rows, columns two spaces apart.
+pub struct Table {
+    headers: Vec<String>,
+    align: Vec<Align>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(columns: &[(&str, Align)]) -> Table {
+        Table {
+            headers: columns.iter().map(|(h, _)| h.to_string()).collect(),
+            align: columns.iter().map(|(_, a)| *a).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.headers.len());
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let width = |s: &str| s.chars().count();
+        let n = self.headers.len();
+        let mut w: Vec<usize> = self.headers.iter().map(|h| width(h)).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(n) {
+                w[i] = w[i].max(width(c));
+            }
+        }
+        let mut out = String::new();
+        let line = |cells: &[String], out: &mut String| {
+            let mut s = String::new();
+            for (i, (&wi, &align)) in w.iter().zip(&self.align).enumerate() {
+                let c = cells.get(i).map(|c| c.as_str()).unwrap_or("");
+                let pad = wi - width(c);
+                if i > 0 {
+                    s.push_str("  ");
+                }
+                match align {
+                    Align::Left => {
+                        s.push_str(c);
+                        s.push_str(&" ".repeat(pad));
+                    }
+                    Align::Right => {
+                        s.push_str(&" ".repeat(pad));
+                        s.push_str(c);
+                    }
+                }
+            }
+            out.push_str(s.trim_end());
+            out.push('\n');
+        };
+        line(&self.headers, &mut out);
+        let rule: Vec<String> = w.iter().map(|&k| "-".repeat(k)).collect();
+        line(&rule, &mut out);
+        for r in &self.rows {
+            line(r, &mut out);
+        }
+        out
+    }
+}
+
+use Align::{Left, Right};
+
+/// `174.6B`, `1.3B`, `350.0M`, `25.6K`.
+pub fn fmt_count(n: f64) -> String {
+    let a = n.abs();
+    if a >= 1e12 {
+        format!("{:.1}T", n / 1e12)
+    } else if a >= 1e9 {
+        format!("{:.1}B", n / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.1}K", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// `12,345` for large values, `12.35` for small ones.
+pub fn fmt_rate(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".to_string();
+    }
+    if x.abs() < 100.0 {
+        return format!("{x:.2}");
+    }
+    let s = format!("{:.0}", x.abs());
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if x < 0.0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+pub fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:.1}%", x * 100.0)
+    } else {
+        "-".to_string()
+    }
+}
+
+fn secs(s: Seconds) -> String {
+    if s.get() == 0.0 {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+fn gib(b: Bytes) -> String {
+    format!("{:.2}", b.as_gib())
+}
+
+/// `4 × v100-sxm2-16gb, 2 × t4`.
+pub fn gpu_mix(cluster: &Cluster) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for n in &cluster.nodes {
+        let name = &cluster.gpu_types[n.gpu_type.0].name;
+        match counts.iter_mut().find(|(g, _)| g == name) {
+            Some((_, c)) => *c += n.num_gpus as usize,
+            None => counts.push((name.clone(), n.num_gpus as usize)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(g, c)| format!("{c} × {g}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn schedule_name(s: Schedule) -> String {
+    match s {
+        Schedule::Gpipe => "gpipe".into(),
+        Schedule::OneFOneB => "1f1b".into(),
+        Schedule::Interleaved { virtual_stages } => {
+            format!("interleaved-1f1b (v={virtual_stages})")
+        }
+    }
+}
+
+fn engine_name(e: Engine) -> &'static str {
+    match e {
+        Engine::Megatron => "megatron",
+        Engine::Deepspeed => "deepspeed",
+        Engine::Fsdp => "fsdp",
+    }
+}
+
+fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Bf16 => "bf16",
+        Precision::Fp16 => "fp16",
+        Precision::Fp32 => "fp32",
+    }
+}
+
+fn layer_span(start: usize, end: usize) -> String {
+    if end <= start + 1 {
+        format!("{start}")
+    } else {
+        format!("{start}-{}", end - 1)
+    }
+}
+
+/// `2` when every replica has the same size, else `2,2,3,1` (at most 6 listed).
+fn mbs_list(sizes: &[u64]) -> String {
+    if let Some(&first) = sizes.first() {
+        if sizes.iter().all(|&s| s == first) {
+            return first.to_string();
+        }
+    }
+    let mut parts: Vec<String> = sizes.iter().take(6).map(|s| s.to_string()).collect();
+    if sizes.len() > 6 {
+        parts.push("…".into());
+    }
+    parts.join(",")
+}
+
+/// What produced the layer times: shown in the report header.
+pub struct ComputeSource {
+    pub description: String,
+}
+
+/// The report of `hetplan estimate`.
+pub fn estimate(
+    model: &Model,
+    cluster: &Cluster,
+    plan: &Plan,
+    seq_len: u64,
+    est: &Estimate,
+    compute: &ComputeSource,
+) -> String {
+    let mut o = String::new();
+    let layers = model.layers.len();
+    let seq = if model.per_sample {
+        "per-sample model".to_string()
+    } else {
+        format!("seq {seq_len}")
+    };
+    let _ = writeln!(
+        o,
+        "model    {}: {} parameters, {}, {seq}",
+        model.name,
+        fmt_count(model.params() as f64),
+        plural(layers, "layer", "layers")
+    );
+    let _ = writeln!(
+        o,
+        "cluster  {}: {} ({}) in {}",
+        cluster.name,
+        plural(cluster.num_gpus(), "GPU", "GPUs"),
+        gpu_mix(cluster),
+        plural(cluster.nodes.len(), "node", "nodes")
+    );
+    let _ = writeln!(o, "plan     {}", plan.summary());
+    let _ = writeln!(
+        o,
+        "         global batch {}, {}, {}, {}, {} of {} GPUs used",
+        plan.global_batch,
+        schedule_name(plan.schedule),
+        engine_name(plan.engine),
+        precision_name(plan.precision),
+        est.num_gpus,
+        cluster.num_gpus()
+    );
+    let _ = writeln!(o, "compute  {}", compute.description);
+    o.push('\n');
+
+    // Time per micro-batch.
+    let mut t = Table::new(&[
+        ("stage", Right),
+        ("layers", Left),
+        ("devices", Left),
+        ("dp×tp", Left),
+        ("mbs", Right),
+        ("forward", Right),
+        ("backward", Right),
+        ("TP comm", Right),
+        ("p2p", Right),
+        ("exposed", Right),
+        ("per μbatch", Right),
+        ("DP sync", Right),
+        ("DP exposed", Right),
+    ]);
+    for (s, ps) in est.stages.iter().zip(&plan.stages) {
+        let first = ps
+            .devices
+            .first()
+            .map(|g| g.to_string())
+            .unwrap_or_default();
+        let last = ps.devices.last().map(|g| g.to_string()).unwrap_or_default();
+        let devices = if ps.devices.len() <= 1 {
+            first
+        } else {
+            format!("{first}..{last}")
+        };
+        t.row(vec![
+            s.index.to_string(),
+            layer_span(s.layers.start, s.layers.end),
+            devices,
+            format!("{}×{}", s.dp, s.tp),
+            mbs_list(&s.micro_batch_sizes),
+            secs(s.forward),
+            secs(s.backward),
+            secs(s.tp_comm),
+            secs(s.p2p),
+            secs(s.exposed_per_micro_batch),
+            secs(s.micro_batch_time),
+            secs(s.dp_sync),
+            secs(s.dp_sync_exposed),
+        ]);
+    }
+    o.push_str(
+        "time per micro-batch (slowest replica of each stage; backward includes recomputation)\n",
+    );
+    o.push_str(&t.render());
+    o.push('\n');
+
+    // Memory of each stage's most loaded GPU.
+    let mut by_stage: BTreeMap<usize, (f64, bool)> = BTreeMap::new();
+    for g in &est.per_gpu {
+        let e = by_stage.entry(g.stage).or_insert((f64::INFINITY, true));
+        e.0 = e.0.min(g.capacity_bytes);
+        e.1 &= g.fits;
+    }
+    let mut m = Table::new(&[
+        ("stage", Right),
+        ("weights", Right),
+        ("grads", Right),
+        ("optimizer", Right),
+        ("activations", Right),
+        ("temp", Right),
+        ("overhead", Right),
+        ("total", Right),
+        ("capacity", Right),
+        ("fits", Left),
+    ]);
+    for s in &est.stages {
+        let (cap, fits) = by_stage.get(&s.index).copied().unwrap_or((0.0, true));
+        m.row(vec![
+            s.index.to_string(),
+            gib(s.memory.weights),
+            gib(s.memory.gradients),
+            gib(s.memory.optimizer),
+            gib(s.memory.activations),
+            gib(s.memory.temporary),
+            gib(s.memory.overhead),
+            gib(s.memory.total),
+            gib(Bytes(cap)),
+            if fits { "ok".into() } else { "OOM".into() },
+        ]);
+    }
+    o.push_str("memory per GPU in GiB (most loaded GPU of each stage)\n");
+    o.push_str(&m.render());
+    o.push('\n');
+
+    // Totals.
+    let rows: Vec<(&str, String)> = vec![
+        ("iteration time", Seconds(est.iteration_time_s).to_string()),
+        ("samples/s", fmt_rate(est.samples_per_s)),
+        ("tokens/s", fmt_rate(est.tokens_per_s)),
+        ("tokens/s per GPU", fmt_rate(est.tokens_per_s_per_gpu)),
+        ("MFU", pct(est.mfu)),
+        ("HFU", pct(est.hfu)),
+        ("bubble", pct(est.bubble_fraction)),
+        ("memory", memory_verdict(est)),
+    ];
+    for (k, v) in rows {
+        let _ = writeln!(o, "{k:<18}{v}");
+    }
+    if !est.notes.is_empty() {
+        o.push_str("notes\n");
+        for n in &est.notes {
+            let _ = writeln!(o, "  - {n}");
+        }
+    }
+    o
+}
+
+/// `fits: peak 35.21 GiB on n0g0 (44% of 80.00 GiB)` or the worst OOM.
+fn memory_verdict(est: &Estimate) -> String {
+    if est.fits {
+        let g = est
+            .per_gpu
+            .iter()
+            .max_by(|a, b| a.peak_memory_bytes.total_cmp(&b.peak_memory_bytes));
+        return match g {
+            Some(g) => format!(
+                "fits: peak {} on {} ({} of {})",
+                Bytes(g.peak_memory_bytes),
+                g.gpu,
+                pct(g.peak_memory_bytes / g.capacity_bytes),
+                Bytes(g.capacity_bytes)
+            ),
+            None => "fits".into(),
+        };
+    }
+    let over: Vec<_> = est.per_gpu.iter().filter(|g| !g.fits).collect();
+    let worst = over.iter().max_by(|a, b| {
+        (a.peak_memory_bytes - a.capacity_bytes)
+            .total_cmp(&(b.peak_memory_bytes - b.capacity_bytes))
+    });
+    match worst {
+        Some(g) => {
+            let more = if over.len() > 1 {
+                format!(" ({} GPUs out of memory in all)", over.len())
+            } else {
+                String::new()
+            };
+            format!(
+                "OOM: {} ({}, stage {}) needs {} of {}, over by {}{more}",
+                g.gpu,
+                g.gpu_type,
+                g.stage,
+                Bytes(g.peak_memory_bytes),
+                Bytes(g.capacity_bytes),
+                Bytes(g.peak_memory_bytes - g.capacity_bytes)
+            )
+        }
+        None => "OOM".into(),
+    }
+}
+
+fn arch_name(g: &GpuSpec) -> String {
+    serde_json::to_value(g.arch)
+        .ok()
+        .and_then(|v| v.as_str().map(|s| s.to_string()))
+        .unwrap_or_else(|| format!("{:?}", g.arch).to_ascii_lowercase())
+}
+
+/// `hetplan gpus`.
+pub fn gpus(catalog: &[GpuSpec]) -> String {
+    let mut t = Table::new(&[
+        ("name", Left),
+        ("arch", Left),
+        ("memory GiB", Right),
+        ("BF16 TFLOP/s", Right),
+        ("FP32 TFLOP/s", Right),
+        ("HBM GB/s", Right),
+        ("NVLink GB/s", Right),
+        ("PCIe GB/s", Right),
+        ("source", Left),
+    ]);
+    let num = |x: f64| {
+        if (x - x.round()).abs() < 1e-9 {
+            format!("{x:.0}")
+        } else {
+            let s = format!("{x:.2}");
+            s.trim_end_matches('0').to_string()
+        }
+    };
+    for g in catalog {
+        t.row(vec![
+            g.name.clone(),
+            arch_name(g),
+            num(g.memory.as_gib()),
+            num(g.peak_tensor.get() / 1e12),
+            num(g.peak_fp32.get() / 1e12),
+            num(g.hbm_bandwidth.get() / 1e9),
+            g.nvlink_bandwidth
+                .map(|b| num(b.get() / 1e9))
+                .unwrap_or_else(|| "-".into()),
+            num(g.pcie_bandwidth.get() / 1e9),
+            g.source.clone(),
+        ]);
+    }
+    let mut o = t.render();
+    o.push_str(
+        "\nBF16: dense tensor-core peak (FP16 where there is no BF16); bandwidths per direction.\n",
+    );
+    o
+}
+
+/// One row of `hetplan models`.
+#[derive(serde::Serialize)]
+pub struct ModelRow {
+    pub name: String,
+    pub params: u64,
+    pub layers: usize,
+    pub default_seq_len: u64,
+    pub description: String,
+    pub source: String,
+}
+
+/// `hetplan models`.
+pub fn models(rows: &[ModelRow]) -> String {
+    let mut t = Table::new(&[
+        ("name", Left),
+        ("params", Right),
+        ("layers", Right),
+        ("seq", Right),
+        ("description", Left),
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.name.clone(),
+            fmt_count(r.params as f64),
+            r.layers.to_string(),
+            r.default_seq_len.to_string(),
+            r.description.clone(),
+        ]);
+    }
+    t.render()
+}
+
+/// One row of `hetplan clusters`.
+#[derive(serde::Serialize)]
+pub struct ClusterRow {
+    pub name: String,
+    pub nodes: usize,
+    pub gpus: usize,
+    pub gpu_types: Vec<GpuCount>,
+}
+
+#[derive(serde::Serialize)]
+pub struct GpuCount {
+    pub gpu: String,
+    pub count: usize,
+}
+
+impl ClusterRow {
+    pub fn of(c: &Cluster) -> ClusterRow {
+        let mut gpu_types: Vec<GpuCount> = Vec::new();
+        for n in &c.nodes {
+            let name = &c.gpu_types[n.gpu_type.0].name;
+            match gpu_types.iter_mut().find(|g| &g.gpu == name) {
+                Some(g) => g.count += n.num_gpus as usize,
+                None => gpu_types.push(GpuCount {
+                    gpu: name.clone(),
+                    count: n.num_gpus as usize,
+                }),
+            }
+        }
+        ClusterRow {
+            name: c.name.clone(),
+            nodes: c.nodes.len(),
+            gpus: c.num_gpus(),
+            gpu_types,
+        }
+    }
+}
+
+/// `hetplan clusters`.
+pub fn clusters(rows: &[ClusterRow]) -> String {
+    let mut t = Table::new(&[
+        ("name", Left),
+        ("nodes", Right),
+        ("GPUs", Right),
+        ("GPU types", Left),
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.name.clone(),
+            r.nodes.to_string(),
+            r.gpus.to_string(),
+            r.gpu_types
+                .iter()
+                .map(|g| format!("{} × {}", g.count, g.gpu))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ]);
+    }
+    let mut o = t.render();
+    o.push_str("\nAlso: any uniform cluster as NxGxGPU[@BANDWIDTH], e.g. 2x8xa100-80gb or 4x8xh100@3200Gbps.\n");
+    o
+}
+
+/// `hetplan calibrate`.
+pub fn calibration(r: &Report) -> String {
+    let mut t = Table::new(&[
+        ("model", Left),
+        ("seq", Right),
+        ("gpus", Right),
+        ("mbs", Right),
+        ("ckpt", Left),
+        ("measured tok/s/GPU", Right),
+        ("estimated", Right),
+        ("error", Right),
+        ("", Left),
+    ]);
+    for c in &r.rows {
+        t.row(vec![
+            c.row.model.clone(),
+            c.row.seq.to_string(),
+            c.row.gpus.to_string(),
+            c.row.mbs.to_string(),
+            if c.row.ckpt {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+            fmt_rate(c.row.tokens_per_s_per_gpu),
+            fmt_rate(c.estimated_tokens_per_s_per_gpu),
+            format!("{:+.1}%", c.error * 100.0),
+            if c.fits { String::new() } else { "OOM".into() },
+        ]);
+    }
+    let mut o = t.render();
+    let _ = writeln!(
+        o,
+        "\n{} rows: median |error| {}, worst |error| {}",
+        r.rows.len(),
+        pct(r.median_abs_error),
+        pct(r.worst_abs_error)
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_rates() {
+        assert_eq!(fmt_count(174.6e9), "174.6B");
+        assert_eq!(fmt_count(125_000_000.0), "125.0M");
+        assert_eq!(fmt_rate(1234567.4), "1,234,567");
+        assert_eq!(fmt_rate(123.0), "123");
+        assert_eq!(fmt_rate(12.345), "12.35");
+        assert_eq!(pct(0.4567), "45.7%");
+    }
+
+    #[test]
+    fn tables_align() {
+        let mut t = Table::new(&[("a", Left), ("bb", Right)]);
+        t.row(vec!["xyz".into(), "1".into()]);
+        assert_eq!(t.render(), "a    bb\n---  --\nxyz   1\n");
+    }
+}

@@ -1,0 +1,698 @@
+//! End-to-end tests of the `hetplan` binary: snapshots of its output, the JSON interface, and
+//! one test per kind of bad input (exit code 2, with file, line, column and hint).
+//!
+//! Snapshots live in `tests/snapshots/`; after an intended change of output, re-accept them
+//! with `INSTA_UPDATE=always cargo test -p hetplan-cli` and review the diff.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Runs `hetplan` in the fixtures directory, so that file names in messages are short and
+/// stable.
+fn hetplan(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_hetplan"))
+        .args(args)
+        .current_dir(fixtures())
+        .env("NO_COLOR", "1")
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("COLUMNS")
+        .output()
+        .expect("the hetplan binary runs");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    }
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = hetplan(args);
+    assert_eq!(o.code, 0, "hetplan {args:?} failed:\n{}", o.stderr);
+    o.stdout
+}
+
+/// Runs a command that must fail on bad input: exit code 2, nothing on stdout, no panic.
+fn bad(args: &[&str]) -> String {
+    let o = hetplan(args);
+    assert_eq!(
+        o.code, 2,
+        "hetplan {args:?}: expected exit code 2, got {}\nstdout:\n{}\nstderr:\n{}",
+        o.code, o.stdout, o.stderr
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "diagnostics belong on stderr:\n{}",
+        o.stdout
+    );
+    assert!(
+        !o.stderr.contains("panicked") && !o.stderr.contains("internal error"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("stack backtrace"), "{}", o.stderr);
+    o.stderr
+}
+
+fn assert_contains(haystack: &str, needles: &[&str]) {
+    for n in needles {
+        assert!(haystack.contains(n), "expected `{n}` in:\n{haystack}");
+    }
+}
+
+/// Every non-integer number rounded to six significant digits.
+fn round_floats(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let x = n.as_f64().unwrap();
+            let r: f64 = format!("{x:.5e}").parse().unwrap();
+            serde_json::Number::from_f64(r).map_or(Value::Null, Value::Number)
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(round_floats).collect()),
+        Value::Object(o) => {
+            Value::Object(o.into_iter().map(|(k, v)| (k, round_floats(v))).collect())
+        }
+        other => other,
+    }
+}
+
+const MODEL: &str = "gpt3-125m";
+const CLUSTER: &str = "dgx-a100-80gb";
+const INLINE: &str = "tp=2,pp=2,mbs=2,gbs=16,zero=1,ckpt=selective";
+
+// ------------------------------------------------------------------------------------ snapshots
+
+#[test]
+fn estimate_human_output() {
+    let out = ok(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        INLINE,
+    ]);
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn estimate_plan_file_output() {
+    let out = ok(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "plan_ok.json",
+        "--seq-len",
+        "1024",
+    ]);
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn estimate_json_output() {
+    let out = ok(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        INLINE,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    // Six significant digits: the snapshot shows the shape and the values, not the last bits
+    // of floating-point arithmetic.
+    insta::assert_json_snapshot!(round_floats(v));
+}
+
+#[test]
+fn gpus_output() {
+    insta::assert_snapshot!(ok(&["gpus"]));
+}
+
+#[test]
+fn models_output() {
+    insta::assert_snapshot!(ok(&["models"]));
+}
+
+#[test]
+fn clusters_output() {
+    insta::assert_snapshot!(ok(&["clusters"]));
+}
+
+#[test]
+fn calibrate_output() {
+    insta::assert_snapshot!(ok(&["calibrate"]));
+}
+
+#[test]
+fn error_rendering() {
+    // One full rendering of a located error, to review its look.
+    let err = bad(&["validate", "cluster_bare_bandwidth.toml"]);
+    insta::assert_snapshot!(err);
+}
+
+// --------------------------------------------------------------------------------- JSON interface
+
+#[test]
+fn estimate_json_has_the_stable_keys() {
+    let out = ok(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        INLINE,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "model",
+        "cluster",
+        "seq_len",
+        "plan",
+        "iteration_time_s",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "mfu",
+        "hfu",
+        "fits",
+        "peak_memory_bytes",
+        "per_gpu",
+        "stages",
+    ] {
+        assert!(v.get(key).is_some(), "missing key `{key}` in {v}");
+    }
+    assert_eq!(v["model"], MODEL);
+    assert_eq!(v["cluster"], CLUSTER);
+    assert_eq!(v["seq_len"], 2048);
+    assert!(v["iteration_time_s"].as_f64().unwrap() > 0.0);
+    assert!(v["fits"].is_boolean());
+    let per_gpu = v["per_gpu"].as_array().unwrap();
+    assert_eq!(per_gpu.len(), 8, "one entry per GPU of the plan");
+    for g in per_gpu {
+        for key in ["node", "gpu", "peak_memory_bytes", "capacity_bytes"] {
+            assert!(g.get(key).is_some(), "missing per_gpu key `{key}` in {g}");
+        }
+    }
+    let stages = v["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 2);
+    assert_eq!(v["plan"]["stages"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn list_commands_print_json() {
+    let gpus: serde_json::Value = serde_json::from_str(&ok(&["gpus", "--json"])).unwrap();
+    let a100 = gpus
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "a100-sxm4-80gb")
+        .expect("the catalog has the A100 80GB");
+    assert_eq!(a100["peak_tensor"], 312e12);
+    let models: serde_json::Value = serde_json::from_str(&ok(&["models", "--json"])).unwrap();
+    let m = models
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == MODEL)
+        .unwrap();
+    assert!(m["params"].as_u64().unwrap() > 100_000_000);
+    let clusters: serde_json::Value = serde_json::from_str(&ok(&["clusters", "--json"])).unwrap();
+    let c = clusters
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == CLUSTER)
+        .unwrap();
+    assert_eq!(c["gpus"], 8);
+    let cal: serde_json::Value = serde_json::from_str(&ok(&["calibrate", "--json"])).unwrap();
+    assert!(cal["median_abs_error"].as_f64().is_some());
+    assert!(!cal["rows"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn output_is_deterministic() {
+    for args in [
+        &[
+            "estimate",
+            "--model",
+            MODEL,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            INLINE,
+        ][..],
+        &[
+            "estimate",
+            "--model",
+            MODEL,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            INLINE,
+            "--json",
+        ][..],
+        &[
+            "estimate",
+            "--model",
+            MODEL,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "plan_ok.json",
+            "--json",
+        ][..],
+        &["models", "--json"][..],
+        &["calibrate"][..],
+    ] {
+        let a = hetplan(args);
+        let b = hetplan(args);
+        assert_eq!(a.code, 0, "{}", a.stderr);
+        assert_eq!(a.stdout, b.stdout, "hetplan {args:?} differs between runs");
+        assert_eq!(a.stderr, b.stderr);
+    }
+}
+
+// ----------------------------------------------------------------------------- other commands
+
+#[test]
+fn validate_detects_each_kind_of_file() {
+    let cases = [
+        ("cluster_ok.toml", "ok: cluster `small-mixed`: 8 GPUs"),
+        ("plan_ok.json", "ok: plan syntax: 2 stages"),
+        ("tiny-llama/config.json", "ok: model `tiny-llama`"),
+        ("layers.toml", "ok: model `tiny-cnn`"),
+        ("profile.json", "ok: profile database: 1 profiles"),
+        ("calibration.csv", "ok: calibration data: 2 measured runs"),
+    ];
+    for (file, expected) in cases {
+        let out = ok(&["validate", file]);
+        assert!(out.starts_with(expected), "{file}: {out}");
+    }
+    let out = ok(&[
+        "validate",
+        "plan_ok.json",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+    ]);
+    assert!(
+        out.starts_with("ok: plan: 2 stages on 8 GPUs, valid for `gpt3-125m`"),
+        "{out}"
+    );
+}
+
+#[test]
+fn estimate_accepts_model_files() {
+    let out = ok(&[
+        "estimate",
+        "--model",
+        "tiny-llama/config.json",
+        "--cluster",
+        "l4-x4",
+        "--plan",
+        "tp=2,pp=2,gbs=8",
+    ]);
+    assert!(out.starts_with("model    tiny-llama: "), "{out}");
+    let out = ok(&[
+        "estimate",
+        "--model",
+        "layers.toml",
+        "--cluster",
+        "cluster_ok.toml",
+        "--plan",
+        "pp=2,dp=4,mbs=4,gbs=64",
+    ]);
+    assert!(out.starts_with("model    tiny-cnn: "), "{out}");
+    assert_contains(
+        &out,
+        &["cluster  small-mixed: 8 GPUs (4 × v100-sxm2-16gb, 4 × t4)"],
+    );
+}
+
+#[test]
+fn estimate_with_a_profile() {
+    let out = ok(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "dp=8,mbs=2,gbs=32",
+        "--profile",
+        "profile.json",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["compute"], "profile");
+    let src = v["stages"][0]["compute_source"].as_str().unwrap();
+    assert_ne!(src, "analytic", "the profile's layer times are used");
+    let analytic: serde_json::Value = serde_json::from_str(&ok(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "dp=8,mbs=2,gbs=32",
+        "--json",
+    ]))
+    .unwrap();
+    assert_ne!(v["iteration_time_s"], analytic["iteration_time_s"]);
+}
+
+#[test]
+fn profile_import_metis_and_sailor() {
+    let dir = std::env::temp_dir().join(format!("hetplan-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("metis.json");
+    let o = hetplan(&[
+        "profile",
+        "import",
+        "--from",
+        "metis",
+        "metis",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    let written = std::fs::read_to_string(&out).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&written).unwrap();
+    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["profiles"][0]["gpu"], "a100-sxm4-80gb");
+    // What it wrote reads back.
+    let check = ok(&["validate", out.to_str().unwrap()]);
+    assert!(check.starts_with("ok: profile database"), "{check}");
+
+    // Sailor: a data directory with profiles_tmp.json (and llm_info.json), to stdout.
+    let o = hetplan(&["profile", "import", "--from", "sailor", "sailor", "-o", "-"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["profiles"][0]["model"], "opt-350m");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn help_has_examples() {
+    for cmd in [
+        "estimate",
+        "gpus",
+        "models",
+        "clusters",
+        "validate",
+        "calibrate",
+    ] {
+        let out = ok(&[cmd, "--help"]);
+        assert!(out.contains("Examples:"), "{cmd} --help:\n{out}");
+    }
+    let out = ok(&["profile", "import", "--help"]);
+    assert!(out.contains("Examples:"), "{out}");
+}
+
+// ----------------------------------------------------------------------------------- bad input
+
+#[test]
+fn bare_number_bandwidth_in_a_cluster_file() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        "cluster_bare_bandwidth.toml",
+        "--plan",
+        "tp=1",
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "cluster_bare_bandwidth.toml:7:24",
+            "node_group[0].inter_node_bandwidth",
+            "has no unit",
+            "Gbps",
+            "help:",
+        ],
+    );
+}
+
+#[test]
+fn unknown_gpu_name_gets_the_nearest_name() {
+    let err = bad(&["validate", "cluster_unknown_gpu.toml"]);
+    assert_contains(
+        &err,
+        &[
+            "cluster_unknown_gpu.toml:4:7",
+            "node_group[0].gpu",
+            "unknown GPU `a100-sxm4-80g`",
+            "help: did you mean `a100-sxm4-80gb`?",
+        ],
+    );
+}
+
+#[test]
+fn unknown_model_name_gets_the_nearest_name() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        "gpt3-125n",
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "tp=1",
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "--model:1:1",
+            "unknown model `gpt3-125n`",
+            "did you mean `gpt3-125m`?",
+        ],
+    );
+}
+
+#[test]
+fn unknown_cluster_name_gets_the_nearest_name() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        "dgx-a100-80g",
+        "--plan",
+        "tp=1",
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "--cluster:1:1",
+            "unknown cluster `dgx-a100-80g`",
+            "did you mean `dgx-a100-80gb`?",
+        ],
+    );
+}
+
+#[test]
+fn malformed_plan_json_has_line_and_column() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "plan_malformed.json",
+    ]);
+    assert_contains(&err, &["plan_malformed.json:11:7", "expected `,` or `}`"]);
+    // The validator says the same without --model and --cluster.
+    let err = bad(&["validate", "plan_malformed.json"]);
+    assert_contains(&err, &["plan_malformed.json:11:7"]);
+}
+
+#[test]
+fn unknown_field_in_plan_json_gets_a_hint() {
+    let err = bad(&["validate", "plan_unknown_field.json"]);
+    assert_contains(
+        &err,
+        &[
+            "plan_unknown_field.json:8:",
+            "micro_batch_size",
+            "did you mean `micro_batch_sizes`?",
+        ],
+    );
+}
+
+#[test]
+fn plan_using_a_gpu_twice() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "plan_gpu_twice.json",
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "plan_gpu_twice.json:20:9",
+            "stages[1].devices[2]",
+            "GPU n0g3 that stage 0 already uses",
+            "help: give stage 1 GPUs that stage 0 does not use",
+        ],
+    );
+}
+
+#[test]
+fn plan_whose_batch_does_not_add_up() {
+    let err = bad(&[
+        "validate",
+        "plan_batch.json",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "plan_batch.json:13:28",
+            "stages[0].micro_batch_sizes",
+            "but global_batch is 20",
+            "help: sum(micro_batch_sizes) × micro_batches must equal global_batch: set global_batch to 16",
+        ],
+    );
+}
+
+#[test]
+fn tp_not_dividing_the_heads() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "plan_tp_heads.json",
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "plan_tp_heads.json:13:13",
+            "stages[0].tp",
+            "tp = 5, which does not divide the model's 12 attention heads",
+            "help: use a tp that divides 12: 1, 2, 3, 4, 6, 12",
+        ],
+    );
+    // Inline too.
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "tp=8,gbs=8",
+    ]);
+    assert_contains(&err, &["--plan:1:4", "tp", "12"]);
+}
+
+#[test]
+fn every_plan_error_is_listed() {
+    let err = bad(&[
+        "validate",
+        "plan_many_errors.json",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "(1 of 3)",
+            "(2 of 3)",
+            "(3 of 3)",
+            "error: the plan has 3 problems",
+        ],
+    );
+}
+
+#[test]
+fn missing_file() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        "no-such-cluster.toml",
+        "--plan",
+        "tp=1",
+    ]);
+    assert_contains(
+        &err,
+        &["cannot read no-such-cluster.toml: No such file or directory"],
+    );
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "no-such-plan.json",
+    ]);
+    assert_contains(&err, &["cannot read no-such-plan.json"]);
+    let err = bad(&["validate", "nothing-here.toml"]);
+    assert_contains(&err, &["cannot read nothing-here.toml"]);
+    let err = bad(&["calibrate", "--data", "nothing.csv"]);
+    assert_contains(&err, &["cannot read nothing.csv"]);
+}
+
+#[test]
+fn unknown_key_in_inline_plan() {
+    let err = bad(&[
+        "estimate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "tp=2,pp=2,gbz=16",
+    ]);
+    assert_contains(
+        &err,
+        &[
+            "--plan:1:11",
+            "unknown key `gbz`",
+            "help: did you mean `gbs`?",
+        ],
+    );
+}
+
+#[test]
+fn usage_errors_exit_with_2() {
+    bad(&["estimate", "--model", MODEL]);
+    bad(&["frobnicate"]);
+    let err = bad(&["validate", "plan_ok.json", "--model", MODEL]);
+    assert_contains(&err, &["needs both --model and --cluster"]);
+}
