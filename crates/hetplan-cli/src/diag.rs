@@ -382,20 +382,8 @@ impl JsonSpans {
 
 /// Each plan error with the JSON path it concerns and a hint.
 pub fn plan_problems(plan: &Plan, errors: Vec<PlanError>) -> Vec<PlanProblem> {
-    // With as many KV heads as heads (no GQA), a tp that does not divide the heads fails both
-    // checks: say it once.
-    let redundant = |e: &PlanError| {
-        match e {
-        PlanError::TpKvHeads {
-            stage, kv_heads, ..
-        } => errors.iter().any(|o| {
-            matches!(o, PlanError::TpHeads { stage: s, heads, .. } if s == stage && heads == kv_heads)
-        }),
-        _ => false,
-    }
-    };
-    let keep: Vec<PlanError> = errors.iter().filter(|e| !redundant(e)).cloned().collect();
-    keep.into_iter()
+    errors
+        .into_iter()
         .map(|error| {
             let (path, hint) = describe_plan_error(plan, &error);
             PlanProblem { error, path, hint }

@@ -226,6 +226,7 @@ pub fn estimate(
 ) -> String {
     let mut o = String::new();
     let layers = model.layers.len();
+    let per_sample = model.per_sample;
     let seq = if model.per_sample {
         "per-sample model".to_string()
     } else {
@@ -349,16 +350,21 @@ pub fn estimate(
     o.push('\n');
 
     // Totals.
-    let rows: Vec<(&str, String)> = vec![
+    let mut rows: Vec<(&str, String)> = vec![
         ("iteration time", Seconds(est.iteration_time_s).to_string()),
         ("samples/s", fmt_rate(est.samples_per_s)),
-        ("tokens/s", fmt_rate(est.tokens_per_s)),
-        ("tokens/s per GPU", fmt_rate(est.tokens_per_s_per_gpu)),
+    ];
+    // Per-sample models (layer lists) have no tokens: their "tokens" are samples.
+    if !per_sample {
+        rows.push(("tokens/s", fmt_rate(est.tokens_per_s)));
+        rows.push(("tokens/s per GPU", fmt_rate(est.tokens_per_s_per_gpu)));
+    }
+    rows.extend([
         ("MFU", pct(est.mfu)),
         ("HFU", pct(est.hfu)),
         ("bubble", pct(est.bubble_fraction)),
         ("memory", memory_verdict(est)),
-    ];
+    ]);
     for (k, v) in rows {
         let _ = writeln!(o, "{k:<18}{v}");
     }

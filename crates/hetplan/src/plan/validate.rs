@@ -532,14 +532,16 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
             (s.layers.start.min(end)..end).any(|l| model.layers[l].kind == LayerKind::Transformer);
         if s.tp > 0 && has_blocks {
             let tp = s.tp as u64;
-            if t.heads % tp != 0 {
+            let heads_ok = t.heads.is_multiple_of(tp);
+            if !heads_ok {
                 errs.push(PlanError::TpHeads {
                     stage: i,
                     tp: s.tp,
                     heads: t.heads,
                 });
             }
-            if !tp_fits_kv_heads(tp, t.kv_heads) {
+            // With as many KV heads as heads the heads check already said it.
+            if (heads_ok || t.kv_heads != t.heads) && !tp_fits_kv_heads(tp, t.kv_heads) {
                 errs.push(PlanError::TpKvHeads {
                     stage: i,
                     tp: s.tp,
