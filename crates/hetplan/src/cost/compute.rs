@@ -204,6 +204,18 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
                 selective: 0.0,
             }
         }
+        OpKind::Loss { vocab } => {
+            // Reads the 16-bit logits, writes and re-reads fp32 probabilities: 10 B per entry;
+            // backward twice that. ~5 FLOP per entry (max, exp, sum, log, scale).
+            let bytes = m * 10.0 * *vocab as f64 * act_scale / tp;
+            OpCost {
+                fwd: hbm_time(gpu, bytes) + ovh,
+                bwd: 2.0 * hbm_time(gpu, bytes) + ovh,
+                fwd_flop: m * 5.0 * *vocab as f64 / tp,
+                bwd_flop: 2.0 * m * 5.0 * *vocab as f64 / tp,
+                selective: 0.0,
+            }
+        }
         OpKind::Lookup { width } => {
             // Gather a row per token and write it; backward scatters into the (dense) gradient
             // of this rank's table shard.

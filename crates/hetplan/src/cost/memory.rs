@@ -2,7 +2,7 @@
 
 use super::constants as k;
 use crate::model::{Layer, Model, OpKind};
-use crate::plan::{Precision, Recompute, Schedule, Stage};
+use crate::plan::{Engine, Precision, Recompute, Schedule, Stage};
 use crate::units::Bytes;
 use serde::Serialize;
 
@@ -43,7 +43,21 @@ pub fn stage_params(model: &Model, layers: std::ops::Range<usize>, tp: u32) -> f
     p
 }
 
+/// Bytes per vocabulary entry and token that the loss keeps for backward.
+/// - Megatron and DeepSpeed (Megatron's vocab-parallel cross-entropy, PyTorch's under autocast):
+///   the fp32 softmax, 4 B (Korthikanti et al. 2022 §4.1, 4sbv/t) — the model's default.
+/// - FSDP as llm-foundry runs it (`loss_fn: fused_crossentropy`, flash-attn's fused
+///   cross-entropy kernel): only the 16-bit logits, whose buffer receives the gradient in
+///   place, 2 B.
+pub fn loss_saved_bytes_per_entry(engine: Engine) -> f64 {
+    match engine {
+        Engine::Fsdp => 2.0,
+        Engine::Megatron | Engine::Deepspeed => 4.0,
+    }
+}
+
 /// Bytes one layer keeps for backward for one micro-batch on one TP rank, without checkpointing.
+#[allow(clippy::too_many_arguments)]
 pub fn layer_saved_bytes(
     layer: &Layer,
     tokens: f64,
@@ -52,12 +66,16 @@ pub fn layer_saved_bytes(
     sequence_parallel: bool,
     selective: bool,
     precision: Precision,
+    engine: Engine,
 ) -> f64 {
     let tp = tp.max(1) as f64;
     let scale = precision.element_bytes() / 2.0;
     let mut b = 0.0;
     for op in &layer.ops {
-        let (all, recomputed) = op.saved_bytes_per_token(seq);
+        let (mut all, recomputed) = op.saved_bytes_per_token(seq);
+        if let OpKind::Loss { vocab } = op.kind {
+            all = loss_saved_bytes_per_entry(engine) * vocab as f64;
+        }
         let kept = if selective { all - recomputed } else { all };
         let split = if op.saved_sharded || sequence_parallel {
             tp
@@ -95,6 +113,7 @@ pub fn micro_batch_activations(
     mbs: u64,
     seq: u64,
     precision: Precision,
+    engine: Engine,
 ) -> (f64, f64) {
     let tokens = (mbs * model.tokens_per_sample(seq)) as f64;
     let n_ckpt = match stage.recompute {
@@ -114,6 +133,7 @@ pub fn micro_batch_activations(
             stage.sequence_parallel,
             selective,
             precision,
+            engine,
         );
         if j < n_ckpt {
             kept += checkpoint_bytes(

@@ -296,7 +296,14 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
                 let pcie = gpu.pcie_bandwidth.get();
                 let shard3 = if st.zero >= 3 { dp } else { 1.0 };
                 let wb = off.weights * params_local * w_bytes / shard3;
-                let (act, _) = memory::micro_batch_activations(model, st, mbs, seq, plan.precision);
+                let (act, _) = memory::micro_batch_activations(
+                    model,
+                    st,
+                    mbs,
+                    seq,
+                    plan.precision,
+                    plan.engine,
+                );
                 let ab = off.activations * act;
                 let gb =
                     off.gradients * params_local * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
@@ -575,7 +582,8 @@ fn stage_memory(
     let mut act_per_mb = 0.0;
     let mut working: f64 = 0.0;
     for c in &chunks {
-        let (a, wk) = memory::micro_batch_activations(model, c, mbs, seq, plan.precision);
+        let (a, wk) =
+            memory::micro_batch_activations(model, c, mbs, seq, plan.precision, plan.engine);
         act_per_mb += a;
         working = working.max(wk);
     }

@@ -434,18 +434,13 @@ impl TransformerConfig {
                 logits,
                 Op {
                     name: "loss".to_string(),
-                    // Softmax cross-entropy in fp32 over the (vocab-parallel) logits: reads the
-                    // 16-bit logits, writes and re-reads fp32 probabilities.
-                    kind: OpKind::Elementwise {
-                        bytes_per_token: 10.0 * v,
-                        flops_per_token: 5.0 * v,
-                        sharded: true,
-                    },
+                    kind: OpKind::Loss { vocab: self.vocab },
                     params: 0,
                     params_sharded: false,
                     tied: false,
-                    // fp32 logits kept for the gradient: 4 bytes per vocabulary entry
-                    // (Korthikanti et al. 2022 §4.1, output layer 4sbv/t).
+                    // Megatron's fp32 softmax kept for the gradient: 4 bytes per vocabulary
+                    // entry (Korthikanti et al. 2022 §4.1, output layer 4sbv/t); engines with a
+                    // fused loss keep less (cost::memory).
                     saved_bytes_per_token: 4.0 * v,
                     saved_sharded: true,
                 },
