@@ -450,7 +450,28 @@ fn describe_plan_error(plan: &Plan, e: &PlanError) -> (Option<String>, Option<St
         ),
         PlanError::InterleavedDevices { stage, base, .. } => (
             st(*stage, "devices"),
-            Some(format!("use the same GPUs as stage {base}")),
+            Some(format!(
+                "use the same GPUs as stage {base}, in the same order"
+            )),
+        ),
+        PlanError::InterleavedLayout {
+            stage,
+            base,
+            what,
+            base_value,
+            ..
+        } => (
+            st(
+                *stage,
+                match *what {
+                    "micro-batch sizes" => "micro_batch_sizes",
+                    "ZeRO stage" => "zero",
+                    "offload ratios" => "offload",
+                    "sequence parallelism" => "sequence_parallel",
+                    other => other,
+                },
+            ),
+            Some(format!("use stage {base}'s {what}: {base_value}")),
         ),
         PlanError::UnknownGpus { stage, gpus, .. } => (
             gpus.first()

@@ -292,9 +292,8 @@ fn estimate(a: EstimateArgs) -> Result<()> {
     let cluster = inputs::load_cluster(&a.cluster)?;
     let plan = inputs::load_plan(&a.plan, &model, &cluster)?;
     let seq_len = a.seq_len.unwrap_or(model.default_seq_len);
-    if seq_len == 0 {
-        return Err(CliError::Usage("--seq-len must be at least 1".into()));
-    }
+    hetplan::plan::validate::validate_seq_len(&model, seq_len)
+        .map_err(|e| CliError::Usage(format!("--seq-len {seq_len}: {e}")))?;
     let db = match &a.profile {
         Some(p) => Some(inputs::load_profile(p)?),
         None => None,

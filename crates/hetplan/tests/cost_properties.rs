@@ -51,7 +51,11 @@ proptest! {
         prop_assert!(large.peak_memory_bytes >= small.peak_memory_bytes);
     }
 
-    /// A higher ZeRO stage never needs more memory.
+    /// A higher ZeRO stage never needs more memory. One physical exception, excluded here:
+    /// ZeRO-3 holds the gathered current and prefetched layer beside its shard, so on a stage
+    /// of few layers with a small DP group (dp = 2, a large embedding) the gather buffers can
+    /// exceed what sharding the weights saves (docs/cost-model.md §5). For 0 → 1 → 2, and for
+    /// 2 → 3 whenever the stage has at least 8 layers and dp ≥ 4, it must hold.
     #[test]
     fn higher_zero_never_needs_more_memory(
         tp in prop::sample::select(vec![1u32, 2, 8]),
@@ -63,8 +67,12 @@ proptest! {
         let dp = 64 / (tp * pp);
         let spec = |z: u8| format!("tp={tp},pp={pp},dp={dp},mbs={mbs},m={},zero={z}", 2 * pp);
         let lo = run(&model, &cluster, &plan(&spec(zero), &model, &cluster));
-        let hi = run(&model, &cluster, &plan(&spec(zero + 1), &model, &cluster));
-        prop_assert!(hi.peak_memory_bytes <= lo.peak_memory_bytes);
+        let hi_plan = plan(&spec(zero + 1), &model, &cluster);
+        let hi = run(&model, &cluster, &hi_plan);
+        let few_layers = hi_plan.stages.iter().any(|s| s.layers.len() < 8);
+        if zero + 1 < 3 || (dp >= 4 && !few_layers) {
+            prop_assert!(hi.peak_memory_bytes <= lo.peak_memory_bytes);
+        }
     }
 
     /// More bandwidth, inside or between nodes, never makes an estimate slower.

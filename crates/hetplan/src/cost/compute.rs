@@ -70,7 +70,7 @@ fn saturate(x: f64, half: f64) -> f64 {
 
 /// Peak rate for GEMM-like work at the training precision. FP32 training uses the FP32 vector
 /// rate (PyTorch disables TF32 for matmuls by default since 1.12).
-fn matmul_peak(gpu: &GpuSpec, p: Precision) -> FlopPerSec {
+pub fn matmul_peak(gpu: &GpuSpec, p: Precision) -> FlopPerSec {
     match p {
         Precision::Fp32 => gpu.peak_fp32,
         _ => gpu.peak_tensor,
@@ -101,7 +101,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
     let m = if per_sample {
         s.mbs as f64
     } else {
-        (s.mbs * s.seq) as f64
+        s.mbs as f64 * s.seq as f64
     };
     match &op.kind {
         OpKind::Gemm {
@@ -147,10 +147,10 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
             let d = *head_dim as f64;
             // QKᵀ and PV: 2·s·d FLOPs each per query and head.
             let full = 4.0 * m * seq * hl * d;
-            let a_eff = k::attention_efficiency_on(*implementation, gpu.arch)
-                * saturate(seq, k::ATTN_HALF_SEQ);
             match implementation {
                 AttnImpl::Flash | AttnImpl::Triton => {
+                    let a_eff = k::attention_efficiency_on(*implementation, gpu.arch)
+                        * saturate(seq, k::ATTN_HALF_SEQ);
                     // Flash kernels skip the masked half of a causal score matrix.
                     let flop = if *causal { full / 2.0 } else { full };
                     let fwd = flop / (peak * a_eff) + ovh;
@@ -167,12 +167,17 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
                     // Unfused: the scores are materialised. Per element of the s×s matrix per
                     // head: write scores, read them into softmax, write probabilities, read them
                     // for PV (2 B each) = 8 B forward, twice that backward.
+                    // The two products are batched GEMMs (s × d)·(d × s) and (s × s)·(s × d): GEMM
+                    // efficiency of the GPU with the head dimension as their short side.
                     let flop = full;
+                    let g_eff = k::attention_efficiency_on(AttnImpl::Torch, gpu.arch)
+                        * saturate(seq, k::GEMM_HALF_DIM)
+                        * saturate(seq, k::GEMM_HALF_DIM)
+                        * saturate(d, k::GEMM_HALF_DIM);
                     let score_bytes = 8.0 * m * seq * hl * act_scale;
-                    let fwd =
-                        (flop / (peak * a_eff)).max(0.0) + hbm_time(gpu, score_bytes) + 4.0 * ovh;
+                    let fwd = flop / (peak * g_eff) + hbm_time(gpu, score_bytes) + 4.0 * ovh;
                     let bwd =
-                        2.0 * flop / (peak * a_eff) + hbm_time(gpu, 2.0 * score_bytes) + 6.0 * ovh;
+                        2.0 * flop / (peak * g_eff) + hbm_time(gpu, 2.0 * score_bytes) + 6.0 * ovh;
                     OpCost {
                         fwd,
                         bwd,
@@ -284,30 +289,58 @@ impl ComputeTimes for Analytic {
     }
 }
 
-/// FLOPs the model "needs" per iteration for MFU (Korthikanti et al. 2022 §6, "model FLOPs"):
-/// three times the forward matrix-product FLOPs — every GEMM, and the attention products
-/// counted over the full s×s score matrix — independent of recomputation and of how causal
-/// kernels skip work.
-pub fn model_flop(model: &Model, samples: u64, seq: u64) -> Flop {
-    let m = (samples * model.tokens_per_sample(seq)) as f64;
-    let mut f = 0.0;
-    for l in &model.layers {
+/// Forward FLOPs of `layers` for `tokens` tokens as Korthikanti et al. 2022 (§6) count them:
+/// every GEMM and the attention products over the full s×s score matrix (causal kernels'
+/// skipped half included); `unfused_attention` is the part that selective recomputation repeats.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ModelFlop {
+    pub all: f64,
+    pub unfused_attention: f64,
+}
+
+pub fn forward_model_flop(
+    model: &Model,
+    layers: std::ops::Range<usize>,
+    tokens: f64,
+    seq: u64,
+) -> ModelFlop {
+    let mut f = ModelFlop::default();
+    for l in &model.layers[layers] {
         for op in &l.ops {
-            f += match &op.kind {
+            match &op.kind {
                 OpKind::Gemm {
                     k,
                     n,
                     count,
                     token_fraction,
                     ..
-                } => 2.0 * m * token_fraction * (*k as f64) * (*n as f64) * (*count as f64),
+                } => {
+                    f.all +=
+                        2.0 * tokens * token_fraction * (*k as f64) * (*n as f64) * (*count as f64)
+                }
                 OpKind::Attention {
-                    heads, head_dim, ..
-                } => 4.0 * m * seq as f64 * (*heads as f64) * (*head_dim as f64),
-                OpKind::Opaque { flops_per_sample } => m * flops_per_sample,
-                _ => 0.0,
-            };
+                    heads,
+                    head_dim,
+                    implementation,
+                    ..
+                } => {
+                    let a = 4.0 * tokens * seq as f64 * (*heads as f64) * (*head_dim as f64);
+                    f.all += a;
+                    if *implementation == AttnImpl::Torch {
+                        f.unfused_attention += a;
+                    }
+                }
+                OpKind::Opaque { flops_per_sample } => f.all += tokens * flops_per_sample,
+                _ => {}
+            }
         }
     }
-    Flop(3.0 * f)
+    f
+}
+
+/// FLOPs the model "needs" per iteration for MFU: three times the forward model FLOPs
+/// (forward, and backward's two products), independent of recomputation.
+pub fn model_flop(model: &Model, samples: u64, seq: u64) -> Flop {
+    let tokens = samples as f64 * model.tokens_per_sample(seq) as f64;
+    Flop(3.0 * forward_model_flop(model, 0..model.layers.len(), tokens, seq).all)
 }

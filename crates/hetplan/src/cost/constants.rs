@@ -53,13 +53,13 @@ pub const GEMM_HALF_DIM: f64 = 64.0;
 /// - Triton (MPT/llm-foundry's kernel, an earlier, slower port of FlashAttention v1): 0.33 —
 ///   *calibrated* on the 32k–64k-token rows of the calibration data, where the attention core
 ///   is 60–70% of the work (the other constants fixed by the short-sequence rows).
-/// - Torch (unfused): its two GEMMs run as GEMMs; this factor applies to them, and the softmax
-///   traffic is charged to HBM separately.
-pub fn attention_efficiency(imp: AttnImpl) -> f64 {
+/// - Torch (unfused): its two products are batched GEMMs and run at the GPU's GEMM efficiency
+///   (see [`attention_efficiency_on`]); the softmax traffic is charged to HBM separately.
+fn flash_efficiency(imp: AttnImpl) -> f64 {
     match imp {
         AttnImpl::Flash => 0.55,
         AttnImpl::Triton => 0.33,
-        AttnImpl::Torch => 0.70,
+        AttnImpl::Torch => unreachable!("unfused attention runs at GEMM efficiency"),
     }
 }
 
@@ -72,11 +72,13 @@ pub const PRE_HOPPER_KERNEL_ON_HOPPER: f64 = 0.5;
 
 /// Achievable fraction of peak of an attention kernel on a GPU architecture.
 pub fn attention_efficiency_on(imp: AttnImpl, arch: Arch) -> f64 {
-    let base = attention_efficiency(imp);
     let hopper_or_later = matches!(arch, Arch::Hopper | Arch::Blackwell);
     match imp {
-        AttnImpl::Flash | AttnImpl::Triton if hopper_or_later => base * PRE_HOPPER_KERNEL_ON_HOPPER,
-        _ => base,
+        AttnImpl::Torch => gemm_efficiency(arch),
+        AttnImpl::Flash | AttnImpl::Triton if hopper_or_later => {
+            flash_efficiency(imp) * PRE_HOPPER_KERNEL_ON_HOPPER
+        }
+        AttnImpl::Flash | AttnImpl::Triton => flash_efficiency(imp),
     }
 }
 

@@ -105,6 +105,15 @@ fn checkpoint_bytes(
     prev * tokens / split * p.element_bytes() / 2.0
 }
 
+/// How many of the stage's layers (its first ones) are fully recomputed in backward.
+pub fn recomputed_layers(stage: &Stage) -> usize {
+    match stage.recompute {
+        Recompute::Full => stage.layers.len(),
+        Recompute::Layers(n) => (n as usize).min(stage.layers.len()),
+        Recompute::None | Recompute::Selective => 0,
+    }
+}
+
 /// Activation bytes of one micro-batch through a stage, and the working set of recomputing its
 /// largest checkpointed layer.
 pub fn micro_batch_activations(
@@ -115,12 +124,8 @@ pub fn micro_batch_activations(
     precision: Precision,
     engine: Engine,
 ) -> (f64, f64) {
-    let tokens = (mbs * model.tokens_per_sample(seq)) as f64;
-    let n_ckpt = match stage.recompute {
-        Recompute::Full => stage.layers.len(),
-        Recompute::Layers(n) => n as usize,
-        _ => 0,
-    };
+    let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64;
+    let n_ckpt = recomputed_layers(stage);
     let selective = stage.recompute == Recompute::Selective;
     let mut kept = 0.0;
     let mut working: f64 = 0.0;
@@ -174,7 +179,7 @@ pub fn in_flight(schedule: Schedule, pipeline_depth: usize, stage: usize, m: u64
 /// before the loss turns them into the fp32 probabilities it keeps (those are counted with the
 /// saved activations, Korthikanti et al. 2022 §4.1: 4sbv/t).
 pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, seq: u64) -> f64 {
-    let tokens = (mbs * model.tokens_per_sample(seq)) as f64;
+    let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64;
     let mut t: f64 = 0.0;
     for i in stage.layers.iter() {
         for op in &model.layers[i].ops {

@@ -18,7 +18,7 @@ pub use profiled::Profiled;
 use crate::cluster::{Cluster, GpuId};
 use crate::model::Model;
 use crate::plan::{Engine, LayerRange, Plan, Recompute, Schedule, Stage};
-use crate::units::{Bytes, Flop, Seconds};
+use crate::units::{Bytes, Seconds};
 use comm::{collective_time, p2p_time, Collective};
 use constants as k;
 use serde::Serialize;
@@ -104,7 +104,13 @@ fn devices_per_node(devs: &[GpuId]) -> BTreeMap<u32, usize> {
     m
 }
 
-/// Per-replica, per-micro-batch timing of a stage.
+/// The GPUs of TP rank `k` in every DP replica of a stage: one data-parallel group.
+fn dp_group(st: &Stage, k: usize) -> Vec<GpuId> {
+    (0..st.dp as usize).map(|r| st.replica(r)[k]).collect()
+}
+
+/// Per-replica, per-micro-batch timing of a stage (seconds).
+#[derive(Clone, Copy)]
 struct ReplicaTime {
     forward: f64,
     backward: f64,
@@ -112,53 +118,276 @@ struct ReplicaTime {
     tp_comm: f64,
     p2p: f64,
     exposed: f64,
-    hw_flop: f64,
+    /// Adam step over this replica's shard, on its slowest GPU.
+    optimizer: f64,
     source: TimeSource,
 }
 
-/// Model FLOPs of one forward of `layers` for `tokens` tokens, split into what a full forward
-/// recomputation and a selective one would repeat (Korthikanti's counting, see `model_flop`).
-fn forward_model_flop(
-    model: &Model,
-    layers: std::ops::Range<usize>,
-    tokens: f64,
-    seq: u64,
-) -> (f64, f64) {
-    let mut all = 0.0;
-    let mut attn = 0.0;
-    for i in layers {
-        for op in &model.layers[i].ops {
-            match &op.kind {
-                crate::model::OpKind::Gemm {
-                    k,
-                    n,
-                    count,
-                    token_fraction,
-                    ..
-                } => {
-                    all +=
-                        2.0 * tokens * token_fraction * (*k as f64) * (*n as f64) * (*count as f64)
-                }
-                crate::model::OpKind::Attention {
-                    heads,
-                    head_dim,
-                    implementation,
-                    ..
-                } => {
-                    let f = 4.0 * tokens * seq as f64 * (*heads as f64) * (*head_dim as f64);
-                    all += f;
-                    if *implementation == crate::model::AttnImpl::Torch {
-                        attn += f;
-                    }
-                }
-                crate::model::OpKind::Opaque { flops_per_sample } => {
-                    all += tokens * flops_per_sample
-                }
-                _ => {}
-            }
+impl ReplicaTime {
+    /// The stable micro-batch time tᵢ of this replica.
+    fn total(&self) -> f64 {
+        self.forward + self.backward + self.recompute + self.tp_comm + self.p2p + self.exposed
+    }
+}
+
+/// Everything the per-stage computations share.
+struct Ctx<'a> {
+    w: Workload<'a>,
+    plan: &'a Plan,
+    compute: &'a dyn ComputeTimes,
+    tokens_per_sample: f64,
+    /// Bytes per element of activations, of gathered parameters and of reduced gradients.
+    elem: f64,
+    pg_bytes: f64,
+    gg_bytes: f64,
+}
+
+/// The layer's time on the slowest GPU type of a TP group: the group moves in lock step.
+fn slowest_layer_time(ctx: &Ctx<'_>, devs: &[GpuId], layer: usize, shape: LayerShape) -> LayerTime {
+    let cluster = ctx.w.cluster;
+    let mut types: Vec<_> = devs.iter().map(|g| cluster.gpu_type_of(*g)).collect();
+    types.sort();
+    types.dedup();
+    types
+        .into_iter()
+        .map(|t| {
+            ctx.compute
+                .layer_time(&cluster.gpu_types[t.0], ctx.w.model, layer, shape)
+        })
+        .max_by(|a, b| {
+            (a.forward + a.backward)
+                .get()
+                .total_cmp(&(b.forward + b.backward).get())
+        })
+        .expect("a TP group has at least one GPU")
+}
+
+/// Time of one micro-batch through replica `r` of stage `si`.
+fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize) -> ReplicaTime {
+    let (model, cluster, plan, seq) = (ctx.w.model, ctx.w.cluster, ctx.plan, ctx.w.seq_len);
+    let st = &plan.stages[si];
+    let devs = st.replica(r);
+    let mbs = st.micro_batch_sizes[r];
+    let tokens = mbs as f64 * ctx.tokens_per_sample;
+    let shape = LayerShape {
+        mbs,
+        seq,
+        tp: st.tp,
+        sequence_parallel: st.sequence_parallel,
+        precision: plan.precision,
+    };
+    let n_ckpt = memory::recomputed_layers(st);
+    let mut rt = ReplicaTime {
+        forward: 0.0,
+        backward: 0.0,
+        recompute: 0.0,
+        tp_comm: 0.0,
+        p2p: 0.0,
+        exposed: 0.0,
+        optimizer: 0.0,
+        source: TimeSource::Analytic,
+    };
+    for (j, li) in st.layers.iter().enumerate() {
+        let lt = slowest_layer_time(ctx, devs, li, shape);
+        if lt.source != TimeSource::Analytic {
+            rt.source = lt.source;
+        }
+        rt.forward += lt.forward.get();
+        rt.backward += lt.backward.get();
+        let layer = &model.layers[li];
+        let tp_c = if st.tp > 1 && !lt.includes_tp_comm {
+            let bytes = Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0);
+            collective_time(cluster, devs, bytes, Collective::AllReduce, conc).get()
+        } else {
+            0.0
+        };
+        rt.tp_comm += tp_c * (layer.tp_allreduces_fwd + layer.tp_allreduces_bwd) as f64;
+        if j < n_ckpt {
+            rt.recompute += lt.forward.get() + tp_c * layer.tp_allreduces_fwd as f64;
+        } else if st.recompute == Recompute::Selective {
+            rt.recompute += lt.selective_forward.get();
         }
     }
-    (all, attn)
+    // Pipeline sends: this replica's activations to the next stage and its input gradients to
+    // the previous one, 1/tp per TP rank (Megatron scatter-gather), to the replica of the
+    // neighbour that consumes them (r mod its dp).
+    let tp = st.tp.max(1) as f64;
+    if let Some(nx) = plan.stages.get(si + 1) {
+        let out = model.layers[st.layers.end - 1].output_bytes_per_token;
+        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
+        let to = nx.replica(r % nx.dp.max(1) as usize)[0];
+        rt.p2p += p2p_time(cluster, devs[0], to, bytes, conc(devs[0].node)).get();
+    }
+    if si > 0 {
+        let pv = &plan.stages[si - 1];
+        let out = model.layers[st.layers.start - 1].output_bytes_per_token;
+        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
+        let to = pv.replica(r % pv.dp.max(1) as usize)[0];
+        rt.p2p += p2p_time(cluster, devs[0], to, bytes, conc(devs[0].node)).get();
+    }
+    let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
+    let nlayers = st.layers.len().max(1) as f64;
+    let dp = st.dp.max(1) as f64;
+    // ZeRO-3: every micro-batch gathers the parameters in forward and in backward and
+    // reduce-scatters gradients in backward; ZeRO-2 only the reduce-scatter. Prefetching (FSDP,
+    // DeepSpeed) overlaps layer l+1's transfer with layer l's compute, and the two slow each
+    // other (Mist's interference model); the first layer's transfer is exposed.
+    if st.dp > 1 && st.zero >= 2 {
+        let group = dp_group(st, 0);
+        let ag = collective_time(
+            cluster,
+            &group,
+            Bytes(params_local * ctx.pg_bytes),
+            Collective::AllGather,
+            conc,
+        )
+        .get();
+        let rs = collective_time(
+            cluster,
+            &group,
+            Bytes(params_local * ctx.gg_bytes),
+            Collective::ReduceScatter,
+            conc,
+        )
+        .get();
+        let (fwd_comm, bwd_comm) = if st.zero == 3 {
+            (ag, ag + rs)
+        } else {
+            (0.0, rs)
+        };
+        rt.exposed += exposed_behind(rt.forward, fwd_comm, nlayers);
+        rt.exposed += exposed_behind(rt.backward + rt.recompute, bwd_comm, nlayers);
+    }
+    // Offloading over the host link, overlapped with compute (Mist Fig. 7): weights come up for
+    // forward and backward, activations go down in forward and up in backward, gradients go down
+    // in backward.
+    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
+    let pcie = devs
+        .iter()
+        .map(|g| cluster.gpu(*g).pcie_bandwidth.get())
+        .fold(f64::INFINITY, f64::min);
+    let off = st.offload;
+    if !off.is_none() {
+        let shard3 = if st.zero >= 3 { dp } else { 1.0 };
+        let wb = off.weights * params_local * w_bytes / shard3;
+        let (act, _) =
+            memory::micro_batch_activations(model, st, mbs, seq, plan.precision, plan.engine);
+        let ab = off.activations * act;
+        let gb = off.gradients * params_local * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
+        let fwd_io = (wb + ab) / pcie;
+        let bwd_io = (wb + ab + gb) / pcie;
+        rt.exposed +=
+            (fwd_io - rt.forward).max(0.0) + (bwd_io - rt.backward - rt.recompute).max(0.0);
+    }
+    // The optimizer step over this replica's shard, HBM-bound Adam on its slowest GPU;
+    // offloaded states are updated by the CPU (DeepSpeed CPU-Adam) after their gradients cross
+    // PCIe.
+    let shard = if st.zero >= 1 { dp } else { 1.0 };
+    let hbm = devs
+        .iter()
+        .map(|g| cluster.gpu(*g).hbm_bandwidth.get())
+        .fold(f64::INFINITY, f64::min);
+    let on_gpu = params_local / shard * (1.0 - off.optimizer);
+    rt.optimizer = on_gpu * k::ADAM_BYTES_PER_PARAM / (hbm * k::HBM_EFFICIENCY);
+    if off.optimizer > 0.0 {
+        let off_params = params_local / shard * off.optimizer;
+        rt.optimizer +=
+            off_params / k::CPU_ADAM_PARAMS_PER_S + off_params * (g_bytes + w_bytes) / pcie;
+    }
+    rt
+}
+
+/// Communication of `comm` seconds spread over `layers` layers behind `compute` seconds: the
+/// first layer's share is exposed, the rest runs beside compute, and both slow down.
+fn exposed_behind(compute: f64, comm: f64, layers: f64) -> f64 {
+    if comm <= 0.0 {
+        return 0.0;
+    }
+    let hidden = comm * (1.0 - 1.0 / layers);
+    overlap::co_run(compute, hidden) - compute + comm / layers
+}
+
+/// End-of-iteration work of a stage that the pipeline does not hide: (DP synchronisation
+/// total, its exposed part, the tied-embedding gradient reduction).
+fn end_of_iteration(
+    ctx: &Ctx<'_>,
+    si: usize,
+    worst: &ReplicaTime,
+    conc: &dyn Fn(u32) -> usize,
+) -> (f64, f64, f64) {
+    let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
+    let st = &plan.stages[si];
+    let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
+    let nlayers = st.layers.len().max(1) as f64;
+    let group = dp_group(st, 0);
+    let g = Bytes(params_local * ctx.gg_bytes);
+    let p = Bytes(params_local * ctx.pg_bytes);
+    let time = |b: Bytes, c: Collective| collective_time(cluster, &group, b, c, conc).get();
+    // Gradient reduction after the last backward, bucketed so that it overlaps that backward
+    // (Megatron overlap-grad-reduce, DDP, DeepSpeed overlap_comm); ZeRO-2/3 reduced per
+    // micro-batch already.
+    let (reduce, gather) = if st.dp > 1 {
+        match st.zero {
+            0 => (time(g, Collective::AllReduce), 0.0),
+            1 => (
+                time(g, Collective::ReduceScatter),
+                time(p, Collective::AllGather),
+            ),
+            2 => (0.0, time(p, Collective::AllGather)),
+            _ => (0.0, 0.0),
+        }
+    } else {
+        (0.0, 0.0)
+    };
+    let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, nlayers);
+    // The parameter all-gather of ZeRO-1/2 follows the optimizer step: Megatron
+    // (overlap-param-gather) and FSDP hide it behind the next forward, layer by layer;
+    // DeepSpeed waits for it.
+    exposed += match plan.engine {
+        Engine::Megatron | Engine::Fsdp => exposed_behind(worst.forward, gather, nlayers),
+        Engine::Deepspeed => gather,
+    };
+    // A tied embedding lives on the first and the last stage: Megatron all-reduces its
+    // gradient between the two after the pipeline flush, before the optimizer step.
+    let mut tied = 0.0;
+    let embedding_here = st
+        .layers
+        .iter()
+        .any(|l| model.layers[l].kind == crate::model::LayerKind::Embedding);
+    let tied_here: f64 = st
+        .layers
+        .iter()
+        .flat_map(|l| model.layers[l].ops.iter())
+        .filter(|o| o.tied)
+        .map(|o| o.params as f64)
+        .sum();
+    let tied_params = if tied_here > 0.0 && !embedding_here {
+        tied_here
+    } else if embedding_here && si == 0 {
+        // The embedding's stage pairs with the stage holding the tied head, if that is another.
+        plan.stages
+            .iter()
+            .skip(1)
+            .flat_map(|s| s.layers.iter())
+            .flat_map(|l| model.layers[l].ops.iter())
+            .filter(|o| o.tied)
+            .map(|o| o.params as f64)
+            .sum()
+    } else {
+        0.0
+    };
+    if tied_params > 0.0 {
+        let other = if embedding_here {
+            plan.stages.len() - 1
+        } else {
+            0
+        };
+        let os = &plan.stages[other];
+        let pair = [st.replica(0)[0], os.replica(0)[0]];
+        let bytes = Bytes(tied_params / st.tp.max(1) as f64 * ctx.gg_bytes);
+        tied = collective_time(cluster, &pair, bytes, Collective::AllReduce, conc).get();
+    }
+    (reduce + gather, exposed, tied)
 }
 
 /// Estimates one training iteration of `plan`. The plan must have passed
@@ -174,237 +403,61 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         Schedule::Interleaved { virtual_stages } => virtual_stages.max(1) as usize,
         _ => 1,
     };
-    let elem = plan.precision.element_bytes();
-    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
-    // Element sizes on the wire of parameter gathers and gradient reductions.
     let (pg_bytes, gg_bytes) = plan.collective_element_bytes();
+    let ctx = Ctx {
+        w,
+        plan,
+        compute,
+        tokens_per_sample,
+        elem: plan.precision.element_bytes(),
+        pg_bytes,
+        gg_bytes,
+    };
     let mut notes = Vec::new();
     let mut stages = Vec::with_capacity(plan.stages.len());
     let mut per_gpu = Vec::new();
-    let mut hw_flop_total = 0.0;
-    let mut model_flop_hw = 0.0;
+    let mut hardware_model_flop = 0.0;
 
     for (si, st) in plan.stages.iter().enumerate() {
         let gpn = devices_per_node(&st.devices);
         let conc = |node: u32| gpn.get(&node).copied().unwrap_or(0);
-        let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
-        let dp = st.dp.max(1) as f64;
-        let nlayers = st.layers.len().max(1) as f64;
-        // The next stage in pipeline order (chunk order for interleaving).
-        let next = plan.stages.get(si + 1);
-
-        let mut replicas = Vec::with_capacity(st.dp as usize);
-        for r in 0..st.dp as usize {
-            let devs = st.replica(r);
-            let gpu = cluster.gpu(devs[0]);
-            let mbs = st.micro_batch_sizes[r];
-            let shape = LayerShape {
-                mbs,
-                seq,
-                tp: st.tp,
-                sequence_parallel: st.sequence_parallel,
-                precision: plan.precision,
-            };
-            let mut rt = ReplicaTime {
-                forward: 0.0,
-                backward: 0.0,
-                recompute: 0.0,
-                tp_comm: 0.0,
-                p2p: 0.0,
-                exposed: 0.0,
-                hw_flop: 0.0,
-                source: TimeSource::Analytic,
-            };
-            let n_ckpt = match st.recompute {
-                Recompute::Full => st.layers.len(),
-                Recompute::Layers(n) => n as usize,
-                _ => 0,
-            };
-            let tokens = mbs as f64 * tokens_per_sample;
-            for (j, li) in st.layers.iter().enumerate() {
-                let lt = compute.layer_time(gpu, model, li, shape);
-                if lt.source != TimeSource::Analytic {
-                    rt.source = lt.source;
-                }
-                rt.forward += lt.forward.get();
-                rt.backward += lt.backward.get();
-                let mut hw = lt.forward_flop.get() + lt.backward_flop.get();
-                let layer = &model.layers[li];
-                let tp_c = if st.tp > 1 && !lt.includes_tp_comm {
-                    let bytes = Bytes(tokens * layer.tp_comm_bytes_per_token * elem / 2.0);
-                    collective_time(cluster, devs, bytes, Collective::AllReduce, &conc).get()
-                } else {
-                    0.0
-                };
-                rt.tp_comm += tp_c * (layer.tp_allreduces_fwd + layer.tp_allreduces_bwd) as f64;
-                if j < n_ckpt {
-                    rt.recompute += lt.forward.get() + tp_c * layer.tp_allreduces_fwd as f64;
-                    hw += lt.forward_flop.get();
-                } else if st.recompute == Recompute::Selective {
-                    rt.recompute += lt.selective_forward.get();
-                }
-                rt.hw_flop += hw;
-            }
-            // Pipeline sends: this replica's share of the activations to the next stage
-            // (Megatron scatter-gather: each TP rank sends 1/tp).
-            if let Some(nx) = next {
-                let out = model.layers[st.layers.end - 1].output_bytes_per_token;
-                let bytes = Bytes(tokens * out * elem / 2.0 / st.tp.max(1) as f64);
-                let to = nx.replica(r % nx.dp.max(1) as usize)[0];
-                rt.p2p += p2p_time(cluster, devs[0], to, bytes, conc(devs[0].node)).get();
-            }
-            // ... and the gradients back to the previous stage.
-            if si > 0 {
-                let pv = &plan.stages[si - 1];
-                let out = model.layers[st.layers.start - 1].output_bytes_per_token;
-                let bytes = Bytes(tokens * out * elem / 2.0 / st.tp.max(1) as f64);
-                let to = pv.replica(r % pv.dp.max(1) as usize)[0];
-                rt.p2p += p2p_time(cluster, devs[0], to, bytes, conc(devs[0].node)).get();
-            }
-            // ZeRO-3: every micro-batch gathers the parameters in forward and in backward and
-            // reduce-scatters gradients in backward; ZeRO-2 only the reduce-scatter. Prefetching
-            // (FSDP, DeepSpeed) overlaps layer l+1's gather with layer l's compute: what is left
-            // is the excess over compute plus the first layer's gather.
-            let dp_group: Vec<GpuId> = (0..st.dp as usize).map(|q| st.replica(q)[0]).collect();
-            if st.dp > 1 && st.zero >= 2 {
-                let pbytes = Bytes(params_local * pg_bytes);
-                let gbytes = Bytes(params_local * gg_bytes);
-                let ag =
-                    collective_time(cluster, &dp_group, pbytes, Collective::AllGather, &conc).get();
-                let rs =
-                    collective_time(cluster, &dp_group, gbytes, Collective::ReduceScatter, &conc)
-                        .get();
-                let (fwd_comm, bwd_comm) = if st.zero == 3 {
-                    (ag, ag + rs)
-                } else {
-                    (0.0, rs)
-                };
-                let fwd_compute = rt.forward;
-                let bwd_compute = rt.backward + rt.recompute;
-                // All but the first layer's transfer runs beside compute and slows it.
-                let hidden = 1.0 - 1.0 / nlayers;
-                rt.exposed += overlap::co_run(fwd_compute, fwd_comm * hidden) - fwd_compute
-                    + fwd_comm / nlayers;
-                rt.exposed += overlap::co_run(bwd_compute, bwd_comm * hidden) - bwd_compute
-                    + bwd_comm / nlayers;
-            }
-            // Offloading over the host link, overlapped with compute (Mist Fig. 7): weights
-            // come up for forward and backward, activations go down in forward and up in
-            // backward, gradients go down in backward.
-            let off = st.offload;
-            if !off.is_none() {
-                let pcie = gpu.pcie_bandwidth.get();
-                let shard3 = if st.zero >= 3 { dp } else { 1.0 };
-                let wb = off.weights * params_local * w_bytes / shard3;
-                let (act, _) = memory::micro_batch_activations(
-                    model,
-                    st,
-                    mbs,
-                    seq,
-                    plan.precision,
-                    plan.engine,
-                );
-                let ab = off.activations * act;
-                let gb =
-                    off.gradients * params_local * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
-                let fwd_io = (wb + ab) / pcie;
-                let bwd_io = (wb + ab + gb) / pcie;
-                rt.exposed +=
-                    (fwd_io - rt.forward).max(0.0) + (bwd_io - rt.backward - rt.recompute).max(0.0);
-            }
-            replicas.push(rt);
-        }
-
-        let slowest = replicas
+        let replicas: Vec<ReplicaTime> = (0..st.dp as usize)
+            .map(|r| replica_time(&ctx, si, r, &conc))
+            .collect();
+        let worst = *replicas
             .iter()
-            .map(|r| r.forward + r.backward + r.recompute + r.tp_comm + r.p2p + r.exposed)
-            .fold(0.0f64, f64::max);
-        let worst = replicas
-            .iter()
-            .max_by(|a, b| {
-                let ta = a.forward + a.backward + a.recompute + a.tp_comm + a.p2p + a.exposed;
-                let tb = b.forward + b.backward + b.recompute + b.tp_comm + b.p2p + b.exposed;
-                ta.total_cmp(&tb)
-            })
-            .expect("a stage has at least one replica");
-        hw_flop_total +=
-            replicas.iter().map(|r| r.hw_flop).sum::<f64>() * st.tp.max(1) as f64 * m as f64;
-        let samples_mb: u64 = st.samples_per_micro_batch();
-        let (fwd_model, attn_model) = forward_model_flop(
-            model,
-            st.layers.iter(),
-            samples_mb as f64 * tokens_per_sample,
-            seq,
-        );
-        let rec_model = match st.recompute {
-            Recompute::Full => fwd_model,
-            Recompute::Layers(n) => {
-                let end = (st.layers.start + n as usize).min(st.layers.end);
-                forward_model_flop(
-                    model,
-                    st.layers.start..end,
-                    samples_mb as f64 * tokens_per_sample,
-                    seq,
-                )
-                .0
+            .max_by(|a, b| a.total().total_cmp(&b.total()))
+            .expect("a validated stage has at least one replica");
+        let optimizer = replicas.iter().map(|r| r.optimizer).fold(0.0, f64::max);
+
+        // Model FLOPs as Korthikanti counts them, plus what recomputation repeats (for HFU).
+        let tokens_mb = st.samples_per_micro_batch() as f64 * tokens_per_sample;
+        let fwd = compute::forward_model_flop(model, st.layers.iter(), tokens_mb, seq);
+        let recomputed = match st.recompute {
+            Recompute::Full | Recompute::Layers(_) => {
+                let end = st.layers.start + memory::recomputed_layers(st);
+                compute::forward_model_flop(model, st.layers.start..end, tokens_mb, seq).all
             }
-            Recompute::Selective => attn_model,
+            Recompute::Selective => fwd.unfused_attention,
             Recompute::None => 0.0,
         };
-        model_flop_hw += (3.0 * fwd_model + rec_model) * m as f64;
+        hardware_model_flop += (3.0 * fwd.all + recomputed) * m as f64;
 
-        // Data-parallel synchronisation at the end of the iteration, per TP rank's DP group;
-        // all TP ranks' groups run at once and share the network.
-        let dp_group: Vec<GpuId> = (0..st.dp as usize).map(|q| st.replica(q)[0]).collect();
-        let dp_sync = if st.dp > 1 {
-            let g = Bytes(params_local * gg_bytes);
-            let p = Bytes(params_local * pg_bytes);
-            match st.zero {
-                0 => collective_time(cluster, &dp_group, g, Collective::AllReduce, &conc).get(),
-                1 => {
-                    collective_time(cluster, &dp_group, g, Collective::ReduceScatter, &conc).get()
-                        + collective_time(cluster, &dp_group, p, Collective::AllGather, &conc).get()
-                }
-                2 => collective_time(cluster, &dp_group, p, Collective::AllGather, &conc).get(),
-                _ => 0.0,
-            }
-        } else {
-            0.0
-        };
-        // Bucketed reduction overlaps the last micro-batch's backward (Megatron
-        // overlap-grad-reduce, DeepSpeed overlap_comm, DDP/FSDP hooks); the last layer's bucket
-        // cannot overlap. Parameter all-gathers after the step overlap the next forward in
-        // Megatron (overlap-param-gather) but not in DeepSpeed.
-        let bwd_last = worst.backward + worst.recompute;
-        let dp_exposed = match plan.engine {
-            Engine::Megatron | Engine::Fsdp | Engine::Deepspeed => {
-                let hidden = dp_sync * (1.0 - 1.0 / nlayers);
-                overlap::co_run(bwd_last, hidden) - bwd_last + dp_sync / nlayers
-            }
-        };
-        // Optimizer step: HBM-bound Adam over this GPU's shard; offloaded states are updated by
-        // the CPU (DeepSpeed CPU-Adam) after their gradients cross PCIe.
-        let shard = if st.zero >= 1 { dp } else { 1.0 };
-        let gpu0 = cluster.gpu(st.devices[0]);
-        let opt_on_gpu = params_local / shard * (1.0 - st.offload.optimizer);
-        let mut optimizer =
-            opt_on_gpu * k::ADAM_BYTES_PER_PARAM / (gpu0.hbm_bandwidth.get() * k::HBM_EFFICIENCY);
-        if st.offload.optimizer > 0.0 {
-            let off_params = params_local / shard * st.offload.optimizer;
-            optimizer += off_params / k::CPU_ADAM_PARAMS_PER_S
-                + off_params * (g_bytes + w_bytes) / gpu0.pcie_bandwidth.get();
-        }
-        let extra = dp_exposed + optimizer;
+        let (dp_sync, dp_exposed, tied) = end_of_iteration(&ctx, si, &worst, &conc);
+        let extra = dp_exposed + tied + optimizer;
 
-        // Memory of each GPU of the stage.
-        let pipe_index = si % depth;
-        let inflight = memory::in_flight(plan.schedule, depth, pipe_index, m);
+        // Memory: a device holds all its chunks (interleaving), so it is computed once per
+        // physical stage, from its first chunk, over all of them.
+        let first_chunk = si % depth;
+        let inflight = memory::in_flight(plan.schedule, depth, first_chunk, m);
         let mut worst_mem = MemoryBreakdown::default();
         for r in 0..st.dp as usize {
-            let mbs = st.micro_batch_sizes[r];
-            let mem = stage_memory(w, plan, st, si, mbs, params_local, inflight, v);
+            let mem = device_memory(&ctx, first_chunk, r, inflight);
             if mem.total.get() > worst_mem.total.get() {
                 worst_mem = mem;
+            }
+            if si >= depth {
+                continue;
             }
             for &g in st.replica(r) {
                 let spec = cluster.gpu(g);
@@ -435,46 +488,37 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
             tp_comm: Seconds(worst.tp_comm),
             p2p: Seconds(worst.p2p),
             exposed_per_micro_batch: Seconds(worst.exposed),
-            micro_batch_time: Seconds(slowest),
+            micro_batch_time: Seconds(worst.total()),
             dp_sync: Seconds(dp_sync),
-            dp_sync_exposed: Seconds(dp_exposed),
+            dp_sync_exposed: Seconds(dp_exposed + tied),
             optimizer: Seconds(optimizer),
             extra: Seconds(extra),
             memory: worst_mem,
             compute_source: worst.source,
         });
-        if worst.source != TimeSource::Analytic && worst.source != TimeSource::Measured {
+        if matches!(
+            worst.source,
+            TimeSource::Interpolated | TimeSource::Extrapolated
+        ) {
             notes.push(format!(
                 "stage {si}: layer times {} from profile points",
-                match worst.source {
-                    TimeSource::Interpolated => "interpolated",
-                    _ => "extrapolated",
+                if worst.source == TimeSource::Interpolated {
+                    "interpolated"
+                } else {
+                    "extrapolated"
                 }
             ));
         }
     }
 
-    // Interleaved chunks: a device's per-micro-batch time is the sum over its chunks.
-    let device_t: Vec<f64> = (0..depth)
-        .map(|p| {
-            stages
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i % depth == p)
-                .map(|(_, s)| s.micro_batch_time.get())
-                .sum()
-        })
-        .collect();
-    let device_d: Vec<f64> = (0..depth)
-        .map(|p| {
-            stages
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i % depth == p)
-                .map(|(_, s)| s.extra.get())
-                .sum()
-        })
-        .collect();
+    // A device's per-micro-batch time and extra: the sums over its chunks (interleaving).
+    let per_device = |f: &dyn Fn(&StageEstimate) -> f64| -> Vec<f64> {
+        (0..depth)
+            .map(|p| stages.iter().skip(p).step_by(depth).map(f).sum())
+            .collect()
+    };
+    let device_t = per_device(&|s| s.micro_batch_time.get());
+    let device_d = per_device(&|s| s.extra.get());
     let t_max = device_t.iter().copied().fold(0.0, f64::max);
     let t_sum: f64 = device_t.iter().sum();
     // Mist Eq. 1: (m−1)·max tᵢ + Σ tᵢ + max_i (dᵢ − Σ_{j<i} tⱼ). With v virtual stages the
@@ -494,11 +538,12 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
     } else {
         0.0
     };
-    let num_gpus = plan.devices().len();
-    let peak_sum: f64 = plan
-        .devices()
+    let devices = plan.devices();
+    let num_gpus = devices.len();
+    // MFU and HFU against the peak of the precision the plan computes in.
+    let peak_sum: f64 = devices
         .iter()
-        .map(|g| cluster.gpu(*g).peak_tensor.get())
+        .map(|g| compute::matmul_peak(cluster.gpu(*g), plan.precision).get())
         .sum();
     let mflop = compute::model_flop(model, plan.global_batch, seq).get();
     let samples_per_s = plan.global_batch as f64 / iteration;
@@ -508,27 +553,24 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         .iter()
         .map(|g| g.peak_memory_bytes)
         .fold(0.0, f64::max);
-    for g in per_gpu.iter().filter(|g| !g.fits) {
-        if notes.len() < 8 {
-            notes.push(format!(
-                "{} ({}, stage {}): needs {}, has {}: out of memory by {}",
-                g.gpu,
-                g.gpu_type,
-                g.stage,
-                Bytes(g.peak_memory_bytes),
-                Bytes(g.capacity_bytes),
-                Bytes(g.peak_memory_bytes - g.capacity_bytes)
-            ));
-        }
+    for g in per_gpu.iter().filter(|g| !g.fits).take(8) {
+        notes.push(format!(
+            "{} ({}, stage {}): needs {}, has {}: out of memory by {}",
+            g.gpu,
+            g.gpu_type,
+            g.stage,
+            Bytes(g.peak_memory_bytes),
+            Bytes(g.capacity_bytes),
+            Bytes(g.peak_memory_bytes - g.capacity_bytes)
+        ));
     }
-    let _ = hw_flop_total;
     Estimate {
         iteration_time_s: iteration,
         samples_per_s,
         tokens_per_s,
         tokens_per_s_per_gpu: tokens_per_s / num_gpus.max(1) as f64,
         mfu: mflop / (iteration * peak_sum),
-        hfu: model_flop_hw / (iteration * peak_sum),
+        hfu: hardware_model_flop / (iteration * peak_sum),
         bubble_fraction,
         fits,
         peak_memory_bytes: peak_memory,
@@ -539,62 +581,47 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
     }
 }
 
-/// Memory of one GPU of replica with micro-batch size `mbs` of stage `si`.
-#[allow(clippy::too_many_arguments)]
-fn stage_memory(
-    w: Workload<'_>,
-    plan: &Plan,
-    st: &Stage,
-    si: usize,
-    mbs: u64,
-    params_local: f64,
-    inflight: f64,
-    v: usize,
-) -> MemoryBreakdown {
-    let model = w.model;
-    let seq = w.seq_len;
+/// Memory of one GPU of DP replica `r` of physical stage `p`: all its chunks (interleaving) with
+/// `inflight` stage-equivalents of activations.
+fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBreakdown {
+    let (model, plan, seq) = (ctx.w.model, ctx.plan, ctx.w.seq_len);
+    let depth = plan.pipeline_depth().max(1);
+    let chunks: Vec<&Stage> = plan.stages.iter().skip(p).step_by(depth).collect();
+    let st = chunks[0];
+    let mbs = st.micro_batch_sizes[r];
     let (w_bytes, g_bytes, o_bytes) = memory::state_bytes(plan.precision);
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
-    // With interleaving a device holds all its chunks' states.
-    let depth = plan.pipeline_depth().max(1);
-    let chunks: Vec<&Stage> = if v > 1 {
-        plan.stages
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % depth == si % depth)
-            .map(|(_, s)| s)
-            .collect()
-    } else {
-        vec![st]
-    };
-    let params: f64 = if v > 1 {
-        chunks
-            .iter()
-            .map(|c| memory::stage_params(model, c.layers.iter(), c.tp))
-            .sum()
-    } else {
-        params_local
-    };
+    let params: f64 = chunks
+        .iter()
+        .map(|c| memory::stage_params(model, c.layers.iter(), c.tp))
+        .sum();
     let weights = params * w_bytes / if st.zero >= 3 { dp } else { 1.0 } * (1.0 - off.weights);
     let gradients = params * g_bytes / if st.zero >= 2 { dp } else { 1.0 } * (1.0 - off.gradients);
     let optimizer = params * o_bytes / if st.zero >= 1 { dp } else { 1.0 } * (1.0 - off.optimizer);
     let mut act_per_mb = 0.0;
     let mut working: f64 = 0.0;
+    let mut transient: f64 = 0.0;
+    let mut gathered: f64 = 0.0;
     for c in &chunks {
         let (a, wk) =
             memory::micro_batch_activations(model, c, mbs, seq, plan.precision, plan.engine);
         act_per_mb += a;
         working = working.max(wk);
+        transient = transient.max(memory::transient_bytes(model, c, mbs, seq));
+        if c.zero >= 3 {
+            // ZeRO-3 holds the gathered current layer and the prefetched next one.
+            let largest = c
+                .layers
+                .iter()
+                .map(|l| memory::stage_params(model, l..l + 1, c.tp))
+                .fold(0.0, f64::max);
+            gathered = gathered.max(2.0 * largest * ctx.pg_bytes);
+        }
     }
     // Offloaded activations leave the GPU except for the micro-batch in progress.
     let activations = act_per_mb * (1.0 + (inflight - 1.0).max(0.0) * (1.0 - off.activations));
-    let mut temporary = working + memory::transient_bytes(model, st, mbs, seq);
-    if st.zero >= 3 {
-        // The gathered current layer and the prefetched next one.
-        let per_layer = params_local / st.layers.len().max(1) as f64;
-        temporary += 2.0 * per_layer * plan.collective_element_bytes().0;
-    }
+    let temporary = working + transient + gathered;
     let allocated = weights + gradients + optimizer + activations + temporary;
     let overhead = allocated * k::ALLOCATOR_OVERHEAD + Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
     MemoryBreakdown {
@@ -606,9 +633,4 @@ fn stage_memory(
         overhead: Bytes(overhead),
         total: Bytes(allocated + overhead),
     }
-}
-
-/// The FLOPs of one iteration that MFU counts (re-exported for reports).
-pub fn iteration_model_flop(model: &Model, global_batch: u64, seq: u64) -> Flop {
-    compute::model_flop(model, global_batch, seq)
 }

@@ -68,7 +68,7 @@
 use super::{Plan, Recompute, Schedule};
 use crate::cluster::{Cluster, GpuId};
 use crate::error::InputError;
-use crate::model::{LayerKind, Model};
+use crate::model::{Model, OpKind};
 use crate::names;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -182,12 +182,23 @@ pub enum PlanError {
     },
     #[error(
         "stage {stage} is a chunk of the interleaved schedule over {pp} GPU stages, so it must \
-         run on exactly the GPUs of stage {base}, but its GPUs differ"
+         run on exactly the GPUs of stage {base}, in the same order, but its GPUs differ"
     )]
     InterleavedDevices {
         stage: usize,
         base: usize,
         pp: usize,
+    },
+    #[error(
+        "stage {stage} is a chunk on the GPUs of stage {base}, so its {what} must be the same as \
+         stage {base}'s ({base_value}), not {value}"
+    )]
+    InterleavedLayout {
+        stage: usize,
+        base: usize,
+        what: &'static str,
+        value: String,
+        base_value: String,
     },
     #[error(
         "stage {stage} uses {}, which the cluster does not have: {available}",
@@ -525,27 +536,37 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
         });
     }
 
-    // Tensor parallelism against the attention heads, for stages holding transformer blocks.
-    if let Some(t) = &model.transformer {
+    // Tensor parallelism against the attention heads of every attention core in the stage
+    // (models may mix shapes: MoE splices, AMP's heterogeneous model).
+    if s.tp > 0 {
+        let tp = s.tp as u64;
         let end = s.layers.end.min(model.layers.len());
-        let has_blocks =
-            (s.layers.start.min(end)..end).any(|l| model.layers[l].kind == LayerKind::Transformer);
-        if s.tp > 0 && has_blocks {
-            let tp = s.tp as u64;
-            let heads_ok = t.heads.is_multiple_of(tp);
+        let mut shapes: BTreeSet<(u64, u64)> = BTreeSet::new();
+        for l in &model.layers[s.layers.start.min(end)..end] {
+            for op in &l.ops {
+                if let OpKind::Attention {
+                    heads, kv_heads, ..
+                } = op.kind
+                {
+                    shapes.insert((heads, kv_heads));
+                }
+            }
+        }
+        for (heads, kv_heads) in shapes {
+            let heads_ok = heads.is_multiple_of(tp);
             if !heads_ok {
                 errs.push(PlanError::TpHeads {
                     stage: i,
                     tp: s.tp,
-                    heads: t.heads,
+                    heads,
                 });
             }
             // With as many KV heads as heads the heads check already said it.
-            if (heads_ok || t.kv_heads != t.heads) && !tp_fits_kv_heads(tp, t.kv_heads) {
+            if (heads_ok || kv_heads != heads) && !tp_fits_kv_heads(tp, kv_heads) {
                 errs.push(PlanError::TpKvHeads {
                     stage: i,
                     tp: s.tp,
-                    kv_heads: t.kv_heads,
+                    kv_heads,
                 });
             }
         }
@@ -632,11 +653,58 @@ fn check_sharing(plan: &Plan, pp: usize, errs: &mut Vec<PlanError>) {
     }
     for (j, s) in plan.stages.iter().enumerate().skip(pp) {
         let base = j % pp;
-        let set = |d: &[GpuId]| d.iter().copied().collect::<BTreeSet<_>>();
-        if set(&s.devices) != set(&plan.stages[base].devices) {
+        let b = &plan.stages[base];
+        // Chunks share their GPUs' memory and replicas: the same layout, replica by replica.
+        if s.devices != b.devices {
             errs.push(PlanError::InterleavedDevices { stage: j, base, pp });
         }
+        let mut differ = |what: &'static str, value: String, base_value: String| {
+            if value != base_value {
+                errs.push(PlanError::InterleavedLayout {
+                    stage: j,
+                    base,
+                    what,
+                    value,
+                    base_value,
+                });
+            }
+        };
+        differ("tp", s.tp.to_string(), b.tp.to_string());
+        differ("dp", s.dp.to_string(), b.dp.to_string());
+        differ(
+            "micro-batch sizes",
+            format!("{:?}", s.micro_batch_sizes),
+            format!("{:?}", b.micro_batch_sizes),
+        );
+        differ("ZeRO stage", s.zero.to_string(), b.zero.to_string());
+        differ(
+            "offload ratios",
+            format!("{:?}", s.offload),
+            format!("{:?}", b.offload),
+        );
+        differ(
+            "sequence parallelism",
+            s.sequence_parallel.to_string(),
+            b.sequence_parallel.to_string(),
+        );
     }
+}
+
+/// Checks a sequence length against a model: at least 1, and within a learned position table.
+pub fn validate_seq_len(model: &Model, seq: u64) -> Result<(), String> {
+    if seq == 0 {
+        return Err("the sequence length must be at least 1".to_string());
+    }
+    if let Some(t) = &model.transformer {
+        if t.position == crate::model::PositionKind::Learned && seq > t.max_seq_len {
+            return Err(format!(
+                "{} learns {} position embeddings, so sequences of {seq} tokens do not fit; \
+                 use at most {} (or a model with rotary or ALiBi positions)",
+                model.name, t.max_seq_len, t.max_seq_len
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1176,14 +1244,71 @@ mod tests {
     }
 
     #[test]
+    fn sequence_length_within_learned_positions() {
+        let m = gpt(2);
+        assert!(validate_seq_len(&m, 0).is_err());
+        assert!(validate_seq_len(&m, 2048).is_ok());
+        let e = validate_seq_len(&m, 4096).unwrap_err();
+        assert!(e.contains("2048"), "{e}");
+    }
+
+    #[test]
+    fn tp_is_checked_against_every_attention_shape() {
+        // AMP's heterogeneous model: 16-head blocks, then 4-head blocks; tp = 8 fits the first
+        // kind only.
+        let m = crate::model::catalog::catalog_model("amp-hetero").unwrap();
+        let c = cluster(&[8]);
+        let mut p =
+            crate::plan::inline::parse_inline_plan("tp=4,dp=1,mbs=1,gbs=1", &m, &c).unwrap();
+        assert_eq!(errors_on(&p, &m, &c), vec![]);
+        p.stages[0].tp = 8;
+        p.stages[0].devices = c.gpus();
+        let e = errors_on(&p, &m, &c);
+        assert!(
+            e.iter().any(|x| matches!(
+                x,
+                PlanError::TpHeads {
+                    heads: 4,
+                    tp: 8,
+                    ..
+                }
+            )),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn interleaved_chunks_share_the_gpus_of_chunk_j_mod_pp() {
         let p = interleaved();
         let (m, c) = (gpt(6), cluster(&[4, 4]));
         assert_eq!(errors_on(&p, &m, &c), vec![]);
-        // Reversed order inside the chunk: the same set, fine.
+        // Reversed order inside the chunk: the replicas would no longer line up.
         let mut q = p.clone();
         q.stages[2].devices.reverse();
-        assert_eq!(errors_on(&q, &m, &c), vec![]);
+        assert_eq!(
+            errors_on(&q, &m, &c),
+            vec![PlanError::InterleavedDevices {
+                stage: 2,
+                base: 0,
+                pp: 2
+            }]
+        );
+        // A chunk with another ZeRO stage than its base.
+        let mut q = p.clone();
+        q.stages[3].zero = 2;
+        let e = errors_on(&q, &m, &c);
+        assert!(
+            matches!(
+                &e[..],
+                [PlanError::InterleavedLayout {
+                    stage: 3,
+                    base: 1,
+                    what: "ZeRO stage",
+                    ..
+                }]
+            ),
+            "{e:?}"
+        );
         // Chunk 3 on chunk 0's GPUs.
         let mut q = p.clone();
         q.stages[3].devices = q.stages[0].devices.clone();
