@@ -1,8 +1,8 @@
 //! hetplan: find and cost the ways to train a large model on a heterogeneous GPU cluster.
 //!
-//! The library never prints, never reads the clock and never touches files except through the
-//! explicit `load_*` helpers of the input modules; see `ARCHITECTURE.md` for the code map and
-//! the invariants.
+//! The library never prints, never reads the clock and never touches files: parsers and
+//! importers take file contents, the CLI reads the files. See `ARCHITECTURE.md` for the code map
+//! and the invariants.
 
 pub mod calibration;
 pub mod cluster;
@@ -11,6 +11,7 @@ pub mod error;
 pub mod gpu;
 pub mod model;
 pub mod names;
+pub mod parse;
 pub mod plan;
 pub mod profile;
 pub mod units;
