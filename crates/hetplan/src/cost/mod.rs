@@ -142,6 +142,21 @@ struct Ctx<'a> {
     gg_bytes: f64,
 }
 
+impl<'a> Ctx<'a> {
+    fn new(w: Workload<'a>, plan: &'a Plan, compute: &'a dyn ComputeTimes) -> Ctx<'a> {
+        let (pg_bytes, gg_bytes) = plan.collective_element_bytes();
+        Ctx {
+            w,
+            plan,
+            compute,
+            tokens_per_sample: w.model.tokens_per_sample(w.seq_len) as f64,
+            elem: plan.precision.element_bytes(),
+            pg_bytes,
+            gg_bytes,
+        }
+    }
+}
+
 /// The layer's time on the slowest GPU type of a TP group: the group moves in lock step.
 fn slowest_layer_time(ctx: &Ctx<'_>, devs: &[GpuId], layer: usize, shape: LayerShape) -> LayerTime {
     let cluster = ctx.w.cluster;
@@ -162,8 +177,41 @@ fn slowest_layer_time(ctx: &Ctx<'_>, devs: &[GpuId], layer: usize, shape: LayerS
         .expect("a TP group has at least one GPU")
 }
 
-/// Time of one micro-batch through replica `r` of stage `si`.
-fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize) -> ReplicaTime {
+/// Cost of one layer for one micro-batch on one DP replica (on its slowest GPU type), seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LayerCost {
+    pub forward: f64,
+    /// Backward compute, without recomputation.
+    pub backward: f64,
+    /// Forward work repeated in backward by activation checkpointing (with its TP all-reduces).
+    pub recompute: f64,
+    /// Blocking tensor-parallel all-reduces in forward and in backward.
+    pub tp_forward: f64,
+    pub tp_backward: f64,
+    pub source: TimeSource,
+}
+
+/// The per-layer costs of one micro-batch through replica `r` of stage `si`: what the cost model
+/// sums and what the simulator executes layer by layer.
+pub fn layer_costs(
+    w: Workload<'_>,
+    plan: &Plan,
+    compute: &dyn ComputeTimes,
+    si: usize,
+    r: usize,
+) -> Vec<LayerCost> {
+    let ctx = Ctx::new(w, plan, compute);
+    let gpn = devices_per_node(&plan.stages[si].devices);
+    let conc = |node: u32| gpn.get(&node).copied().unwrap_or(0);
+    layer_costs_in(&ctx, si, r, &conc)
+}
+
+fn layer_costs_in(
+    ctx: &Ctx<'_>,
+    si: usize,
+    r: usize,
+    conc: &dyn Fn(u32) -> usize,
+) -> Vec<LayerCost> {
     let (model, cluster, plan, seq) = (ctx.w.model, ctx.w.cluster, ctx.plan, ctx.w.seq_len);
     let st = &plan.stages[si];
     let devs = st.replica(r);
@@ -177,6 +225,76 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         precision: plan.precision,
     };
     let n_ckpt = memory::recomputed_layers(st);
+    st.layers
+        .iter()
+        .enumerate()
+        .map(|(j, li)| {
+            let lt = slowest_layer_time(ctx, devs, li, shape);
+            let layer = &model.layers[li];
+            let tp_c = if st.tp > 1 && !lt.includes_tp_comm {
+                let bytes = Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0);
+                collective_time(cluster, devs, bytes, Collective::AllReduce, conc).get()
+            } else {
+                0.0
+            };
+            let tp_forward = tp_c * layer.tp_allreduces_fwd as f64;
+            let recompute = if j < n_ckpt {
+                lt.forward.get() + tp_forward
+            } else if st.recompute == Recompute::Selective {
+                lt.selective_forward.get()
+            } else {
+                0.0
+            };
+            LayerCost {
+                forward: lt.forward.get(),
+                backward: lt.backward.get(),
+                recompute,
+                tp_forward,
+                tp_backward: tp_c * layer.tp_allreduces_bwd as f64,
+                source: lt.source,
+            }
+        })
+        .collect()
+}
+
+/// Seconds of the optimizer step of replica `r` of stage `si`: HBM-bound Adam over its shard on
+/// its slowest GPU; offloaded states are updated by the CPU (DeepSpeed CPU-Adam) after their
+/// gradients cross PCIe.
+pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f64 {
+    let (model, cluster) = (w.model, w.cluster);
+    let st = &plan.stages[si];
+    let devs = st.replica(r);
+    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
+    let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
+    let shard = if st.zero >= 1 {
+        st.dp.max(1) as f64
+    } else {
+        1.0
+    };
+    let slowest = |f: &dyn Fn(&crate::gpu::GpuSpec) -> f64| {
+        devs.iter()
+            .map(|g| f(cluster.gpu(*g)))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let hbm = slowest(&|g| g.hbm_bandwidth.get());
+    let pcie = slowest(&|g| g.pcie_bandwidth.get());
+    let off = st.offload.optimizer;
+    let mut t =
+        params_local / shard * (1.0 - off) * k::ADAM_BYTES_PER_PARAM / (hbm * k::HBM_EFFICIENCY);
+    if off > 0.0 {
+        let off_params = params_local / shard * off;
+        t += off_params / k::CPU_ADAM_PARAMS_PER_S + off_params * (g_bytes + w_bytes) / pcie;
+    }
+    t
+}
+
+/// Time of one micro-batch through replica `r` of stage `si`.
+fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize) -> ReplicaTime {
+    let (model, cluster, plan, seq) = (ctx.w.model, ctx.w.cluster, ctx.plan, ctx.w.seq_len);
+    let st = &plan.stages[si];
+    let devs = st.replica(r);
+    let mbs = st.micro_batch_sizes[r];
+    let tokens = mbs as f64 * ctx.tokens_per_sample;
     let mut rt = ReplicaTime {
         forward: 0.0,
         backward: 0.0,
@@ -184,29 +302,17 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         tp_comm: 0.0,
         p2p: 0.0,
         exposed: 0.0,
-        optimizer: 0.0,
+        optimizer: optimizer_seconds(ctx.w, plan, si, r),
         source: TimeSource::Analytic,
     };
-    for (j, li) in st.layers.iter().enumerate() {
-        let lt = slowest_layer_time(ctx, devs, li, shape);
-        if lt.source != TimeSource::Analytic {
-            rt.source = lt.source;
+    for c in layer_costs_in(ctx, si, r, conc) {
+        if c.source != TimeSource::Analytic {
+            rt.source = c.source;
         }
-        rt.forward += lt.forward.get();
-        rt.backward += lt.backward.get();
-        let layer = &model.layers[li];
-        let tp_c = if st.tp > 1 && !lt.includes_tp_comm {
-            let bytes = Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0);
-            collective_time(cluster, devs, bytes, Collective::AllReduce, conc).get()
-        } else {
-            0.0
-        };
-        rt.tp_comm += tp_c * (layer.tp_allreduces_fwd + layer.tp_allreduces_bwd) as f64;
-        if j < n_ckpt {
-            rt.recompute += lt.forward.get() + tp_c * layer.tp_allreduces_fwd as f64;
-        } else if st.recompute == Recompute::Selective {
-            rt.recompute += lt.selective_forward.get();
-        }
+        rt.forward += c.forward;
+        rt.backward += c.backward;
+        rt.recompute += c.recompute;
+        rt.tp_comm += c.tp_forward + c.tp_backward;
     }
     // Pipeline sends: this replica's activations to the next stage and its input gradients to
     // the previous one, 1/tp per TP rank (Megatron scatter-gather), to the replica of the
@@ -278,21 +384,6 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         let bwd_io = (wb + ab + gb) / pcie;
         rt.exposed +=
             (fwd_io - rt.forward).max(0.0) + (bwd_io - rt.backward - rt.recompute).max(0.0);
-    }
-    // The optimizer step over this replica's shard, HBM-bound Adam on its slowest GPU;
-    // offloaded states are updated by the CPU (DeepSpeed CPU-Adam) after their gradients cross
-    // PCIe.
-    let shard = if st.zero >= 1 { dp } else { 1.0 };
-    let hbm = devs
-        .iter()
-        .map(|g| cluster.gpu(*g).hbm_bandwidth.get())
-        .fold(f64::INFINITY, f64::min);
-    let on_gpu = params_local / shard * (1.0 - off.optimizer);
-    rt.optimizer = on_gpu * k::ADAM_BYTES_PER_PARAM / (hbm * k::HBM_EFFICIENCY);
-    if off.optimizer > 0.0 {
-        let off_params = params_local / shard * off.optimizer;
-        rt.optimizer +=
-            off_params / k::CPU_ADAM_PARAMS_PER_S + off_params * (g_bytes + w_bytes) / pcie;
     }
     rt
 }
@@ -403,16 +494,7 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         Schedule::Interleaved { virtual_stages } => virtual_stages.max(1) as usize,
         _ => 1,
     };
-    let (pg_bytes, gg_bytes) = plan.collective_element_bytes();
-    let ctx = Ctx {
-        w,
-        plan,
-        compute,
-        tokens_per_sample,
-        elem: plan.precision.element_bytes(),
-        pg_bytes,
-        gg_bytes,
-    };
+    let ctx = Ctx::new(w, plan, compute);
     let mut notes = Vec::new();
     let mut stages = Vec::with_capacity(plan.stages.len());
     let mut per_gpu = Vec::new();
