@@ -14,6 +14,7 @@ pub mod names;
 pub mod parse;
 pub mod plan;
 pub mod profile;
+pub mod sim;
 pub mod units;
 
 pub use cluster::{Cluster, GpuId};

@@ -1,0 +1,857 @@
+//! From a validated plan to the task graph the engine executes.
+//!
+//! Executors are DP replicas of physical pipeline stages (a TP group moves in lock step; its
+//! blocking TP all-reduces are part of its layer times). Each executor runs its schedule's
+//! operations in order — GPipe, 1F1B or Megatron's interleaved 1F1B — as compute tasks, one per
+//! micro-batch pass, split into one task per layer where layer-level timing matters (ZeRO-2/3
+//! transfers, the gradient buckets of the last backward). Transfers are flows: pipeline sends
+//! (blocking for the sender, as Megatron's batched send/recv), gradient buckets, ZeRO gathers
+//! and reduce-scatters, offload copies on the host link, the tied-embedding all-reduce.
+
+use super::engine::{Graph, TaskId, Work};
+use crate::cluster::GpuId;
+use crate::cost::comm::{collective_time, p2p_time, Collective};
+use crate::cost::{self, ComputeTimes, LayerCost, Workload};
+use crate::model::LayerKind;
+use crate::plan::{Plan, Schedule, Stage};
+use crate::units::Bytes;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Forward or backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pass {
+    Forward,
+    Backward,
+}
+
+/// What a task is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Label {
+    /// A pass of micro-batch `mb` through stage (chunk) `stage`, or through its layer `layer`.
+    Compute {
+        stage: usize,
+        replica: usize,
+        mb: u64,
+        pass: Pass,
+        layer: Option<usize>,
+    },
+    Optimizer {
+        stage: usize,
+        replica: usize,
+    },
+    /// Activations (forward) or gradients (backward) from one stage's replica to the next's.
+    Send {
+        from_stage: usize,
+        from_replica: usize,
+        to_stage: usize,
+        to_replica: usize,
+        mb: u64,
+        pass: Pass,
+    },
+    /// Data-parallel gradient reduction of one bucket (a layer) after the last backward.
+    GradSync {
+        stage: usize,
+        layer: usize,
+    },
+    /// ZeRO-1/2 parameter all-gather after the optimizer step.
+    ParamGather {
+        stage: usize,
+    },
+    /// ZeRO-3 per-layer gather (forward or backward) and ZeRO-2/3 gradient reduce-scatter.
+    ZeroGather {
+        stage: usize,
+        mb: u64,
+        layer: usize,
+        pass: Pass,
+    },
+    ZeroScatter {
+        stage: usize,
+        mb: u64,
+        layer: usize,
+    },
+    /// Offload traffic over a replica's host link for one pass.
+    Offload {
+        stage: usize,
+        replica: usize,
+        mb: u64,
+        pass: Pass,
+    },
+    /// The tied embedding's gradient all-reduce between the first and last stage.
+    TiedSync,
+}
+
+impl Label {
+    pub fn is_compute(&self) -> bool {
+        matches!(self, Label::Compute { .. } | Label::Optimizer { .. })
+    }
+}
+
+/// Which way a transfer crosses a full-duplex link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    Out,
+    In,
+}
+
+/// A resource flows share. Links are full duplex: each direction is its own resource.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Resource {
+    /// A GPU's link inside its node (NVLink or PCIe peer), one direction.
+    GpuLink { gpu: GpuId, direction: Direction },
+    /// A node's network (all its NICs), one direction.
+    Nic { node: u32, direction: Direction },
+    /// A replica's host link (PCIe to the CPU), for offloading.
+    HostLink { stage: usize, replica: usize },
+}
+
+/// One executor: a DP replica of a physical stage.
+#[derive(Clone, Debug, Serialize)]
+pub struct Executor {
+    pub stage: usize,
+    pub replica: usize,
+    pub devices: Vec<GpuId>,
+}
+
+pub struct Built {
+    pub graph: Graph,
+    pub labels: Vec<Label>,
+    pub resources: Vec<Resource>,
+    pub executors: Vec<Executor>,
+}
+
+struct Builder<'a> {
+    w: Workload<'a>,
+    plan: &'a Plan,
+    depth: usize,
+    graph: Graph,
+    labels: Vec<Label>,
+    resources: Vec<Resource>,
+    resource_ids: BTreeMap<String, usize>,
+    /// (physical stage, replica) → executor.
+    exec_of: BTreeMap<(usize, usize), usize>,
+    executors: Vec<Executor>,
+    /// Last compute task of each executor so far (program order).
+    last: Vec<Option<TaskId>>,
+    /// Flows the executor's next compute must wait for (its own blocking sends).
+    pending_sends: Vec<Vec<TaskId>>,
+}
+
+/// One operation of an executor's program.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    chunk: usize,
+    mb: u64,
+    pass: Pass,
+}
+
+/// The tasks of one pass: first and last compute task, and the per-layer tasks if split.
+#[derive(Clone, Debug)]
+struct PassTasks {
+    first: TaskId,
+    last: TaskId,
+    layers: Vec<TaskId>,
+}
+
+/// Megatron's order of operations on physical stage `p` of `s` for `m` micro-batches and `v`
+/// model chunks (`chunk` is the local chunk index 0..v).
+fn program(schedule: Schedule, s: usize, p: usize, m: u64) -> Vec<(usize, u64, Pass)> {
+    let mut ops = Vec::new();
+    match schedule {
+        Schedule::Gpipe => {
+            ops.extend((0..m).map(|j| (0, j, Pass::Forward)));
+            ops.extend((0..m).rev().map(|j| (0, j, Pass::Backward)));
+        }
+        Schedule::OneFOneB => {
+            let warmup = ((s - p - 1) as u64).min(m);
+            ops.extend((0..warmup).map(|j| (0, j, Pass::Forward)));
+            for k in 0..m - warmup {
+                ops.push((0, warmup + k, Pass::Forward));
+                ops.push((0, k, Pass::Backward));
+            }
+            ops.extend((m - warmup..m).map(|j| (0, j, Pass::Backward)));
+        }
+        Schedule::Interleaved { virtual_stages } => {
+            let v = virtual_stages.max(1) as usize;
+            let (s64, v64) = (s as u64, v as u64);
+            let total = m * v64;
+            // Virtual step k ↦ (chunk, micro-batch), as Megatron's get_model_chunk_id.
+            let step = |k: u64, forward: bool| {
+                let in_group = k % (s64 * v64);
+                let mut chunk = (in_group / s64) as usize;
+                if !forward {
+                    chunk = v - 1 - chunk;
+                }
+                let mb = (k / (s64 * v64)) * s64 + k % s64;
+                (chunk, mb)
+            };
+            let warmup = ((s - p - 1) as u64 * 2 + (v64 - 1) * s64).min(total);
+            for k in 0..warmup {
+                let (c, j) = step(k, true);
+                ops.push((c, j, Pass::Forward));
+            }
+            for k in 0..total - warmup {
+                let (c, j) = step(warmup + k, true);
+                ops.push((c, j, Pass::Forward));
+                let (c, j) = step(k, false);
+                ops.push((c, j, Pass::Backward));
+            }
+            for k in total - warmup..total {
+                let (c, j) = step(k, false);
+                ops.push((c, j, Pass::Backward));
+            }
+        }
+    }
+    ops
+}
+
+/// Samples of a micro-batch each replica holds: `[offset, offset + size)`.
+fn sample_ranges(st: &Stage) -> Vec<(u64, u64)> {
+    let mut off = 0;
+    st.micro_batch_sizes
+        .iter()
+        .map(|&b| {
+            let r = (off, off + b);
+            off += b;
+            r
+        })
+        .collect()
+}
+
+impl<'a> Builder<'a> {
+    fn resource(&mut self, r: Resource) -> usize {
+        let key = format!("{r:?}");
+        if let Some(&id) = self.resource_ids.get(&key) {
+            return id;
+        }
+        let id = self.resources.len();
+        self.resources.push(r);
+        self.resource_ids.insert(key, id);
+        id
+    }
+
+    fn task(&mut self, work: Work, deps: Vec<TaskId>, label: Label) -> TaskId {
+        let id = self.graph.add(work, deps);
+        self.labels.push(label);
+        id
+    }
+
+    /// The resources a transfer between two GPUs crosses: the sender's outgoing and the
+    /// receiver's incoming side of their links (inside a node) or networks (across nodes).
+    fn path(&mut self, from: GpuId, to: GpuId) -> Vec<usize> {
+        if from.node == to.node {
+            vec![
+                self.resource(Resource::GpuLink {
+                    gpu: from,
+                    direction: Direction::Out,
+                }),
+                self.resource(Resource::GpuLink {
+                    gpu: to,
+                    direction: Direction::In,
+                }),
+            ]
+        } else {
+            vec![
+                self.resource(Resource::Nic {
+                    node: from.node,
+                    direction: Direction::Out,
+                }),
+                self.resource(Resource::Nic {
+                    node: to.node,
+                    direction: Direction::In,
+                }),
+            ]
+        }
+    }
+
+    /// The resources a collective over `group` occupies: the members' links inside one node,
+    /// or the networks of the nodes it spans.
+    fn group_resources(&mut self, group: &[GpuId]) -> Vec<usize> {
+        let mut nodes: Vec<u32> = group.iter().map(|g| g.node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        // A ring sends and receives on every member: both directions.
+        let mut ids = Vec::new();
+        for direction in [Direction::Out, Direction::In] {
+            if nodes.len() <= 1 {
+                for g in group {
+                    ids.push(self.resource(Resource::GpuLink { gpu: *g, direction }));
+                }
+            } else {
+                for &n in &nodes {
+                    ids.push(self.resource(Resource::Nic { node: n, direction }));
+                }
+            }
+        }
+        ids
+    }
+
+    /// A collective over the DP group of stage `si` (TP rank 0 stands for all TP ranks, which
+    /// run theirs at the same time over the same links: `collective_time` counts them sharing).
+    fn dp_collective(
+        &mut self,
+        si: usize,
+        bytes: f64,
+        kind: Collective,
+        deps: Vec<TaskId>,
+        label: Label,
+    ) -> TaskId {
+        let st = &self.plan.stages[si];
+        let group: Vec<GpuId> = (0..st.dp as usize).map(|r| st.replica(r)[0]).collect();
+        let mut per_node: BTreeMap<u32, usize> = BTreeMap::new();
+        for d in &st.devices {
+            *per_node.entry(d.node).or_insert(0) += 1;
+        }
+        let conc = |n: u32| per_node.get(&n).copied().unwrap_or(0);
+        let t = collective_time(self.w.cluster, &group, Bytes(bytes), kind, &conc).get();
+        let resources = self.group_resources(&group);
+        let p = si % self.depth;
+        let execs: Vec<usize> = (0..st.dp as usize).map(|r| self.exec_of[&(p, r)]).collect();
+        self.task(
+            Work::Flow {
+                resources,
+                duration: t,
+                execs,
+            },
+            deps,
+            label,
+        )
+    }
+
+    /// Adds a compute task to executor `e`, after its previous one and its pending sends.
+    fn compute(&mut self, e: usize, duration: f64, mut deps: Vec<TaskId>, label: Label) -> TaskId {
+        if let Some(prev) = self.last[e] {
+            deps.push(prev);
+        }
+        deps.append(&mut self.pending_sends[e]);
+        let t = self.task(Work::Compute { exec: e, duration }, deps, label);
+        self.last[e] = Some(t);
+        t
+    }
+}
+
+/// Builds the task graph of one iteration.
+pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built {
+    let depth = plan.pipeline_depth().max(1);
+    let m = plan.micro_batches.max(1);
+    let model = w.model;
+    let elem = plan.precision.element_bytes();
+    let (pg_bytes, gg_bytes) = plan.collective_element_bytes();
+    let tokens_per_sample = model.tokens_per_sample(w.seq_len) as f64;
+
+    let mut b = Builder {
+        w,
+        plan,
+        depth,
+        graph: Graph::new(0, 0),
+        labels: Vec::new(),
+        resources: Vec::new(),
+        resource_ids: BTreeMap::new(),
+        exec_of: BTreeMap::new(),
+        executors: Vec::new(),
+        last: Vec::new(),
+        pending_sends: Vec::new(),
+    };
+    for p in 0..depth {
+        let st = &plan.stages[p];
+        for r in 0..st.dp as usize {
+            b.exec_of.insert((p, r), b.executors.len());
+            b.executors.push(Executor {
+                stage: p,
+                replica: r,
+                devices: st.replica(r).to_vec(),
+            });
+        }
+    }
+    let n_exec = b.executors.len();
+    b.last = vec![None; n_exec];
+    b.pending_sends = vec![Vec::new(); n_exec];
+
+    // Per (chunk, replica): layer costs and pass totals.
+    let costs: Vec<Vec<Vec<LayerCost>>> = (0..plan.stages.len())
+        .map(|si| {
+            (0..plan.stages[si].dp as usize)
+                .map(|r| cost::layer_costs(w, plan, compute, si, r))
+                .collect()
+        })
+        .collect();
+    let fwd_of = |c: &LayerCost| c.forward + c.tp_forward;
+    let bwd_of = |c: &LayerCost| c.backward + c.recompute + c.tp_backward;
+
+    // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), and the last
+    // micro-batch's backward when its gradients are reduced in buckets after it.
+    let split = |si: usize, mb: u64, pass: Pass| {
+        let st = &plan.stages[si];
+        st.dp > 1
+            && (st.zero >= 2 || (pass == Pass::Backward && mb == last_backward_mb(plan, depth, m)))
+    };
+
+    // Compute tasks, executor by executor, in program order; flows attached afterwards. A pass
+    // depends on flows that are created later, so first record every pass's tasks.
+    let mut passes: BTreeMap<(usize, usize, u64, Pass), PassTasks> = BTreeMap::new();
+    // Interleave executors' programs op by op so task ids follow time roughly (cheaper ties).
+    let programs: Vec<Vec<Op>> = b
+        .executors
+        .iter()
+        .map(|ex| {
+            program(plan.schedule, depth, ex.stage, m)
+                .into_iter()
+                .map(|(c, mb, pass)| Op {
+                    chunk: c * depth + ex.stage,
+                    mb,
+                    pass,
+                })
+                .collect()
+        })
+        .collect();
+    let longest = programs.iter().map(|p| p.len()).max().unwrap_or(0);
+    for i in 0..longest {
+        for e in 0..n_exec {
+            let Some(&op) = programs[e].get(i) else {
+                continue;
+            };
+            let r = b.executors[e].replica;
+            let lc = &costs[op.chunk][r];
+            let label = |layer: Option<usize>| Label::Compute {
+                stage: op.chunk,
+                replica: r,
+                mb: op.mb,
+                pass: op.pass,
+                layer,
+            };
+            let tasks = if split(op.chunk, op.mb, op.pass) {
+                let order: Vec<usize> = match op.pass {
+                    Pass::Forward => (0..lc.len()).collect(),
+                    Pass::Backward => (0..lc.len()).rev().collect(),
+                };
+                let start = plan.stages[op.chunk].layers.start;
+                let mut layers = vec![0; lc.len()];
+                for &l in &order {
+                    let d = match op.pass {
+                        Pass::Forward => fwd_of(&lc[l]),
+                        Pass::Backward => bwd_of(&lc[l]),
+                    };
+                    layers[l] = b.compute(e, d, vec![], label(Some(start + l)));
+                }
+                PassTasks {
+                    first: layers[order[0]],
+                    last: layers[*order.last().expect("a stage has layers")],
+                    layers,
+                }
+            } else {
+                let d: f64 = lc
+                    .iter()
+                    .map(|c| match op.pass {
+                        Pass::Forward => fwd_of(c),
+                        Pass::Backward => bwd_of(c),
+                    })
+                    .sum();
+                let t = b.compute(e, d, vec![], label(None));
+                PassTasks {
+                    first: t,
+                    last: t,
+                    layers: vec![],
+                }
+            };
+            // Offloading: the pass's host-link traffic runs beside it; the next pass waits.
+            let st = &plan.stages[op.chunk];
+            if !st.offload.is_none() {
+                let bytes = offload_bytes(w, plan, op.chunk, r, op.pass);
+                let pcie = b.executors[e]
+                    .devices
+                    .iter()
+                    .map(|g| w.cluster.gpu(*g).pcie_bandwidth.get())
+                    .fold(f64::INFINITY, f64::min);
+                let res = b.resource(Resource::HostLink {
+                    stage: op.chunk % depth,
+                    replica: r,
+                });
+                let deps = b.graph.tasks[tasks.first].deps.clone();
+                let f = b.task(
+                    Work::Flow {
+                        resources: vec![res],
+                        duration: bytes / pcie,
+                        execs: vec![e],
+                    },
+                    deps,
+                    Label::Offload {
+                        stage: op.chunk,
+                        replica: r,
+                        mb: op.mb,
+                        pass: op.pass,
+                    },
+                );
+                b.pending_sends[e].push(f);
+            }
+            passes.insert((op.chunk, r, op.mb, op.pass), tasks);
+        }
+    }
+
+    // The compute task that follows each one on its executor (for blocking sends).
+    let mut next_compute: Vec<Option<TaskId>> = vec![None; b.graph.tasks.len()];
+    {
+        let mut prev_of_exec: Vec<Option<TaskId>> = vec![None; n_exec];
+        for (t, task) in b.graph.tasks.iter().enumerate() {
+            if let Work::Compute { exec, .. } = task.work {
+                if let Some(p) = prev_of_exec[exec] {
+                    next_compute[p] = Some(t);
+                }
+                prev_of_exec[exec] = Some(t);
+            }
+        }
+    }
+
+    // Pipeline sends between consecutive chunks, routed by the samples each replica holds.
+    for si in 0..plan.stages.len().saturating_sub(1) {
+        let (a, z) = (&plan.stages[si], &plan.stages[si + 1]);
+        let (ra, rz) = (sample_ranges(a), sample_ranges(z));
+        let out = model.layers[a.layers.end - 1].output_bytes_per_token;
+        for j in 0..m {
+            for (x, &(xa, xb)) in ra.iter().enumerate() {
+                for (y, &(ya, yb)) in rz.iter().enumerate() {
+                    let overlap = xb.min(yb).saturating_sub(xa.max(ya));
+                    if overlap == 0 {
+                        continue;
+                    }
+                    let bytes = overlap as f64 * tokens_per_sample * out * elem / 2.0;
+                    for pass in [Pass::Forward, Pass::Backward] {
+                        let (fs, fr, ts, tr) = match pass {
+                            Pass::Forward => (si, x, si + 1, y),
+                            Pass::Backward => (si + 1, y, si, x),
+                        };
+                        let from_st = &plan.stages[fs];
+                        let from = from_st.replica(fr)[0];
+                        let to = plan.stages[ts].replica(tr)[0];
+                        let src = passes[&(fs, fr, j, pass)].last;
+                        let dst = passes[&(ts, tr, j, pass)].first;
+                        let fe = b.exec_of[&(fs % depth, fr)];
+                        let te = b.exec_of[&(ts % depth, tr)];
+                        if fe == te {
+                            b.graph.add_dep(dst, src);
+                            continue;
+                        }
+                        // Each TP rank sends its 1/tp share; the ranks on a node share its NIC.
+                        let tp = from_st.tp.max(1) as f64;
+                        let ranks_here = from_st
+                            .replica(fr)
+                            .iter()
+                            .filter(|g| g.node == from.node)
+                            .count();
+                        let t = p2p_time(w.cluster, from, to, Bytes(bytes / tp), ranks_here).get();
+                        let resources = b.path(from, to);
+                        let f = b.task(
+                            Work::Flow {
+                                resources,
+                                duration: t,
+                                execs: vec![fe],
+                            },
+                            vec![src],
+                            Label::Send {
+                                from_stage: fs,
+                                from_replica: fr,
+                                to_stage: ts,
+                                to_replica: tr,
+                                mb: j,
+                                pass,
+                            },
+                        );
+                        b.graph.add_dep(dst, f);
+                        // The sender waits for its send before its next pass.
+                        match next_compute[src] {
+                            Some(next) => b.graph.add_dep(next, f),
+                            None => b.pending_sends[fe].push(f),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // ZeRO-2/3 per-layer transfers of each micro-batch, collectives across the DP group.
+    for (si, st) in plan.stages.iter().enumerate() {
+        if st.dp <= 1 || st.zero < 2 {
+            continue;
+        }
+        let start = st.layers.start;
+        for j in 0..m {
+            for pass in [Pass::Forward, Pass::Backward] {
+                let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
+                    .map(|r| passes[&(si, r, j, pass)].layers.clone())
+                    .collect();
+                let n = layers[0].len();
+                let order: Vec<usize> = match pass {
+                    Pass::Forward => (0..n).collect(),
+                    Pass::Backward => (0..n).rev().collect(),
+                };
+                let mut prev_gather: Option<TaskId> = None;
+                for (pos, &l) in order.iter().enumerate() {
+                    let params = cost::memory::stage_params(model, start + l..start + l + 1, st.tp);
+                    if st.zero >= 3 {
+                        // Gather layer l while the layer before it computes (prefetch 1): it
+                        // may start once the one before that is done.
+                        let mut deps: Vec<TaskId> = prev_gather.into_iter().collect();
+                        if pos >= 2 {
+                            deps.extend(layers.iter().map(|ls| ls[order[pos - 2]]));
+                        } else {
+                            deps.extend(layers.iter().filter_map(|ls| {
+                                b.graph.tasks[ls[order[0]]].deps.first().copied()
+                            }));
+                        }
+                        let g = b.dp_collective(
+                            si,
+                            params * pg_bytes,
+                            Collective::AllGather,
+                            deps,
+                            Label::ZeroGather {
+                                stage: si,
+                                mb: j,
+                                layer: start + l,
+                                pass,
+                            },
+                        );
+                        for ls in &layers {
+                            b.graph.add_dep(ls[l], g);
+                        }
+                        prev_gather = Some(g);
+                    }
+                    if pass == Pass::Backward {
+                        let deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();
+                        let rs = b.dp_collective(
+                            si,
+                            params * gg_bytes,
+                            Collective::ReduceScatter,
+                            deps,
+                            Label::ZeroScatter {
+                                stage: si,
+                                mb: j,
+                                layer: start + l,
+                            },
+                        );
+                        // The optimizer waits for every reduce-scatter.
+                        for r in 0..st.dp as usize {
+                            let e = b.exec_of[&(si % depth, r)];
+                            b.pending_sends[e].push(rs);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // End of the iteration: gradient buckets of the last backward, the tied embedding, the
+    // optimizer, the ZeRO-1/2 parameter gather.
+    let lb = last_backward_mb(plan, depth, m);
+    let mut sync_of_stage: Vec<Vec<TaskId>> = vec![Vec::new(); plan.stages.len()];
+    for (si, st) in plan.stages.iter().enumerate() {
+        if st.dp <= 1 || st.zero >= 2 {
+            continue;
+        }
+        let start = st.layers.start;
+        let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
+            .map(|r| passes[&(si, r, lb, Pass::Backward)].layers.clone())
+            .collect();
+        let mut prev: Option<TaskId> = None;
+        for l in (0..layers[0].len()).rev() {
+            let params = cost::memory::stage_params(model, start + l..start + l + 1, st.tp);
+            let mut deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();
+            deps.extend(prev);
+            let kind = if st.zero == 0 {
+                Collective::AllReduce
+            } else {
+                Collective::ReduceScatter
+            };
+            let f = b.dp_collective(
+                si,
+                params * gg_bytes,
+                kind,
+                deps,
+                Label::GradSync {
+                    stage: si,
+                    layer: start + l,
+                },
+            );
+            prev = Some(f);
+        }
+        sync_of_stage[si].extend(prev);
+    }
+    // Tied embedding: first and last stage all-reduce the shared weight's gradient.
+    let tied_params: f64 = plan
+        .stages
+        .last()
+        .map(|s| {
+            let has_emb = s
+                .layers
+                .iter()
+                .any(|l| model.layers[l].kind == LayerKind::Embedding);
+            if has_emb {
+                0.0
+            } else {
+                s.layers
+                    .iter()
+                    .flat_map(|l| model.layers[l].ops.iter())
+                    .filter(|o| o.tied)
+                    .map(|o| o.params as f64)
+                    .sum()
+            }
+        })
+        .unwrap_or(0.0);
+    if tied_params > 0.0 && plan.stages.len() > 1 {
+        let (first, lastst) = (0, plan.stages.len() - 1);
+        let deps: Vec<TaskId> = [first, lastst]
+            .iter()
+            .flat_map(|&si| {
+                let st = &plan.stages[si];
+                (0..st.dp as usize).map(move |r| (si, r))
+            })
+            .map(|(si, r)| passes[&(si, r, lb, Pass::Backward)].last)
+            .collect();
+        let pair = [
+            plan.stages[first].replica(0)[0],
+            plan.stages[lastst].replica(0)[0],
+        ];
+        let bytes = tied_params / plan.stages[lastst].tp.max(1) as f64 * gg_bytes;
+        let t = collective_time(
+            w.cluster,
+            &pair,
+            Bytes(bytes),
+            Collective::AllReduce,
+            &|_| 1,
+        )
+        .get();
+        let resources = b.group_resources(&pair);
+        let execs = vec![b.exec_of[&(0, 0)], b.exec_of[&(lastst % depth, 0)]];
+        let f = b.task(
+            Work::Flow {
+                resources,
+                duration: t,
+                execs,
+            },
+            deps,
+            Label::TiedSync,
+        );
+        sync_of_stage[first].push(f);
+        sync_of_stage[lastst].push(f);
+    }
+    for e in 0..n_exec {
+        let (p, r) = (b.executors[e].stage, b.executors[e].replica);
+        let chunks: Vec<usize> = (p..plan.stages.len()).step_by(depth).collect();
+        let deps: Vec<TaskId> = chunks
+            .iter()
+            .flat_map(|&si| sync_of_stage[si].iter().copied())
+            .collect();
+        let duration: f64 = chunks
+            .iter()
+            .map(|&si| cost::optimizer_seconds(w, plan, si, r))
+            .sum();
+        let opt = b.compute(
+            e,
+            duration,
+            deps,
+            Label::Optimizer {
+                stage: p,
+                replica: r,
+            },
+        );
+        let _ = opt;
+    }
+    // ZeRO-1/2: parameters gathered after the step (each stage's group once all its replicas
+    // stepped).
+    for (si, st) in plan.stages.iter().enumerate() {
+        if st.dp <= 1 || !(st.zero == 1 || st.zero == 2) {
+            continue;
+        }
+        let params = cost::memory::stage_params(model, st.layers.iter(), st.tp);
+        let deps: Vec<TaskId> = (0..st.dp as usize)
+            .filter_map(|r| b.last[b.exec_of[&(si % depth, r)]])
+            .collect();
+        b.dp_collective(
+            si,
+            params * pg_bytes,
+            Collective::AllGather,
+            deps,
+            Label::ParamGather { stage: si },
+        );
+    }
+    b.graph.executors = n_exec;
+    b.graph.resources = b.resources.len();
+    Built {
+        graph: b.graph,
+        labels: b.labels,
+        resources: b.resources,
+        executors: b.executors,
+    }
+}
+
+/// The micro-batch whose backward comes last on every stage (its gradients complete the
+/// accumulation): the highest index for 1F1B and interleaving, 0 for GPipe (reverse order).
+fn last_backward_mb(plan: &Plan, _depth: usize, m: u64) -> u64 {
+    match plan.schedule {
+        Schedule::Gpipe => 0,
+        _ => m - 1,
+    }
+}
+
+/// Host-link bytes of one pass of replica `r` of stage `si` (Mist's offloading, as the cost
+/// model counts them).
+fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize, pass: Pass) -> f64 {
+    let st = &plan.stages[si];
+    let (w_bytes, g_bytes, _) = cost::memory::state_bytes(plan.precision);
+    let params = cost::memory::stage_params(w.model, st.layers.iter(), st.tp);
+    let dp = st.dp.max(1) as f64;
+    let off = st.offload;
+    let wb = off.weights * params * w_bytes / if st.zero >= 3 { dp } else { 1.0 };
+    let (act, _) = cost::memory::micro_batch_activations(
+        w.model,
+        st,
+        st.micro_batch_sizes[r],
+        w.seq_len,
+        plan.precision,
+        plan.engine,
+    );
+    let ab = off.activations * act;
+    let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
+    match pass {
+        Pass::Forward => wb + ab,
+        Pass::Backward => wb + ab + gb,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_f_one_b_programs() {
+        // 2 stages, 4 micro-batches: stage 0 warms up with one forward.
+        let p0 = program(Schedule::OneFOneB, 2, 0, 4);
+        let names: Vec<String> = p0
+            .iter()
+            .map(|(_, j, p)| format!("{}{j}", if *p == Pass::Forward { 'F' } else { 'B' }))
+            .collect();
+        assert_eq!(names, ["F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"]);
+        let p1 = program(Schedule::OneFOneB, 2, 1, 4);
+        assert_eq!(p1[0].2, Pass::Forward);
+        assert_eq!(p1[1].2, Pass::Backward);
+    }
+
+    #[test]
+    fn interleaved_program_visits_every_chunk_and_micro_batch_once() {
+        for p in 0..2 {
+            let prog = program(Schedule::Interleaved { virtual_stages: 2 }, 2, p, 4);
+            assert_eq!(prog.len(), 2 * 4 * 2);
+            let mut f: Vec<(usize, u64)> = prog
+                .iter()
+                .filter(|o| o.2 == Pass::Forward)
+                .map(|o| (o.0, o.1))
+                .collect();
+            f.sort();
+            let want: Vec<(usize, u64)> =
+                (0..2).flat_map(|c| (0..4).map(move |j| (c, j))).collect();
+            assert_eq!(f, want);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The simulator against hand-worked schedules, against the estimate where the formula is exact,
+//! and its properties (issue 3).
+
+use hetplan::cluster::spec::catalog_cluster;
+use hetplan::cost::{estimate, Analytic, Workload};
+use hetplan::model::catalog::catalog_model;
+use hetplan::model::layerlist::parse_layer_list;
+use hetplan::plan::inline::parse_inline_plan;
+use hetplan::plan::validate::validate;
+use hetplan::sim::{simulate, Label, Pass, SimOptions};
+use hetplan::{Cluster, Model, Plan};
+
+/// Identical opaque layers of 1 TFLOP per sample and no boundary bytes: one layer's forward on an
+/// A100 is 1e12 / (312e12 · 0.75) + 4 µs.
+fn layers(n: usize, output: &str) -> Model {
+    parse_layer_list(
+        &format!(
+            r#"
+name = "uniform"
+[[layer]]
+name = "l"
+count = {n}
+params = 1000
+forward_flops = 1e12
+activation_bytes = "1 MiB"
+output_bytes = "{output}"
+"#
+        ),
+        false,
+    )
+    .unwrap()
+}
+
+fn plan(spec: &str, model: &Model, cluster: &Cluster) -> Plan {
+    let p = parse_inline_plan(spec, model, cluster).unwrap();
+    validate(&p, model, cluster).unwrap();
+    p
+}
+
+fn no_interference() -> SimOptions {
+    SimOptions {
+        interference: false,
+        ..SimOptions::default()
+    }
+}
+
+const F: f64 = 1e12 / (312e12 * 0.75) + 4e-6;
+
+/// Two stages of one layer, four micro-batches, 1F1B, free sends: worked by hand with f = F,
+/// b = 2F (see the comment in the body), then each stage's optimizer step.
+#[test]
+fn two_stages_four_micro_batches_by_hand() {
+    let model = layers(2, "0 B");
+    let cluster = catalog_cluster("1x2xa100-80gb").unwrap();
+    let p = plan("pp=2,dp=1,mbs=1,gbs=4", &model, &cluster);
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 1,
+    };
+    let s = simulate(w, &p, &Analytic, &no_interference()).unwrap();
+    // In units of F:
+    // stage 0: F0 [0,1] F1 [1,2] B0 [4,6] F2 [6,7] B1 [7,9] F3 [9,10] B2 [10,12] B3 [13,15]
+    // stage 1: F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7] F2 [7,8] B2 [8,10] F3 [10,11] B3 [11,13]
+    let at = |stage: usize, mb: u64, pass: Pass| {
+        s.spans
+            .iter()
+            .find(|sp| {
+                matches!(sp.label, Label::Compute { stage: st, mb: m, pass: ps, .. }
+                    if st == stage && m == mb && ps == pass)
+            })
+            .map(|sp| (sp.start_s / F, sp.end_s / F))
+            .unwrap()
+    };
+    let close = |got: (f64, f64), want: (f64, f64)| {
+        assert!(
+            (got.0 - want.0).abs() < 1e-9 && (got.1 - want.1).abs() < 1e-9,
+            "{got:?} vs {want:?}"
+        )
+    };
+    close(at(0, 0, Pass::Forward), (0.0, 1.0));
+    close(at(1, 0, Pass::Forward), (1.0, 2.0));
+    close(at(1, 0, Pass::Backward), (2.0, 4.0));
+    close(at(0, 0, Pass::Backward), (4.0, 6.0));
+    close(at(0, 2, Pass::Forward), (6.0, 7.0));
+    close(at(1, 3, Pass::Backward), (11.0, 13.0));
+    close(at(0, 3, Pass::Backward), (13.0, 15.0));
+    // Adam over 1000 parameters: 30 kB at 2039 GB/s · 0.8.
+    let opt = 1000.0 * 30.0 / (2039e9 * 0.8);
+    assert!((s.iteration_time_s - (15.0 * F + opt)).abs() < 1e-12);
+    // The same iteration from the formula.
+    let e = estimate(w, &p, &Analytic);
+    assert!((e.iteration_time_s - s.iteration_time_s).abs() / e.iteration_time_s < 1e-9);
+}
+
+/// Uniform homogeneous stages, no overlap, no contention: estimate and simulation agree within 1%.
+#[test]
+fn agrees_with_the_estimate_where_the_formula_is_exact() {
+    let model = layers(8, "1 MiB");
+    let cluster = catalog_cluster("1x4xa100-80gb").unwrap();
+    for spec in [
+        "pp=4,dp=1,mbs=1,gbs=8",
+        "pp=4,dp=1,mbs=2,gbs=32",
+        "pp=2,dp=1,mbs=1,gbs=16,schedule=gpipe",
+        "pp=2,dp=1,mbs=1,gbs=8,schedule=interleaved,v=2",
+    ] {
+        let p = plan(spec, &model, &cluster);
+        let w = Workload {
+            model: &model,
+            cluster: &cluster,
+            seq_len: 1,
+        };
+        let s = simulate(w, &p, &Analytic, &no_interference()).unwrap();
+        let e = estimate(w, &p, &Analytic);
+        let diff = (s.iteration_time_s - e.iteration_time_s).abs() / e.iteration_time_s;
+        assert!(
+            diff < 0.01,
+            "{spec}: simulate {} estimate {}",
+            s.iteration_time_s,
+            e.iteration_time_s
+        );
+    }
+}
+
+/// Simulated time is never below the compute lower bound: the busiest GPU's own work.
+#[test]
+fn never_below_the_compute_bound() {
+    let model = catalog_model("gpt3-1.3b").unwrap();
+    let cluster = catalog_cluster("t4-v100").unwrap();
+    for spec in [
+        "pp=2,dp=5,mbs=1,gbs=20",
+        "tp=2,pp=1,dp=5,mbs=2,gbs=40,zero=3",
+        "pp=5,dp=2,mbs=1,gbs=20,ckpt=full",
+    ] {
+        let p = plan(spec, &model, &cluster);
+        let w = Workload {
+            model: &model,
+            cluster: &cluster,
+            seq_len: 1024,
+        };
+        let s = simulate(w, &p, &Analytic, &SimOptions::default()).unwrap();
+        for g in &s.per_gpu {
+            assert!(g.busy <= 1.0 + 1e-9, "{spec}: {g:?}");
+            assert!(
+                (g.busy + g.comm_wait + g.idle - 1.0).abs() < 1e-9,
+                "{spec}: {g:?}"
+            );
+        }
+        assert!(s.iteration_time_s > 0.0);
+    }
+}
+
+#[test]
+fn identical_input_identical_output() {
+    let model = catalog_model("gpt3-1.3b").unwrap();
+    let cluster = catalog_cluster("t4-v100").unwrap();
+    let p = plan("pp=2,dp=5,mbs=1,gbs=20,zero=1", &model, &cluster);
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 1024,
+    };
+    let a = serde_json::to_string(&simulate(w, &p, &Analytic, &SimOptions::default()).unwrap())
+        .unwrap();
+    let b = serde_json::to_string(&simulate(w, &p, &Analytic, &SimOptions::default()).unwrap())
+        .unwrap();
+    assert_eq!(a, b);
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Replacing a GPU type by a faster one (every rate scaled up) never makes the step slower.
+        ///
+        /// Exactly so where no two transfers compete for a link (data parallelism alone, one
+        /// gradient stream). Where they do, fair sharing has the scheduling anomalies of any
+        /// greedy list schedule (Graham 1969): a faster stage can send earlier, into another
+        /// stage's transfer, and delay it — pp=2, dp=5 on t4-v100 with V100s 1.41× faster is
+        /// 0.12% slower. We bound that effect at 1% (docs/validation.md).
+        #[test]
+        fn a_faster_gpu_never_slows_the_step(
+            which in 0usize..2,
+            factor in 1.0f64..4.0,
+            spec in prop::sample::select(vec![
+                "pp=2,dp=5,mbs=1,gbs=20",
+                "pp=2,dp=5,mbs=1,gbs=20,zero=1",
+                "tp=2,pp=1,dp=5,mbs=1,gbs=20,zero=3",
+                "dp=10,mbs=1,gbs=20",
+                "pp=5,dp=2,mbs=1,gbs=16,ckpt=full",
+            ]),
+        ) {
+            let model = catalog_model("gpt3-350m").unwrap();
+            let cluster = catalog_cluster("t4-v100").unwrap();
+            let p = plan(spec, &model, &cluster);
+            let run = |c: &Cluster| {
+                simulate(
+                    Workload { model: &model, cluster: c, seq_len: 1024 },
+                    &p,
+                    &Analytic,
+                    &SimOptions::default(),
+                )
+                .unwrap()
+                .iteration_time_s
+            };
+            let base = run(&cluster);
+            let mut fast = cluster.clone();
+            let g = &mut fast.gpu_types[which];
+            g.peak_tensor = g.peak_tensor * factor;
+            g.peak_fp32 = g.peak_fp32 * factor;
+            g.hbm_bandwidth = g.hbm_bandwidth * factor;
+            let faster = run(&fast);
+            let exact = !spec.contains("pp=") || spec.contains("pp=1,");
+            let bound = if exact { 1e-9 } else { 0.01 };
+            prop_assert!(faster <= base * (1.0 + bound), "{spec}: {faster} > {base}");
+        }
+    }
+}
