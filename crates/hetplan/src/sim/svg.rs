@@ -1,0 +1,1 @@
+//! A Gantt chart of a simulated iteration as SVG.

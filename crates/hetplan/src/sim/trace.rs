@@ -1,0 +1,1 @@
+//! Chrome trace event format (opens in Perfetto): one track per GPU and per link.
