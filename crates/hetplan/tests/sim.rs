@@ -219,3 +219,82 @@ mod properties {
         }
     }
 }
+
+/// The table of docs/validation.md §3: estimate vs simulation on scenarios where they differ.
+/// Run: `cargo test --release -p hetplan --test sim compare_table -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints the comparison table"]
+fn compare_table() {
+    let cases = [
+        (
+            "gpt3-1.3b",
+            "1x4xa100-80gb",
+            "pp=4,dp=1,mbs=1,gbs=16",
+            2048u64,
+        ),
+        (
+            "gpt3-1.3b",
+            "2x4xa100-80gb@200Gbps",
+            "pp=2,dp=4,mbs=2,gbs=64",
+            2048,
+        ),
+        (
+            "gpt3-1.3b",
+            "2x4xa100-80gb@200Gbps",
+            "pp=2,dp=4,mbs=2,gbs=64,zero=1",
+            2048,
+        ),
+        ("gpt3-1.3b", "t4-v100", "dp=10,mbs=1,gbs=40", 1024),
+        ("gpt3-1.3b", "t4-v100", "pp=2,dp=5,mbs=1,gbs=40", 1024),
+        (
+            "gpt3-2.7b",
+            "t4-v100",
+            "pp=5,dp=2,mbs=1,gbs=32,ckpt=full",
+            1024,
+        ),
+        (
+            "mpt-7b",
+            "dgx-a100-80gb",
+            "dp=8,mbs=4,gbs=64,zero=3,ckpt=full,engine=fsdp",
+            2048,
+        ),
+        (
+            "gpt3-13b",
+            "a100-80gb-8x8",
+            "tp=8,pp=4,dp=2,mbs=1,gbs=64,schedule=interleaved,v=2",
+            2048,
+        ),
+        (
+            "gpt3-2.7b",
+            "l4-x4",
+            "pp=2,dp=2,mbs=1,gbs=8,ckpt=full,offload_opt=1",
+            4096,
+        ),
+        (
+            "gpt3-175b",
+            "128x8xa100-80gb@1600Gbps",
+            "tp=8,pp=16,dp=8,mbs=1,m=128",
+            2048,
+        ),
+    ];
+    println!("| model | cluster | plan | estimate (s) | simulate (s) | difference |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for (m, c, p, seq) in cases {
+        let model = catalog_model(m).unwrap();
+        let cluster = catalog_cluster(c).unwrap();
+        let plan = plan(p, &model, &cluster);
+        let w = Workload {
+            model: &model,
+            cluster: &cluster,
+            seq_len: seq,
+        };
+        let e = estimate(w, &plan, &Analytic).iteration_time_s;
+        let s = simulate(w, &plan, &Analytic, &SimOptions::default())
+            .unwrap()
+            .iteration_time_s;
+        println!(
+            "| {m} | {c} | `{p}` | {e:.4} | {s:.4} | {:+.1}% |",
+            (s - e) / e * 100.0
+        );
+    }
+}
