@@ -16,6 +16,7 @@ use hetplan::cost::{self, Analytic, ComputeTimes, Estimate, Profiled, TimeSource
 use hetplan::model::catalog::{catalog_model, catalog_names};
 use hetplan::plan::Plan;
 use hetplan::profile::{self, Interpolation, ProfileDb, ProfileIndex};
+use hetplan::sim::{self, SimOptions, Simulation};
 use hetplan::units::BytesPerSec;
 use hetplan::InputError;
 use inputs::{json_kind, json_value, JsonKind};
@@ -35,6 +36,7 @@ use std::process::ExitCode;
         diagnostics to stderr. Bad input exits with status 2, other failures with 1.",
     after_help = "Examples:\n  \
         hetplan estimate --model gpt3-1.3b --cluster dgx-a100-80gb --plan tp=2,pp=2,mbs=4,gbs=64\n  \
+        hetplan simulate --model gpt3-1.3b --cluster dgx-a100-80gb --plan tp=2,pp=2,mbs=4,gbs=64\n  \
         hetplan validate my-cluster.toml\n  \
         hetplan calibrate"
 )]
@@ -54,6 +56,19 @@ enum Command {
         The inline plan form is comma-separated key=value pairs: tp, pp, dp, mbs, gbs, m, zero, \
         ckpt, sp, schedule, v, engine, precision, offload_w, offload_g, offload_opt, offload_act.")]
     Estimate(EstimateArgs),
+    /// Simulate one iteration of a plan event by event: where each GPU's time goes.
+    #[command(
+        after_help = "Executes the plan's schedule on the cluster: pipeline dependencies, \
+        blocking sends, gradient buckets, ZeRO transfers, offload copies and links shared by \
+        concurrent transfers. Prints the iteration time beside the estimate's, each GPU's busy, \
+        communication-wait and idle time, and the critical path.\n\n\
+        Examples:\n  \
+        hetplan simulate --model gpt3-125m --cluster 1x4xa100-80gb --plan pp=4,mbs=1,gbs=8\n  \
+        hetplan simulate --model gpt3-1.3b --cluster dgx-a100-80gb --plan tp=2,pp=2,mbs=4,gbs=64 \\\n      \
+        --trace trace.json --svg gantt.svg\n  \
+        hetplan simulate --model gpt3-1.3b --cluster dgx-a100-80gb --plan plan.json --json"
+    )]
+    Simulate(SimulateArgs),
     /// List the GPU catalog.
     #[command(after_help = "Examples:\n  hetplan gpus\n  hetplan gpus --json")]
     Gpus(ListArgs),
@@ -90,8 +105,9 @@ enum Command {
     Calibrate(CalibrateArgs),
 }
 
+/// What to cost or simulate: the inputs `estimate` and `simulate` share.
 #[derive(Args)]
-struct EstimateArgs {
+struct PlanInputs {
     /// Model: a catalog name (see `hetplan models`), a HuggingFace config.json, or a layer list
     /// (.toml, or .json with a `layer` array).
     #[arg(long, value_name = "MODEL")]
@@ -111,9 +127,33 @@ struct EstimateArgs {
     /// How to read unmeasured micro-batch sizes from the profile.
     #[arg(long, value_enum, default_value_t = InterpolationArg::MonotoneCubic, requires = "profile")]
     interpolation: InterpolationArg,
+}
+
+#[derive(Args)]
+struct EstimateArgs {
+    #[command(flatten)]
+    inputs: PlanInputs,
     /// Print the estimate as JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    inputs: PlanInputs,
+    /// Print the simulation as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Write a Chrome trace (opens in https://ui.perfetto.dev or chrome://tracing).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<String>,
+    /// Write a Gantt chart of the iteration as SVG.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<String>,
+    /// Leave out the slowdown of compute and communication running together.
+    #[arg(long)]
+    no_interference: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -242,6 +282,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Estimate(a) => estimate(a),
+        Command::Simulate(a) => simulate(a),
         Command::Gpus(a) => gpus(a),
         Command::Models(a) => models(a),
         Command::Clusters(a) => clusters(a),
@@ -287,7 +328,16 @@ struct EstimateOutput<'a> {
     estimate: &'a Estimate,
 }
 
-fn estimate(a: EstimateArgs) -> Result<()> {
+/// The loaded and validated inputs of `estimate` and `simulate`.
+struct Loaded {
+    model: hetplan::Model,
+    cluster: hetplan::Cluster,
+    plan: Plan,
+    seq_len: u64,
+    db: Option<ProfileDb>,
+}
+
+fn load_inputs(a: &PlanInputs) -> Result<Loaded> {
     let model = inputs::load_model(&a.model)?;
     let cluster = inputs::load_cluster(&a.cluster)?;
     let plan = inputs::load_plan(&a.plan, &model, &cluster)?;
@@ -298,9 +348,25 @@ fn estimate(a: EstimateArgs) -> Result<()> {
         Some(p) => Some(inputs::load_profile(p)?),
         None => None,
     };
-    let index = db
-        .as_ref()
-        .map(|db| ProfileIndex::for_setup(db, Some(seq_len), Some(plan.precision)));
+    Ok(Loaded {
+        model,
+        cluster,
+        plan,
+        seq_len,
+        db,
+    })
+}
+
+/// The estimate of the loaded plan, with the compute times it used (measured where the profile
+/// has them) handed to `then`, and the line that says where they came from.
+fn with_compute<T>(
+    a: &PlanInputs,
+    l: &Loaded,
+    then: impl FnOnce(Workload<'_>, &dyn ComputeTimes, Estimate, render::ComputeSource) -> T,
+) -> T {
+    let index =
+        l.db.as_ref()
+            .map(|db| ProfileIndex::for_setup(db, Some(l.seq_len), Some(l.plan.precision)));
     let profiled = index.as_ref().map(|index| Profiled {
         index,
         interpolation: a.interpolation.into(),
@@ -309,15 +375,12 @@ fn estimate(a: EstimateArgs) -> Result<()> {
         Some(p) => p,
         None => &Analytic,
     };
-    let est = cost::estimate(
-        Workload {
-            model: &model,
-            cluster: &cluster,
-            seq_len,
-        },
-        &plan,
-        compute,
-    );
+    let w = Workload {
+        model: &l.model,
+        cluster: &l.cluster,
+        seq_len: l.seq_len,
+    };
+    let est = cost::estimate(w, &l.plan, compute);
     let description = match &a.profile {
         Some(path) => {
             let how = match a.interpolation {
@@ -334,26 +397,111 @@ fn estimate(a: EstimateArgs) -> Result<()> {
                 format!(
                     "analytic: {path} has no layer times for `{}` at this sequence length, \
                      precision and tp on these GPUs",
-                    model.name
+                    l.model.name
                 )
             }
         }
         None => "analytic (no profile)".to_string(),
     };
-    let source = render::ComputeSource { description };
+    then(w, compute, est, render::ComputeSource { description })
+}
+
+fn estimate(a: EstimateArgs) -> Result<()> {
+    let l = load_inputs(&a.inputs)?;
+    let (est, source) = with_compute(&a.inputs, &l, |_, _, est, source| (est, source));
     if a.json {
         emit_json(&EstimateOutput {
-            model: &model.name,
-            cluster: &cluster.name,
-            seq_len,
-            compute: if db.is_some() { "profile" } else { "analytic" },
-            plan: &plan,
+            model: &l.model.name,
+            cluster: &l.cluster.name,
+            seq_len: l.seq_len,
+            compute: if l.db.is_some() {
+                "profile"
+            } else {
+                "analytic"
+            },
+            plan: &l.plan,
             estimate: &est,
         })
     } else {
         emit(&render::estimate(
-            &model, &cluster, &plan, seq_len, &est, &source,
+            &l.model, &l.cluster, &l.plan, l.seq_len, &est, &source,
         ))
+    }
+}
+
+// ------------------------------------------------------------------------------------ simulate
+
+/// `hetplan simulate --json`: the simulation with what it simulated. These keys are an
+/// interface: add, never rename.
+#[derive(Serialize)]
+struct SimulateOutput<'a> {
+    model: &'a str,
+    cluster: &'a str,
+    seq_len: u64,
+    /// `analytic`, or `profile` when measured layer times were used.
+    compute: &'static str,
+    interference: bool,
+    plan: &'a Plan,
+    /// The cost model's iteration time, for comparison.
+    estimate_iteration_time_s: f64,
+    #[serde(flatten)]
+    simulation: &'a Simulation,
+}
+
+/// Writes an output file, or fails (exit 1) naming it.
+fn write_output(path: &str, text: &str, what: &str) -> Result<()> {
+    std::fs::write(path, text)
+        .map_err(|e| CliError::Failure(format!("cannot write {path}: {}", diag::io_reason(&e))))?;
+    eprintln!("wrote {path}: {what}");
+    Ok(())
+}
+
+fn simulate(a: SimulateArgs) -> Result<()> {
+    let l = load_inputs(&a.inputs)?;
+    let opts = SimOptions {
+        interference: !a.no_interference,
+        ..SimOptions::default()
+    };
+    let (sim, est, source) = with_compute(&a.inputs, &l, |w, compute, est, source| {
+        (sim::simulate(w, &l.plan, compute, &opts), est, source)
+    });
+    let sim = sim.map_err(|e| CliError::Failure(format!("the simulation failed: {e}")))?;
+    if let Some(path) = &a.trace {
+        write_output(
+            path,
+            &sim::trace::chrome_trace(&sim),
+            "Chrome trace (open it in https://ui.perfetto.dev)",
+        )?;
+    }
+    if let Some(path) = &a.svg {
+        write_output(path, &sim::svg::gantt_svg(&sim), "Gantt chart")?;
+    }
+    if a.json {
+        emit_json(&SimulateOutput {
+            model: &l.model.name,
+            cluster: &l.cluster.name,
+            seq_len: l.seq_len,
+            compute: if l.db.is_some() {
+                "profile"
+            } else {
+                "analytic"
+            },
+            interference: opts.interference,
+            plan: &l.plan,
+            estimate_iteration_time_s: est.iteration_time_s,
+            simulation: &sim,
+        })
+    } else {
+        emit(&render::simulation(&render::SimReport {
+            model: &l.model,
+            cluster: &l.cluster,
+            plan: &l.plan,
+            seq_len: l.seq_len,
+            sim: &sim,
+            estimate: &est,
+            compute: &source,
+            interference: opts.interference,
+        }))
     }
 }
 

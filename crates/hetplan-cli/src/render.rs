@@ -5,8 +5,9 @@ use hetplan::calibration::Report;
 use hetplan::cost::Estimate;
 use hetplan::gpu::GpuSpec;
 use hetplan::plan::{Engine, Precision, Schedule};
+use hetplan::sim::{Executor, Simulation};
 use hetplan::units::{Bytes, Seconds};
-use hetplan::{Cluster, Model, Plan};
+use hetplan::{Cluster, GpuId, Model, Plan};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -215,18 +216,17 @@ pub struct ComputeSource {
     pub description: String,
 }
 
-/// The report of `hetplan estimate`.
-pub fn estimate(
+/// The lines on what is costed or simulated: model, cluster, plan, compute times.
+fn header(
     model: &Model,
     cluster: &Cluster,
     plan: &Plan,
     seq_len: u64,
-    est: &Estimate,
+    num_gpus: usize,
     compute: &ComputeSource,
 ) -> String {
     let mut o = String::new();
     let layers = model.layers.len();
-    let per_sample = model.per_sample;
     let seq = if model.per_sample {
         "per-sample model".to_string()
     } else {
@@ -255,11 +255,25 @@ pub fn estimate(
         schedule_name(plan.schedule),
         engine_name(plan.engine),
         precision_name(plan.precision),
-        est.num_gpus,
+        num_gpus,
         cluster.num_gpus()
     );
     let _ = writeln!(o, "compute  {}", compute.description);
+    o
+}
+
+/// The report of `hetplan estimate`.
+pub fn estimate(
+    model: &Model,
+    cluster: &Cluster,
+    plan: &Plan,
+    seq_len: u64,
+    est: &Estimate,
+    compute: &ComputeSource,
+) -> String {
+    let mut o = header(model, cluster, plan, seq_len, est.num_gpus, compute);
     o.push('\n');
+    let per_sample = model.per_sample;
 
     // Time per micro-batch.
     let mut t = Table::new(&[
@@ -374,6 +388,215 @@ pub fn estimate(
             let _ = writeln!(o, "  - {n}");
         }
     }
+    o
+}
+
+/// What `hetplan simulate` reports on.
+pub struct SimReport<'a> {
+    pub model: &'a Model,
+    pub cluster: &'a Cluster,
+    pub plan: &'a Plan,
+    pub seq_len: u64,
+    pub sim: &'a Simulation,
+    pub estimate: &'a Estimate,
+    pub compute: &'a ComputeSource,
+    pub interference: bool,
+}
+
+/// Above this many GPUs the time table has a row per executor, above this many executors a row
+/// per stage.
+const MAX_TABLE_ROWS: usize = 64;
+/// The critical path in at most this many lines.
+const MAX_PATH_LINES: usize = 8;
+
+/// `n0g0..n0g7`, or `n0g0`.
+fn device_range(devices: &[GpuId]) -> String {
+    match (devices.first(), devices.last()) {
+        (Some(a), Some(b)) if devices.len() > 1 => format!("{a}..{b}"),
+        (Some(a), _) => a.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The report of `hetplan simulate`.
+pub fn simulation(r: &SimReport<'_>) -> String {
+    let sim = r.sim;
+    let n_gpus = sim.per_gpu.len();
+    let mut o = header(r.model, r.cluster, r.plan, r.seq_len, n_gpus, r.compute);
+    let _ = writeln!(
+        o,
+        "simulated {} tasks, {} events; interference of compute and communication {}",
+        fmt_rate(sim.tasks as f64),
+        fmt_rate(sim.events as f64),
+        if r.interference {
+            "on"
+        } else {
+            "off (--no-interference)"
+        }
+    );
+    o.push('\n');
+
+    // Totals.
+    let est = r.estimate.iteration_time_s;
+    let diff = if est > 0.0 {
+        format!("{:+.1}%", (sim.iteration_time_s - est) / est * 100.0)
+    } else {
+        "-".into()
+    };
+    let mut rows: Vec<(&str, String)> = vec![
+        (
+            "iteration time",
+            format!(
+                "{}  (estimate {}, simulation {diff})",
+                Seconds(sim.iteration_time_s),
+                Seconds(est)
+            ),
+        ),
+        ("samples/s", fmt_rate(sim.samples_per_s)),
+    ];
+    if !r.model.per_sample {
+        rows.push(("tokens/s", fmt_rate(sim.tokens_per_s)));
+        rows.push(("tokens/s per GPU", fmt_rate(sim.tokens_per_s_per_gpu)));
+    }
+    rows.push(("bubble", pct(sim.bubble_fraction)));
+    for (k, v) in rows {
+        let _ = writeln!(o, "{k:<18}{v}");
+    }
+    o.push('\n');
+
+    // Where each GPU's time goes.
+    let cols = |first: &[(&'static str, Align)]| {
+        let mut c: Vec<(&str, Align)> = first.to_vec();
+        c.extend([("busy", Right), ("comm-wait", Right), ("idle", Right)]);
+        Table::new(&c)
+    };
+    let fracs = |b: f64, c: f64, i: f64| [pct(b), pct(c), pct(i)];
+    if n_gpus <= MAX_TABLE_ROWS {
+        let mut t = cols(&[("gpu", Left), ("stage", Right), ("replica", Right)]);
+        for g in &sim.per_gpu {
+            let mut row = vec![
+                g.gpu.to_string(),
+                g.stage.to_string(),
+                g.replica.to_string(),
+            ];
+            row.extend(fracs(g.busy, g.comm_wait, g.idle));
+            t.row(row);
+        }
+        o.push_str("time per GPU (share of the iteration)\n");
+        o.push_str(&t.render());
+    } else {
+        // Every GPU of an executor spends its time alike.
+        let of_exec = |ex: &Executor| {
+            ex.devices
+                .first()
+                .and_then(|d| sim.per_gpu.iter().find(|g| g.gpu == *d))
+                .map_or((0.0, 0.0, 0.0), |g| (g.busy, g.comm_wait, g.idle))
+        };
+        if sim.executors.len() <= MAX_TABLE_ROWS {
+            let mut t = cols(&[("stage", Right), ("replica", Right), ("devices", Left)]);
+            for ex in &sim.executors {
+                let (b, c, i) = of_exec(ex);
+                let mut row = vec![
+                    ex.stage.to_string(),
+                    ex.replica.to_string(),
+                    device_range(&ex.devices),
+                ];
+                row.extend(fracs(b, c, i));
+                t.row(row);
+            }
+            o.push_str(
+                "time per executor (share of the iteration; the GPUs of a TP group alike)\n",
+            );
+            o.push_str(&t.render());
+        } else {
+            let mut t = cols(&[("stage", Right), ("replicas", Right), ("GPUs", Right)]);
+            let mut by_stage: BTreeMap<usize, (usize, usize, f64, f64, f64)> = BTreeMap::new();
+            for ex in &sim.executors {
+                let (b, c, i) = of_exec(ex);
+                let e = by_stage.entry(ex.stage).or_default();
+                e.0 += 1;
+                e.1 += ex.devices.len();
+                e.2 += b;
+                e.3 += c;
+                e.4 += i;
+            }
+            for (stage, (n, g, b, c, i)) in by_stage {
+                let k = n.max(1) as f64;
+                let mut row = vec![stage.to_string(), n.to_string(), g.to_string()];
+                row.extend(fracs(b / k, c / k, i / k));
+                t.row(row);
+            }
+            o.push_str("time per stage (share of the iteration, mean over its replicas)\n");
+            o.push_str(&t.render());
+        }
+    }
+    o.push_str(
+        "busy: computing; comm-wait: waiting for a transfer it needs; idle: waiting for other \
+         stages or done\n\n",
+    );
+
+    // The critical path: its time by activity and stage, in the order first met on it; the
+    // largest groups when there are many.
+    let path = &sim.critical_path;
+    let mut groups: Vec<(String, Option<usize>, usize, f64)> = Vec::new();
+    for seg in path {
+        match groups
+            .iter_mut()
+            .find(|g| g.0 == seg.what && g.1 == seg.stage)
+        {
+            Some(g) => {
+                g.2 += seg.tasks;
+                g.3 += seg.seconds;
+            }
+            None => groups.push((seg.what.clone(), seg.stage, seg.tasks, seg.seconds)),
+        }
+    }
+    let mut keep: Vec<usize> = (0..groups.len()).collect();
+    let mut rest = (0usize, 0usize, 0.0f64);
+    if groups.len() > MAX_PATH_LINES {
+        keep.sort_by(|&a, &b| groups[b].3.total_cmp(&groups[a].3).then(a.cmp(&b)));
+        for &i in &keep[MAX_PATH_LINES - 1..] {
+            rest.0 += 1;
+            rest.1 += groups[i].2;
+            rest.2 += groups[i].3;
+        }
+        keep.truncate(MAX_PATH_LINES - 1);
+        keep.sort_unstable();
+    }
+    let mut t = Table::new(&[
+        ("what", Left),
+        ("stage", Right),
+        ("tasks", Right),
+        ("time", Right),
+        ("share", Right),
+    ]);
+    let share = |s: f64| pct(s / sim.iteration_time_s);
+    for i in keep {
+        let (what, stage, tasks, seconds) = &groups[i];
+        t.row(vec![
+            what.clone(),
+            stage.map_or("-".into(), |x| x.to_string()),
+            tasks.to_string(),
+            secs(Seconds(*seconds)),
+            share(*seconds),
+        ]);
+    }
+    if rest.0 > 0 {
+        t.row(vec![
+            format!("other ({} kinds)", rest.0),
+            String::new(),
+            rest.1.to_string(),
+            secs(Seconds(rest.2)),
+            share(rest.2),
+        ]);
+    }
+    let _ = writeln!(
+        o,
+        "critical path ({} tasks, what the iteration waited for): time by activity and stage, \
+         in the order first met",
+        path.iter().map(|s| s.tasks).sum::<usize>()
+    );
+    o.push_str(&t.render());
     o
 }
 

@@ -89,6 +89,9 @@ fn round_floats(v: serde_json::Value) -> serde_json::Value {
 const MODEL: &str = "gpt3-125m";
 const CLUSTER: &str = "dgx-a100-80gb";
 const INLINE: &str = "tp=2,pp=2,mbs=2,gbs=16,zero=1,ckpt=selective";
+/// A small pipeline to simulate: four stages of one GPU, 1F1B, eight micro-batches.
+const SIM_CLUSTER: &str = "1x4xa100-80gb";
+const SIM_PLAN: &str = "pp=4,dp=1,mbs=1,gbs=8";
 
 // ------------------------------------------------------------------------------------ snapshots
 
@@ -138,6 +141,20 @@ fn estimate_json_output() {
     // Six significant digits: the snapshot shows the shape and the values, not the last bits
     // of floating-point arithmetic.
     insta::assert_json_snapshot!(round_floats(v));
+}
+
+#[test]
+fn simulate_human_output() {
+    let out = ok(&[
+        "simulate",
+        "--model",
+        MODEL,
+        "--cluster",
+        SIM_CLUSTER,
+        "--plan",
+        SIM_PLAN,
+    ]);
+    insta::assert_snapshot!(out);
 }
 
 #[test]
@@ -217,6 +234,178 @@ fn estimate_json_has_the_stable_keys() {
 }
 
 #[test]
+fn simulate_json_has_the_stable_keys() {
+    let out = ok(&[
+        "simulate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        INLINE,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    for key in [
+        "model",
+        "cluster",
+        "seq_len",
+        "compute",
+        "interference",
+        "plan",
+        "estimate_iteration_time_s",
+        "iteration_time_s",
+        "samples_per_s",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "bubble_fraction",
+        "per_gpu",
+        "critical_path",
+    ] {
+        assert!(v.get(key).is_some(), "missing key `{key}` in {v}");
+    }
+    assert_eq!(v["model"], MODEL);
+    assert_eq!(v["cluster"], CLUSTER);
+    assert_eq!(v["interference"], true);
+    assert!(v["iteration_time_s"].as_f64().unwrap() > 0.0);
+    assert!(v["estimate_iteration_time_s"].as_f64().unwrap() > 0.0);
+    let per_gpu = v["per_gpu"].as_array().unwrap();
+    assert_eq!(per_gpu.len(), 8, "one entry per GPU of the plan");
+    for g in per_gpu {
+        for key in ["gpu", "stage", "replica", "busy", "comm_wait", "idle"] {
+            assert!(g.get(key).is_some(), "missing per_gpu key `{key}` in {g}");
+        }
+        let sum: f64 = ["busy", "comm_wait", "idle"]
+            .iter()
+            .map(|k| g[k].as_f64().unwrap())
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-6, "{g}");
+    }
+    let path = v["critical_path"].as_array().unwrap();
+    assert!(!path.is_empty());
+    assert!(path[0].get("what").is_some() && path[0].get("seconds").is_some());
+    // Spans, executors and resources are for the trace and the chart, not the JSON.
+    assert!(v.get("spans").is_none());
+    let off: serde_json::Value = serde_json::from_str(&ok(&[
+        "simulate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        INLINE,
+        "--json",
+        "--no-interference",
+    ]))
+    .unwrap();
+    assert_eq!(off["interference"], false);
+}
+
+/// A tiny XML well-formedness check: tags close in order, quotes balance, entities are XML's.
+fn assert_well_formed_xml(s: &str) {
+    let mut stack: Vec<&str> = Vec::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('<') {
+        assert!(
+            !rest[..i].contains('>'),
+            "stray `>` in text {:?}",
+            &rest[..i]
+        );
+        let j = i + rest[i..].find('>').expect("every tag closes");
+        let tag = &rest[i + 1..j];
+        assert!(!tag.contains('<'), "`<` inside a tag: {tag}");
+        assert_eq!(tag.matches('"').count() % 2, 0, "unbalanced quotes: {tag}");
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop(), Some(name), "mismatched </{name}>");
+        } else if !tag.ends_with('/') {
+            stack.push(tag.split_whitespace().next().expect("a tag has a name"));
+        }
+        rest = &rest[j + 1..];
+    }
+    assert!(stack.is_empty(), "unclosed tags: {stack:?}");
+    for (k, _) in s.match_indices('&') {
+        let end = s[k..].find(';').expect("an entity ends with ;");
+        let ent = &s[k..k + end + 1];
+        assert!(
+            ["&amp;", "&lt;", "&gt;", "&quot;", "&apos;"].contains(&ent),
+            "unknown entity {ent}"
+        );
+    }
+}
+
+#[test]
+fn simulate_writes_a_trace_and_a_chart() {
+    let dir = std::env::temp_dir().join(format!("hetplan-cli-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = |tag: &str| {
+        (
+            dir.join(format!("trace-{tag}.json")),
+            dir.join(format!("gantt-{tag}.svg")),
+        )
+    };
+    let run = |tag: &str| {
+        let (trace, svg) = files(tag);
+        let o = hetplan(&[
+            "simulate",
+            "--model",
+            MODEL,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            INLINE,
+            "--trace",
+            trace.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(o.stdout.starts_with("model    gpt3-125m"), "{}", o.stdout);
+        assert_contains(&o.stderr, &["wrote ", "Chrome trace", "Gantt chart"]);
+        (
+            std::fs::read_to_string(&trace).unwrap(),
+            std::fs::read_to_string(&svg).unwrap(),
+        )
+    };
+    let (trace, svg) = run("a");
+
+    // The trace: complete events, one thread per GPU, named.
+    let v: serde_json::Value = serde_json::from_str(&trace).expect("the trace is JSON");
+    assert_eq!(v["displayTimeUnit"], "ms");
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    let gpu_threads: Vec<String> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .filter(|n| n.contains(" stage "))
+        .collect();
+    assert_eq!(gpu_threads.len(), 8, "one thread per GPU: {gpu_threads:?}");
+    assert!(gpu_threads.contains(&"n0g5 stage 1 replica 0".to_string()));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["args"]["name"] == "links"));
+    let complete: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(!complete.is_empty());
+    for e in &complete {
+        assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0);
+        assert!(e["cat"].is_string() && e["name"].is_string());
+    }
+    assert!(complete.iter().any(|e| e["name"] == "F0"));
+
+    // The chart: well-formed SVG with boxes and the GPUs' rows.
+    assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("<rect"));
+    assert!(svg.contains(">n0g0 s0 r0</text>"));
+    assert_well_formed_xml(&svg);
+
+    // Byte-identical again.
+    let (trace2, svg2) = run("b");
+    assert_eq!(trace, trace2, "the trace differs between runs");
+    assert_eq!(svg, svg2, "the chart differs between runs");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn list_commands_print_json() {
     let gpus: serde_json::Value = serde_json::from_str(&ok(&["gpus", "--json"])).unwrap();
     let a100 = gpus
@@ -281,6 +470,25 @@ fn output_is_deterministic() {
         ][..],
         &["models", "--json"][..],
         &["calibrate"][..],
+        &[
+            "simulate",
+            "--model",
+            MODEL,
+            "--cluster",
+            SIM_CLUSTER,
+            "--plan",
+            SIM_PLAN,
+        ][..],
+        &[
+            "simulate",
+            "--model",
+            MODEL,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            INLINE,
+            "--json",
+        ][..],
     ] {
         let a = hetplan(args);
         let b = hetplan(args);
@@ -416,6 +624,7 @@ fn profile_import_metis_and_sailor() {
 fn help_has_examples() {
     for cmd in [
         "estimate",
+        "simulate",
         "gpus",
         "models",
         "clusters",
@@ -687,6 +896,66 @@ fn unknown_key_in_inline_plan() {
             "help: did you mean `gbs`?",
         ],
     );
+}
+
+#[test]
+fn simulate_bad_input() {
+    let err = bad(&[
+        "simulate",
+        "--model",
+        "gpt3-125n",
+        "--cluster",
+        SIM_CLUSTER,
+        "--plan",
+        SIM_PLAN,
+    ]);
+    assert_contains(
+        &err,
+        &["unknown model `gpt3-125n`", "did you mean `gpt3-125m`?"],
+    );
+    let err = bad(&[
+        "simulate",
+        "--model",
+        MODEL,
+        "--cluster",
+        CLUSTER,
+        "--plan",
+        "plan_gpu_twice.json",
+    ]);
+    assert_contains(&err, &["plan_gpu_twice.json:20:9"]);
+    let err = bad(&[
+        "simulate",
+        "--model",
+        MODEL,
+        "--cluster",
+        SIM_CLUSTER,
+        "--plan",
+        SIM_PLAN,
+        "--seq-len",
+        "0",
+    ]);
+    assert_contains(&err, &["--seq-len 0"]);
+    bad(&["simulate", "--model", MODEL, "--cluster", SIM_CLUSTER]);
+}
+
+#[test]
+fn simulate_cannot_write_its_files() {
+    for flag in ["--trace", "--svg"] {
+        let o = hetplan(&[
+            "simulate",
+            "--model",
+            MODEL,
+            "--cluster",
+            SIM_CLUSTER,
+            "--plan",
+            SIM_PLAN,
+            flag,
+            "no-such-dir/out.file",
+        ]);
+        assert_eq!(o.code, 1, "{flag}: {}", o.stderr);
+        assert_contains(&o.stderr, &["cannot write no-such-dir/out.file"]);
+        assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    }
 }
 
 #[test]
