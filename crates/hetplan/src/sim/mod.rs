@@ -83,6 +83,7 @@ pub struct Simulation {
     pub bubble_fraction: f64,
     pub per_gpu: Vec<GpuActivity>,
     pub critical_path: Vec<PathSegment>,
+    /// Distinct event times processed (tasks finishing together count once).
     pub events: u64,
     pub tasks: usize,
     #[serde(skip)]
