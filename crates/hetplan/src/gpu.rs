@@ -61,7 +61,6 @@ pub struct UnknownGpu {
     pub hint: Option<String>,
 }
 
-
 #[allow(clippy::too_many_arguments)]
 fn spec(
     name: &str,

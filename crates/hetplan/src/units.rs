@@ -182,6 +182,9 @@ pub enum UnitError {
     },
     #[error("`{text}` must be positive and finite")]
     NotPositive { text: String },
+    /// The number times its unit overflows a 64-bit float (`"1e308 TB"`).
+    #[error("`{text}` is out of range: the value in base units overflows")]
+    OutOfRange { text: String },
 }
 
 pub const BYTES_EXPECTED: &str = "a size with its unit, e.g. \"80 GiB\", \"40 GB\" or \"512 MiB\"";
@@ -227,6 +230,23 @@ fn split_number<'a>(text: &'a str, expected: &'static str) -> Result<(f64, &'a s
     Ok((value, unit))
 }
 
+/// `value × multiplier`, which must stay finite (and positive: a tiny value times a small unit
+/// can underflow to zero).
+fn scaled(text: &str, value: f64, multiplier: f64) -> Result<f64, UnitError> {
+    let v = value * multiplier;
+    if !v.is_finite() {
+        Err(UnitError::OutOfRange {
+            text: text.to_string(),
+        })
+    } else if v <= 0.0 {
+        Err(UnitError::NotPositive {
+            text: text.to_string(),
+        })
+    } else {
+        Ok(v)
+    }
+}
+
 fn unknown(text: &str, unit: &str, expected: &'static str) -> UnitError {
     UnitError::UnknownUnit {
         text: text.to_string(),
@@ -255,7 +275,7 @@ impl std::str::FromStr for Bytes {
     fn from_str(text: &str) -> Result<Bytes, UnitError> {
         let (v, unit) = split_number(text, BYTES_EXPECTED)?;
         let m = byte_multiplier(unit).ok_or_else(|| unknown(text, unit, BYTES_EXPECTED))?;
-        Ok(Bytes(v * m))
+        scaled(text, v, m).map(Bytes)
     }
 }
 
@@ -276,7 +296,7 @@ impl std::str::FromStr for BytesPerSec {
                 .and_then(byte_multiplier),
         }
         .ok_or_else(|| unknown(text, unit, BANDWIDTH_EXPECTED))?;
-        Ok(BytesPerSec(v * m))
+        scaled(text, v, m).map(BytesPerSec)
     }
 }
 
@@ -296,7 +316,7 @@ impl std::str::FromStr for FlopPerSec {
             "P" => 1e15,
             _ => return Err(unknown(text, unit, FLOPS_EXPECTED)),
         };
-        Ok(FlopPerSec(v * m))
+        scaled(text, v, m).map(FlopPerSec)
     }
 }
 
@@ -313,7 +333,7 @@ impl std::str::FromStr for Seconds {
             "h" => 3600.0,
             _ => return Err(unknown(text, unit, SECONDS_EXPECTED)),
         };
-        Ok(Seconds(v * m))
+        scaled(text, v, m).map(Seconds)
     }
 }
 
@@ -420,6 +440,31 @@ mod tests {
             "0 GB".parse::<Bytes>().unwrap_err(),
             UnitError::NotPositive { .. }
         ));
+    }
+
+    #[test]
+    fn overflowing_values_are_rejected() {
+        // Regression: these parsed to infinity.
+        for t in ["1e308 TB/s", "1e308 Tbps"] {
+            assert!(
+                matches!(t.parse::<BytesPerSec>(), Err(UnitError::OutOfRange { .. })),
+                "{t}"
+            );
+        }
+        assert!(matches!(
+            "1e308 TB".parse::<Bytes>(),
+            Err(UnitError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            "1e308 PFLOP/s".parse::<FlopPerSec>(),
+            Err(UnitError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            "1e308 h".parse::<Seconds>(),
+            Err(UnitError::OutOfRange { .. })
+        ));
+        assert!("1e400 B".parse::<Bytes>().is_err());
+        assert!("1e300 B".parse::<Bytes>().unwrap().is_finite());
     }
 
     #[test]

@@ -11,10 +11,13 @@
 //! replicas placed on GPUs in order, stage by stage; FP32 training, ZeRO-0 (Sailor's README:
 //! fp32 Adam, data-parallel all-reduce), 1F1B, no recomputation.
 
-use crate::cluster::spec::uniform_cluster;
+use crate::cluster::spec::{uniform_cluster, MAX_NODES};
+use crate::cluster::Cluster;
 use crate::cost::{self, Profiled, Workload};
 use crate::error::InputError;
+use crate::gpu::GpuSpec;
 use crate::model::catalog::catalog_model;
+use crate::parse::MAX_BATCH;
 use crate::plan::{Engine, LayerRange, Plan, Precision, Recompute, Schedule, Stage};
 use crate::profile::{Interpolation, ProfileDb, ProfileIndex};
 use crate::units::BytesPerSec;
@@ -79,7 +82,96 @@ fn model_name(file: &str) -> Option<&'static str> {
     }
 }
 
-/// Checks every run (`(file name, contents)`) against estimates from `profiles`.
+/// GPUs per GH200 node of the runs (CSCS Alps).
+const GPUS_PER_NODE: u32 = 4;
+
+/// The cluster and the plan of a run, or why they cannot be rebuilt: the measured numbers must
+/// be positive, every stage needs a dp and a replica list, and the replicas (dp × tp GPUs per
+/// stage, placed in order) must fit on the `N` nodes.
+fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Plan), String> {
+    if raw.nodes == 0 || raw.nodes as u64 > MAX_NODES {
+        return Err(format!(
+            "N = {} nodes: expected 1 to {MAX_NODES}",
+            raw.nodes
+        ));
+    }
+    if raw.mbs == 0 || raw.mbs > MAX_BATCH || raw.gbs == 0 || raw.gbs > MAX_BATCH {
+        return Err(format!(
+            "mbs = {}, gbs = {}: expected 1 to {MAX_BATCH}",
+            raw.mbs, raw.gbs
+        ));
+    }
+    if !(raw.real.is_finite() && raw.real > 0.0 && raw.max_mem.is_finite() && raw.max_mem > 0.0) {
+        return Err(format!(
+            "measured time {} s and memory {} B must be positive",
+            raw.real, raw.max_mem
+        ));
+    }
+    let stages_n = p.layers_per_stage.len();
+    if p.dp.len() != stages_n || p.tmp_per_stage.len() != stages_n {
+        return Err(format!(
+            "{stages_n} stages, but {} dp values and {} replica lists",
+            p.dp.len(),
+            p.tmp_per_stage.len()
+        ));
+    }
+    let cluster = uniform_cluster(gpu, raw.nodes, GPUS_PER_NODE, BytesPerSec::gbps(800.0));
+    let all = cluster.gpus();
+    let mut next = 0usize;
+    let mut stages = Vec::with_capacity(stages_n);
+    let mut start = 0usize;
+    for (si, layers) in p.layers_per_stage.iter().enumerate() {
+        let dp = p.dp[si];
+        let tp = p.tmp_per_stage[si].first().map_or(1, |r| r.1);
+        if dp == 0 || tp == 0 {
+            return Err(format!("stage {si} has dp = {dp}, tp = {tp}"));
+        }
+        let n = dp as usize * tp as usize;
+        let devices = match next.checked_add(n).and_then(|end| all.get(next..end)) {
+            Some(d) => d.to_vec(),
+            None => {
+                return Err(format!(
+                    "stage {si} needs dp × tp = {dp} × {tp} GPUs after the {next} of the stages \
+                     before it, but the {} nodes have {}",
+                    raw.nodes,
+                    all.len()
+                ))
+            }
+        };
+        next += n;
+        stages.push(Stage {
+            layers: LayerRange {
+                start,
+                end: start + layers.len(),
+            },
+            devices,
+            tp,
+            dp,
+            micro_batch_sizes: vec![raw.mbs; dp as usize],
+            zero: 0,
+            recompute: Recompute::None,
+            offload: Default::default(),
+            sequence_parallel: false,
+        });
+        start += layers.len();
+    }
+    let dp0 = p.dp.first().copied().unwrap_or(1) as u64;
+    let plan = Plan {
+        global_batch: raw.gbs,
+        // mbs ≥ 1 and dp0 ≥ 1 (checked above), both bounded: no overflow, no division by 0.
+        micro_batches: (raw.gbs / (raw.mbs * dp0)).max(1),
+        schedule: Schedule::OneFOneB,
+        engine: Engine::Deepspeed,
+        precision: Precision::Fp32,
+        collective_dtypes: Default::default(),
+        stages,
+    };
+    Ok((cluster, plan))
+}
+
+/// Checks every run (`(file name, contents)`) against estimates from `profiles`. A run that
+/// cannot be rebuilt (unknown model, nonsensical numbers, stages that do not fit its nodes or
+/// cover the model) is listed in `skipped` with the reason; malformed JSON is an error.
 pub fn check_sailor(
     runs: &[(String, String)],
     profiles: &ProfileDb,
@@ -119,45 +211,18 @@ pub fn check_sailor(
             ));
             continue;
         }
-        let cluster = uniform_cluster(&gpu, raw.nodes, 4, BytesPerSec::gbps(800.0));
-        let all = cluster.gpus();
-        let mut next = 0usize;
-        let mut stages = Vec::new();
-        let mut start = 0usize;
-        for (si, layers) in p.layers_per_stage.iter().enumerate() {
-            let dp = p.dp[si];
-            let tp = p.tmp_per_stage[si].first().map(|r| r.1).unwrap_or(1);
-            let n = (dp * tp) as usize;
-            let devices = all[next..(next + n).min(all.len())].to_vec();
-            next += n;
-            stages.push(Stage {
-                layers: LayerRange {
-                    start,
-                    end: start + layers.len(),
-                },
-                devices,
-                tp,
-                dp,
-                micro_batch_sizes: vec![raw.mbs; dp as usize],
-                zero: 0,
-                recompute: Recompute::None,
-                offload: Default::default(),
-                sequence_parallel: false,
-            });
-            start += layers.len();
-        }
-        let dp0 = p.dp.first().copied().unwrap_or(1) as u64;
-        let plan = Plan {
-            global_batch: raw.gbs,
-            micro_batches: (raw.gbs / (raw.mbs * dp0)).max(1),
-            schedule: Schedule::OneFOneB,
-            engine: Engine::Deepspeed,
-            precision: Precision::Fp32,
-            collective_dtypes: Default::default(),
-            stages,
+        let (cluster, plan) = match rebuild(&raw, p, &gpu) {
+            Ok(built) => built,
+            Err(reason) => {
+                skipped.push((file.clone(), reason));
+                continue;
+            }
         };
         if let Err(errs) = crate::plan::validate::validate(&plan, &model, &cluster) {
-            skipped.push((file.clone(), errs[0].to_string()));
+            let reason = errs
+                .first()
+                .map_or_else(|| "invalid plan".into(), |e| e.to_string());
+            skipped.push((file.clone(), reason));
             continue;
         }
         let est = cost::estimate(
@@ -226,6 +291,81 @@ mod tests {
             .collect();
         runs.sort();
         (db, runs)
+    }
+
+    /// A small OPT-350 run: 2 stages of 13 layers, dp 1, tp 1, on one node.
+    fn run() -> serde_json::Value {
+        let replica = serde_json::json!([[["GH-96", 4, "zone"]], 1]);
+        serde_json::json!({
+            "pipeline_list": [{
+                "layers_per_stage": [(0..13).collect::<Vec<_>>(), (13..26).collect::<Vec<_>>()],
+                "tmp_per_stage": [[replica.clone()], [replica]],
+                "dp": [1, 1]
+            }],
+            "mbs": 1, "gbs": 8, "real": 1.0, "max_mem": 1e9, "N": 1
+        })
+    }
+
+    fn check_one(v: &serde_json::Value) -> SailorReport {
+        let runs = vec![("OPT-350_test.json".to_string(), v.to_string())];
+        check_sailor(&runs, &ProfileDb::new()).unwrap()
+    }
+
+    /// Regressions: `N = 0` tripped an assert, `dp: []` and short `tmp_per_stage` indexed out
+    /// of bounds, `mbs = 0` and `dp = [0]` divided by zero, `dp·tp` overflowed u32, and stages
+    /// beyond the nodes' GPUs sliced with start > end. Each run is now skipped with a reason.
+    #[test]
+    fn runs_that_cannot_be_rebuilt_are_skipped() {
+        let r = check_one(&run());
+        assert_eq!(r.runs.len(), 1, "{:?}", r.skipped);
+        let set = |path: &[&str], value: serde_json::Value| {
+            let mut v = run();
+            let mut at = &mut v;
+            for k in path {
+                at = match k.parse::<usize>() {
+                    Ok(i) => &mut at[i],
+                    Err(_) => &mut at[*k],
+                };
+            }
+            *at = value;
+            v
+        };
+        let big_replica = serde_json::json!([[["GH-96", 4, "zone"]], 4294967295u32]);
+        for v in [
+            set(&["N"], 0.into()),
+            set(&["N"], 4294967295u32.into()),
+            set(&["mbs"], 0.into()),
+            set(&["gbs"], 0.into()),
+            set(&["real"], 0.0.into()),
+            set(&["max_mem"], (-1.0).into()),
+            set(&["pipeline_list", "0", "dp"], serde_json::json!([])),
+            set(&["pipeline_list", "0", "dp"], serde_json::json!([0, 0])),
+            set(
+                &["pipeline_list", "0", "dp"],
+                serde_json::json!([4294967295u32, 1]),
+            ),
+            set(&["pipeline_list", "0", "dp"], serde_json::json!([3, 3])),
+            set(
+                &["pipeline_list", "0", "tmp_per_stage"],
+                serde_json::json!([]),
+            ),
+            set(
+                &["pipeline_list", "0", "tmp_per_stage", "0", "0"],
+                big_replica,
+            ),
+            set(
+                &["pipeline_list", "0", "tmp_per_stage", "1"],
+                serde_json::json!([[[["GH-96", 4, "zone"]], 0]]),
+            ),
+        ] {
+            let r = check_one(&v);
+            assert!(r.runs.is_empty(), "{v}");
+            assert_eq!(r.skipped.len(), 1, "{v}");
+        }
+        // Malformed JSON is an error naming the file.
+        let runs = vec![("OPT-350_x.json".to_string(), "{\"N\": -1}".to_string())];
+        let e = check_sailor(&runs, &ProfileDb::new()).unwrap_err();
+        assert!(e.message.starts_with("OPT-350_x.json"), "{e}");
     }
 
     #[test]

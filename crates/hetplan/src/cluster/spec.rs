@@ -39,6 +39,7 @@ use super::{Cluster, GpuTypeId, Node};
 use crate::error::InputError;
 use crate::gpu::{self, GpuSpec};
 use crate::names;
+use crate::parse::{self, did_you_mean, Num};
 use crate::units::{self, Bytes, BytesPerSec, FlopPerSec, Seconds, UnitError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -71,6 +72,8 @@ pub const PATTERN_DEFAULT_INTER_NODE_GBPS: f64 = 200.0;
 /// only exhaust memory.
 pub const MAX_NODES: u64 = 100_000;
 pub const MAX_GPUS_PER_NODE: u64 = 1024;
+/// At most this many GPUs in a cluster (2²⁰): plans and cost reports list every GPU.
+pub const MAX_GPUS: u64 = 1 << 20;
 
 pub fn default_intra_node_latency() -> Seconds {
     Seconds::us(DEFAULT_INTRA_NODE_LATENCY_US)
@@ -214,6 +217,18 @@ impl<'a> Resolver<'a> {
                 format!("{total_nodes} nodes, more than the {MAX_NODES} hetplan accepts"),
             ));
         }
+        let total_gpus: u64 = groups
+            .iter()
+            .map(|g| g.nodes as u64 * g.gpus_per_node as u64)
+            .sum();
+        if total_gpus > MAX_GPUS {
+            let last = groups.last().and_then(|g| g.at);
+            return Err(self.err(
+                last,
+                "node_group",
+                format!("{total_gpus} GPUs, more than the {MAX_GPUS} hetplan accepts"),
+            ));
+        }
 
         // Per-GPU-type overrides, applied before the intra-node defaults are taken.
         let overrides = self.overrides(&raw.gpu_overrides, &groups)?;
@@ -300,10 +315,9 @@ impl<'a> Resolver<'a> {
                 path("gpu"),
                 format!("unknown GPU `{gpu_name}`"),
             )
-            .hint(Some(match e.hint {
-                Some(h) => format!("did you mean `{h}`?"),
-                None => "run `hetplan gpus` to list the GPU catalog".into(),
-            }))
+            .hint(Some(did_you_mean(e.hint).unwrap_or_else(|| {
+                "run `hetplan gpus` to list the GPU catalog".into()
+            })))
         })?;
         let gpus_v = g
             .gpus_per_node
@@ -369,10 +383,9 @@ impl<'a> Resolver<'a> {
                     let near = names::nearest(written, in_cluster.iter().copied()).or(e.hint);
                     return Err(self
                         .err(at, path, format!("unknown GPU `{written}`"))
-                        .hint(Some(match near {
-                            Some(h) => format!("did you mean `{h}`?"),
-                            None => cluster_gpus_hint(&in_cluster),
-                        })));
+                        .hint(Some(
+                            did_you_mean(near).unwrap_or_else(|| cluster_gpus_hint(&in_cluster)),
+                        )));
                 }
             };
             let Some(group) = groups.iter().find(|g| g.gpu.name == base.name) else {
@@ -386,10 +399,9 @@ impl<'a> Resolver<'a> {
                             base.name
                         ),
                     )
-                    .hint(Some(match near {
-                        Some(h) => format!("did you mean `{h}`?"),
-                        None => cluster_gpus_hint(&in_cluster),
-                    })));
+                    .hint(Some(
+                        did_you_mean(near).unwrap_or_else(|| cluster_gpus_hint(&in_cluster)),
+                    )));
             };
             if let Some(prev) = first_key.get(&base.name) {
                 return Err(self
@@ -574,20 +586,14 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    /// A whole number in `1..=max`.
+    /// A whole number in `1..=max` (`max` ≤ `u32::MAX`).
     fn count(&self, v: &Spanned<Value>, field: &str, max: u64) -> Result<u32, InputError> {
         let at = Some(v.span().start);
         let key = last_key(field);
         match v.get_ref() {
-            Value::Integer(n) if *n >= 1 && (*n as u64) <= max => Ok(*n as u32),
-            Value::Integer(n) if *n < 1 => {
-                Err(self.err(at, field, format!("`{key}` must be at least 1, found {n}")))
-            }
-            Value::Integer(n) => Err(self.err(
-                at,
-                field,
-                format!("`{key}` = {n} is more than the {max} hetplan accepts"),
-            )),
+            Value::Integer(n) => parse::whole(Num::Int(*n as i128), 1, max.min(u32::MAX as u64))
+                .map(|n| n as u32)
+                .map_err(|e| self.err(at, field, format!("`{key}` {e}"))),
             Value::String(s) => Err(self
                 .err(
                     at,
@@ -696,17 +702,16 @@ fn serde_error(src: &str, e: &toml::de::Error) -> InputError {
         if let Some((unknown, known)) = ticks.split_first() {
             err.message = format!("unknown key `{unknown}`");
             let near = names::nearest(unknown, known.iter().map(|s| s.as_str()));
-            err.hint = Some(match near {
-                Some(h) => format!("did you mean `{h}`?"),
-                None => format!(
+            err.hint = Some(did_you_mean(near).unwrap_or_else(|| {
+                format!(
                     "known keys here: {}",
                     known
                         .iter()
                         .map(|k| format!("`{k}`"))
                         .collect::<Vec<_>>()
                         .join(", ")
-                ),
-            });
+                )
+            }));
         }
     } else if msg.contains("expected a sequence") {
         if let Some(p) = &path {
@@ -950,10 +955,9 @@ pub fn catalog_cluster(name: &str) -> Result<Cluster, InputError> {
         name.trim(),
         catalog_cluster_names().join(", ")
     ))
-    .hint(Some(match near {
-        Some(h) => format!("did you mean `{h}`?"),
-        None => "write e.g. `2x8xa100-80gb` or `4x8xh100@3200Gbps`, or give a cluster file".into(),
-    })))
+    .hint(Some(did_you_mean(near).unwrap_or_else(|| {
+        "write e.g. `2x8xa100-80gb` or `4x8xh100@3200Gbps`, or give a cluster file".into()
+    }))))
 }
 
 /// `NxGxGPU[@BANDWIDTH]`: `None` when `name` does not have that shape at all.
@@ -973,8 +977,8 @@ fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
     }
     Some((|| {
         let count = |s: &str, what: &str, max: u64| -> Result<u32, InputError> {
-            match s.parse::<u64>() {
-                Ok(v) if v >= 1 && v <= max => Ok(v as u32),
+            match parse::whole(Num::Text(s), 1, max) {
+                Ok(v) => Ok(v as u32),
                 _ => Err(InputError::new(format!(
                     "cluster `{}`: the number of {what} must be between 1 and {max}, found {s}",
                     name.trim()
@@ -983,15 +987,21 @@ fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
         };
         let nodes = count(nodes_text, "nodes", MAX_NODES)?;
         let gpus_per_node = count(gpus_text, "GPUs per node", MAX_GPUS_PER_NODE)?;
+        if nodes as u64 * gpus_per_node as u64 > MAX_GPUS {
+            return Err(InputError::new(format!(
+                "cluster `{}`: {nodes} × {gpus_per_node} GPUs, more than the {MAX_GPUS} hetplan \
+                 accepts",
+                name.trim()
+            )));
+        }
         let gpu = gpu::lookup(gpu_text).map_err(|e| {
             InputError::new(format!(
                 "cluster `{}`: unknown GPU `{gpu_text}`",
                 name.trim()
             ))
-            .hint(Some(match e.hint {
-                Some(h) => format!("did you mean `{h}`?"),
-                None => "run `hetplan gpus` to list the GPU catalog".into(),
-            }))
+            .hint(Some(did_you_mean(e.hint).unwrap_or_else(|| {
+                "run `hetplan gpus` to list the GPU catalog".into()
+            })))
         })?;
         let inter = match bw_text {
             None => BytesPerSec::gbps(PATTERN_DEFAULT_INTER_NODE_GBPS),
@@ -1024,9 +1034,15 @@ fn parse_bandwidth_lenient(text: &str) -> Result<BytesPerSec, UnitError> {
             ];
             let t = text.trim();
             for unit in CANONICAL {
-                if t.len() >= unit.len() && t[t.len() - unit.len()..].eq_ignore_ascii_case(unit) {
-                    let fixed = format!("{}{unit}", &t[..t.len() - unit.len()]);
-                    if let Ok(bw) = fixed.parse::<BytesPerSec>() {
+                // `get`: the split point may fall inside a multi-byte character (`2x8xh100@€xy`).
+                let Some(cut) = t.len().checked_sub(unit.len()) else {
+                    continue;
+                };
+                let (Some(number), Some(suffix)) = (t.get(..cut), t.get(cut..)) else {
+                    continue;
+                };
+                if suffix.eq_ignore_ascii_case(unit) {
+                    if let Ok(bw) = format!("{number}{unit}").parse::<BytesPerSec>() {
                         return Ok(bw);
                     }
                 }
@@ -1422,6 +1438,65 @@ inter_node_bandwidth = "100 Gbps"
         assert!(e.message.contains("fast"), "{e}");
         let e = catalog_cluster("2x8xh100@400").unwrap_err();
         assert!(e.message.contains("no unit"), "{e}");
+    }
+
+    /// Regression: `2x8xh100@€xy` panicked slicing inside the `€`.
+    #[test]
+    fn multi_byte_bandwidth_suffixes_are_errors() {
+        for name in [
+            "2x8xh100@€xy",
+            "2x8xh100@€",
+            "2x8xh100@1€bps",
+            "2x8xh100@ü",
+            "2x8xh100@😀😀",
+            "2x8xh100@100 Gbpß",
+            "2x8x€",
+            "€x8xh100",
+        ] {
+            assert!(catalog_cluster(name).is_err(), "{name}");
+        }
+        let e = catalog_cluster("2x8xh100@1e308 TB/s").unwrap_err();
+        assert!(e.message.contains("out of range"), "{e}");
+    }
+
+    #[test]
+    fn sizes_beyond_the_limits_are_errors() {
+        let e = catalog_cluster("100000x1024xh100").unwrap_err();
+        assert!(e.message.contains("more than"), "{e}");
+        assert!(catalog_cluster("99999999999999999999x8xh100").is_err());
+        let base = "name = \"x\"\n[[node_group]]\ngpu = \"t4\"\ngpus_per_node = 2\nnodes = 1\n";
+        for (from, to, field) in [
+            (
+                "nodes = 1",
+                "nodes = 9223372036854775807",
+                "node_group[0].nodes",
+            ),
+            (
+                "nodes = 1",
+                "nodes = -9223372036854775808",
+                "node_group[0].nodes",
+            ),
+            (
+                "gpus_per_node = 2",
+                "gpus_per_node = 1025",
+                "node_group[0].gpus_per_node",
+            ),
+            (
+                "nodes = 1",
+                "nodes = 2000\ninter_node_bandwidth = \"1e308 TB/s\"",
+                "node_group[0].inter_node_bandwidth",
+            ),
+        ] {
+            let e = parse_err(&base.replace(from, to));
+            assert_eq!(e.field.as_deref(), Some(field), "{to}: {e}");
+            assert!(e.line.is_some(), "{to}: {e}");
+        }
+        let e = parse_err(&base.replace(
+            "gpus_per_node = 2\nnodes = 1",
+            "gpus_per_node = 1024\nnodes = 2000\ninter_node_bandwidth = \"1 Gbps\"",
+        ));
+        assert_eq!(e.field.as_deref(), Some("node_group"));
+        assert!(e.message.contains("2048000 GPUs"), "{e}");
     }
 
     #[test]

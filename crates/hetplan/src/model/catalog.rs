@@ -17,6 +17,7 @@ use super::{
 };
 use crate::error::InputError;
 use crate::names;
+use crate::parse::did_you_mean;
 
 /// One built-in model, for listings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,14 +67,13 @@ pub fn catalog_model(name: &str) -> Result<Model, InputError> {
         .flat_map(|d| std::iter::once(d.name).chain(d.aliases.iter().copied()))
         .collect();
     // Suggest the canonical name of whichever name or alias is nearest.
-    let hint = names::nearest(name, candidates.iter().copied()).map(|near| {
-        let canonical = all
-            .iter()
-            .find(|d| d.name == near || d.aliases.contains(&near.as_str()))
-            .map(|d| d.name)
-            .unwrap_or("");
-        format!("did you mean `{canonical}`?")
-    });
+    let hint = did_you_mean(
+        names::nearest(name, candidates.iter().copied()).map(|near| {
+            all.iter()
+                .find(|d| d.name == near || d.aliases.contains(&near.as_str()))
+                .map_or(near, |d| d.name.to_string())
+        }),
+    );
     Err(InputError::new(format!(
         "unknown model `{}`; `hetplan models` lists the built-in ones, or give a HuggingFace \
          config.json or a layer-list file",
@@ -798,6 +798,10 @@ mod tests {
             let m = (d.build)();
             assert_eq!(m.name, d.name);
             assert!(m.params() > 0 && !m.layers.is_empty());
+            // Every built-in shape lies within the limits the file readers apply.
+            if let Some(t) = &m.transformer {
+                assert_eq!(t.check_limits(), Ok(()), "{}", d.name);
+            }
             assert!(!d.description.is_empty() && !d.source.is_empty());
         }
         assert_eq!(catalog_names().len(), all.len());

@@ -11,13 +11,21 @@
 //! number of attention heads. Not modelled: sliding-window and local attention (costed as full
 //! causal attention), rope scaling, Qwen2-MoE's one-output shared-expert gate (h parameters a
 //! layer).
+//!
+//! Every whole-number field must lie within the shape limits of `model::LIMITS` (width 2²⁰,
+//! FFN 2²², vocabulary 2²⁴, 10 000 layers, 2¹⁴ heads, 2¹² experts, 2²⁴ positions); errors
+//! name the field and its position in the file.
 
 use super::catalog::{assemble, blocks_of, drop_block_params};
 use super::layerlist::JsonSpans;
-use super::{AttnImpl, MlpKind, Model, MoeConfig, NormKind, PositionKind, TransformerConfig};
+use super::{
+    AttnImpl, MlpKind, Model, MoeConfig, NormKind, PositionKind, TransformerConfig, LIMITS,
+};
 use crate::error::InputError;
 use crate::names;
+use crate::parse::{self, did_you_mean, Num};
 use serde_json::{Map, Value};
+use std::collections::BTreeSet;
 
 /// The `model_type`s understood, in the order error messages list them.
 pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
@@ -101,7 +109,7 @@ pub fn parse_hf_config(src: &str, name_hint: &str) -> Result<Model, InputError> 
                     "unsupported model_type `{model_type}`; supported: {}",
                     supported_list()
                 ))
-                .hint(hint.map(|h| format!("did you mean `{h}`?"))),
+                .hint(did_you_mean(hint)),
             ));
         }
     };
@@ -177,24 +185,27 @@ impl<'a> Cfg<'a> {
         )
     }
 
-    /// A positive whole number (JSON floats such as `4.0` are accepted when integral).
+    /// A positive whole number up to the key's limit (`limit_of`); JSON floats such as `4.0`
+    /// are accepted when integral.
     fn uint_opt(&self, key: &str) -> Result<Option<u64>, InputError> {
         let Some(v) = self.get(key) else {
             return Ok(None);
         };
-        let n = match v {
-            Value::Number(n) => n.as_u64().or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                    .map(|f| f as u64)
-            }),
-            _ => None,
+        let num = match v {
+            Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => Num::Int(u as i128),
+                (None, Some(i)) => Num::Int(i as i128),
+                _ => Num::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            _ => return Err(self.type_error(key, "a positive whole number", v)),
         };
-        match n {
-            Some(0) => Err(self.located(key, InputError::new("must be at least 1, found 0"))),
-            Some(n) => Ok(Some(n)),
-            None => Err(self.type_error(key, "a positive whole number", v)),
-        }
+        let max = limit_of(key);
+        parse::whole(num, 1, max).map(Some).map_err(|e| {
+            let hint = matches!(e, parse::WholeError::TooLarge { .. }).then(|| {
+                format!("hetplan accepts models up to the limits of `model::LIMITS`; {key} at most {max}")
+            });
+            self.located(key, InputError::new(e.to_string()).hint(hint))
+        })
     }
 
     /// The first of `keys` present (HF renamed some fields over time).
@@ -242,14 +253,23 @@ impl<'a> Cfg<'a> {
         }
     }
 
-    /// Whether any of the dropout probabilities given is positive.
+    /// Whether any of the dropout probabilities given is positive (each must lie in 0..=1).
     fn dropout(&self, keys: &[&str]) -> Result<bool, InputError> {
+        let mut any = false;
         for k in keys {
-            if self.float_opt(k)?.unwrap_or(0.0) > 0.0 {
-                return Ok(true);
+            let p = self.float_opt(k)?.unwrap_or(0.0);
+            if !(0.0..=1.0).contains(&p) {
+                return Err(self.located(
+                    k,
+                    InputError::new(format!(
+                        "a dropout probability must lie between 0 and 1, found {}",
+                        parse::show_f64(p)
+                    )),
+                ));
             }
+            any |= p > 0.0;
         }
-        Ok(false)
+        Ok(any)
     }
 
     /// `attn_implementation` (`eager` materialises the scores; `sdpa` and `flash_attention_2`
@@ -266,6 +286,39 @@ impl<'a> Cfg<'a> {
         }
         Ok(AttnImpl::Flash)
     }
+}
+
+/// The largest value a whole-number field may take: the shape limits of [`LIMITS`], by what
+/// the field is. Fields not listed (`decoder_sparse_step`, `num_ln_in_parallel_attn`) are
+/// bounded by the layer limit.
+fn limit_of(key: &str) -> u64 {
+    match key {
+        "hidden_size" | "n_embd" | "n_embed" | "d_model" | "head_dim" => LIMITS.hidden,
+        "intermediate_size"
+        | "n_inner"
+        | "ffn_hidden_size"
+        | "moe_intermediate_size"
+        | "shared_expert_intermediate_size" => LIMITS.ffn,
+        "vocab_size" => LIMITS.vocab,
+        "num_hidden_layers" | "n_layer" | "n_layers" => LIMITS.layers,
+        "num_attention_heads"
+        | "n_head"
+        | "n_heads"
+        | "num_key_value_heads"
+        | "num_kv_heads"
+        | "n_head_kv"
+        | "kv_n_heads" => LIMITS.heads,
+        "num_local_experts" | "num_experts" | "num_experts_per_tok" => LIMITS.experts,
+        "max_position_embeddings" | "n_positions" | "n_ctx" | "max_seq_len" => LIMITS.seq,
+        _ => LIMITS.layers,
+    }
+}
+
+/// Builds a shape whose fields were all read within their limits; `check_limits` again as a
+/// second line of defence (it names the `TransformerConfig` field, not the config key).
+fn build(c: &TransformerConfig) -> Result<Model, InputError> {
+    c.check_limits()?;
+    Ok(c.build())
 }
 
 /// Checks the head counts against the width and each other.
@@ -341,7 +394,7 @@ fn llama_like(cfg: &Cfg, name: &str, family: Family) -> Result<Model, InputError
     c.dropout = cfg.dropout(&["attention_dropout", "hidden_dropout"])?;
 
     let mut model = match family {
-        Family::Llama | Family::Mistral | Family::Qwen2 => c.build(),
+        Family::Llama | Family::Mistral | Family::Qwen2 => build(&c)?,
         Family::Mixtral => {
             c.moe = Some(MoeConfig {
                 experts: cfg.uint(&["num_local_experts"], "the number of experts")?,
@@ -350,7 +403,7 @@ fn llama_like(cfg: &Cfg, name: &str, family: Family) -> Result<Model, InputError
                 shared_ffn: None,
             });
             check_top_k(cfg, c.moe.as_ref().expect("set"), "num_experts_per_tok")?;
-            c.build()
+            build(&c)?
         }
         Family::Qwen2Moe => qwen2_moe(cfg, c)?,
     };
@@ -388,12 +441,12 @@ fn qwen2_moe(cfg: &Cfg, dense: TransformerConfig) -> Result<Model, InputError> {
     };
     check_top_k(cfg, &moe, "num_experts_per_tok")?;
     let step = cfg.uint_opt("decoder_sparse_step")?.unwrap_or(1);
-    let dense_only: Vec<u64> = match cfg.get("mlp_only_layers") {
-        None => Vec::new(),
+    let dense_only: BTreeSet<u64> = match cfg.get("mlp_only_layers") {
+        None => BTreeSet::new(),
         Some(Value::Array(a)) => a
             .iter()
             .map(|v| v.as_u64())
-            .collect::<Option<Vec<_>>>()
+            .collect::<Option<BTreeSet<_>>>()
             .ok_or_else(|| {
                 cfg.located(
                     "mlp_only_layers",
@@ -406,7 +459,7 @@ fn qwen2_moe(cfg: &Cfg, dense: TransformerConfig) -> Result<Model, InputError> {
     let mut sparse = dense.clone();
     sparse.moe = Some(moe);
     if (0..dense.layers).all(is_moe) {
-        return Ok(sparse.build());
+        return build(&sparse);
     }
     if dense.ffn == 0 {
         return Err(cfg.located(
@@ -414,6 +467,8 @@ fn qwen2_moe(cfg: &Cfg, dense: TransformerConfig) -> Result<Model, InputError> {
             InputError::new("missing `intermediate_size` (the FFN width of the dense layers)"),
         ));
     }
+    dense.check_limits()?;
+    sparse.check_limits()?;
     let (d, s) = (blocks_of(&dense), blocks_of(&sparse));
     let blocks = (0..dense.layers as usize)
         .map(|i| {
@@ -440,7 +495,7 @@ fn gpt2(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
     c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
     c.attn_impl = cfg.attn_impl()?;
     c.dropout = cfg.dropout(&["resid_pdrop", "embd_pdrop", "attn_pdrop"])?;
-    Ok(c.build())
+    build(&c)
 }
 
 /// GPT-NeoX (Pythia, GPT-NeoX-20B): rotary on `rotary_pct` of each head (no parameters either
@@ -472,7 +527,7 @@ fn gpt_neox(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
     c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false);
     c.attn_impl = cfg.attn_impl()?;
     c.dropout = cfg.dropout(&["hidden_dropout", "attention_dropout"])?;
-    Ok(c.build())
+    build(&c)
 }
 
 /// Falcon: rotary (or ALiBi), GeLU MLP of `ffn_hidden_size` (4h), LayerNorm with bias, linear
@@ -549,7 +604,7 @@ fn falcon(cfg: &Cfg, name: &str, refinedweb: bool) -> Result<Model, InputError> 
         dropout: cfg.dropout(&["hidden_dropout", "attention_dropout"])?,
         moe: None,
     };
-    Ok(c.build())
+    build(&c)
 }
 
 /// MPT (llm-foundry): d_model/n_heads/n_layers, FFN `expansion_ratio`·d_model with GeLU,
@@ -574,7 +629,20 @@ fn mpt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
     let mut c = TransformerConfig::gpt(name, layers, hidden, heads, 2048);
     c.max_seq_len = cfg.uint_opt("max_seq_len")?.unwrap_or(2048);
     c.vocab = vocab;
-    c.ffn = (ratio * hidden as f64).round() as u64;
+    let ffn = (ratio * hidden as f64).round();
+    if !(1.0..=LIMITS.ffn as f64).contains(&ffn) {
+        return Err(cfg.located(
+            "expansion_ratio",
+            InputError::new(format!(
+                "expansion_ratio {} × d_model {hidden} gives an FFN width of {}, outside the \
+                 1..={} hetplan accepts",
+                parse::show_f64(ratio),
+                parse::show_f64(ffn),
+                LIMITS.ffn
+            )),
+        ));
+    }
+    c.ffn = ffn as u64;
     let no_bias = cfg.bool_opt("no_bias")?.unwrap_or(true);
     c.attn_bias = !no_bias;
     c.mlp_bias = !no_bias;
@@ -602,7 +670,7 @@ fn mpt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
                         InputError::new(format!(
                             "unknown attn_impl `{other}`; expected `flash`, `triton` or `torch`"
                         ))
-                        .hint(hint.map(|h| format!("did you mean `{h}`?"))),
+                        .hint(did_you_mean(hint)),
                     ));
                 }
             };
@@ -622,7 +690,7 @@ fn mpt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
     c.kv_heads = kv;
     c.head_dim = check_heads(cfg, hidden, heads, kv, None, "n_heads", "n_heads")?;
     c.dropout = dropout;
-    Ok(c.build())
+    build(&c)
 }
 
 #[cfg(test)]
@@ -814,6 +882,98 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("attn_config.attn_impl"));
         assert_eq!(e.hint.as_deref(), Some("did you mean `triton`?"));
         assert_eq!(e.line, Some(2));
+    }
+
+    /// Regression: shapes a config can state overflowed u64 products in the transformer builder
+    /// or aborted on allocation; every field is now read within `LIMITS`, with a located error.
+    #[test]
+    fn shapes_beyond_the_limits_are_located_errors() {
+        let big = 1u64 << 32;
+        let src = LLAMA2_7B
+            .replace("\"hidden_size\": 4096", &format!("\"hidden_size\": {big}"))
+            .replace("\"vocab_size\": 32000", &format!("\"vocab_size\": {big}"));
+        let e = parse_hf_config(&src, "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("hidden_size"));
+        assert_eq!((e.line, e.column), (Some(6), Some(18)));
+        assert!(e.message.contains("at most 1048576"), "{e}");
+        assert!(e.hint.as_deref().unwrap().contains("LIMITS"), "{e}");
+
+        let gpt2 = r#"{"model_type": "gpt2", "n_embd": 4611686018427387904, "n_head": 1,
+          "n_layer": 1, "vocab_size": 10}"#;
+        let e = parse_hf_config(gpt2, "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("n_embd"));
+
+        let mpt = r#"{"model_type": "mpt", "d_model": 64, "n_heads": 2, "n_layers": 1,
+          "vocab_size": 10, "expansion_ratio": 1e300}"#;
+        let e = parse_hf_config(mpt, "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("expansion_ratio"));
+        assert_eq!(e.line, Some(2));
+        let e = parse_hf_config(&mpt.replace("1e300", "0.0001"), "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("expansion_ratio"));
+
+        for (from, to, field) in [
+            (
+                "\"num_hidden_layers\": 32",
+                "\"num_hidden_layers\": 1000000000000",
+                "num_hidden_layers",
+            ),
+            (
+                "\"num_attention_heads\": 32",
+                "\"num_attention_heads\": 0",
+                "num_attention_heads",
+            ),
+            (
+                "\"num_key_value_heads\": 32",
+                "\"num_key_value_heads\": 0",
+                "num_key_value_heads",
+            ),
+            (
+                "\"intermediate_size\": 11008",
+                "\"intermediate_size\": 11008.5",
+                "intermediate_size",
+            ),
+            (
+                "\"intermediate_size\": 11008",
+                "\"intermediate_size\": -11008",
+                "intermediate_size",
+            ),
+            (
+                "\"intermediate_size\": 11008",
+                "\"intermediate_size\": 1e300",
+                "intermediate_size",
+            ),
+            (
+                "\"max_position_embeddings\": 4096",
+                "\"max_position_embeddings\": 18446744073709551615",
+                "max_position_embeddings",
+            ),
+            (
+                "\"vocab_size\": 32000",
+                "\"vocab_size\": 32000, \"attention_dropout\": 1.5",
+                "attention_dropout",
+            ),
+        ] {
+            let e = parse_hf_config(&LLAMA2_7B.replace(from, to), "").unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{to}: {e}");
+            assert!(e.line.is_some(), "{to}: {e}");
+        }
+        // Heads that do not divide the width (no head_dim given).
+        let src = LLAMA2_7B
+            .replace("\"num_attention_heads\": 32", "\"num_attention_heads\": 3")
+            .replace("\"num_key_value_heads\": 32", "\"num_key_value_heads\": 3");
+        let e = parse_hf_config(&src, "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("num_attention_heads"));
+        // Within the limits, even at them, it builds.
+        let at = LLAMA2_7B
+            .replace("\"num_hidden_layers\": 32", "\"num_hidden_layers\": 2")
+            .replace("\"vocab_size\": 32000", "\"vocab_size\": 16777216");
+        assert!(parse_hf_config(&at, "").is_ok());
+        // MoE: experts beyond the limit.
+        let src = r#"{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64,
+          "num_attention_heads": 2, "num_hidden_layers": 1, "vocab_size": 10,
+          "num_local_experts": 1000000, "num_experts_per_tok": 2}"#;
+        let e = parse_hf_config(src, "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("num_local_experts"));
     }
 
     #[test]

@@ -20,11 +20,14 @@
 //!
 //! JSON has the same keys: `{"name": ..., "layer": [{...}, ...]}`. Each layer becomes one
 //! [`OpKind::Opaque`] op whose parameters and saved tensors shard evenly under tensor
-//! parallelism; the model has `per_sample = true`.
+//! parallelism; the model has `per_sample = true`. Limits (`model::LIMITS`): at most 10¹⁵
+//! parameters and 10²¹ FLOP per layer, 10¹⁸ bytes per size, 100 000 layers in all (`count`
+//! included), `seq_len` up to 2²⁴.
 
-use super::{Layer, LayerKind, Model, Op, OpKind};
+use super::{Layer, LayerKind, Model, Op, OpKind, LIMITS};
 use crate::error::InputError;
 use crate::names;
+use crate::parse::{self, did_you_mean, Num};
 use crate::units::{Bytes, UnitError, BYTES_EXPECTED};
 use std::collections::{BTreeMap, HashMap};
 
@@ -39,9 +42,30 @@ const LAYER_KEYS: &[&str] = &[
     "tp_comm_bytes",
     "count",
 ];
-const KINDS: &[&str] = &["embedding", "transformer", "head", "other"];
-/// More copies than any real model has layers: a typo guard, not a physical limit.
-const MAX_COUNT: i64 = 100_000;
+/// The layer kinds by name, as layer-list files and profile databases write them.
+pub const KINDS: &[&str] = &["embedding", "transformer", "head", "other"];
+
+/// A layer kind by name (compared after `names::normalize`): the one reader of kind names,
+/// shared with the profile database.
+pub fn layer_kind(name: &str) -> Option<LayerKind> {
+    match names::normalize(name).as_str() {
+        "embedding" => Some(LayerKind::Embedding),
+        "transformer" => Some(LayerKind::Transformer),
+        "head" => Some(LayerKind::Head),
+        "other" => Some(LayerKind::Other),
+        _ => None,
+    }
+}
+
+/// The name of a layer kind, as [`layer_kind`] reads it.
+pub fn layer_kind_name(kind: LayerKind) -> &'static str {
+    match kind {
+        LayerKind::Embedding => KINDS[0],
+        LayerKind::Transformer => KINDS[1],
+        LayerKind::Head => KINDS[2],
+        LayerKind::Other => KINDS[3],
+    }
+}
 
 /// One layer known by its per-sample totals, as one opaque op that shards evenly under TP.
 /// `tp_comm_bytes` > 0 adds one all-reduce of that size in forward and one in backward.
@@ -446,7 +470,7 @@ fn unknown_key(src: &str, path: &str, e: &Entry, known: &[&str]) -> InputError {
         src,
         InputError::new(format!("unknown key `{}`; expected one of {list}", e.key))
             .field(path.to_string())
-            .hint(hint.map(|h| format!("did you mean `{h}`?"))),
+            .hint(did_you_mean(hint)),
         e.key_at.or(e.value_at),
     )
 }
@@ -463,21 +487,45 @@ fn wrong(src: &str, path: &str, e: &Entry, expected: &str) -> InputError {
     )
 }
 
-/// A non-negative whole number (JSON writes large ones as `1.5e9`: accepted when integral).
-fn whole(src: &str, path: &str, e: &Entry, what: &str) -> Result<i64, InputError> {
-    let v = match e.value {
-        Scalar::Int(i) => i,
-        Scalar::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e18 => f as i64,
+/// A whole number in `min..=max` (JSON writes large ones as `1.5e9`: accepted when integral).
+fn whole(
+    src: &str,
+    path: &str,
+    e: &Entry,
+    what: &str,
+    min: u64,
+    max: u64,
+) -> Result<u64, InputError> {
+    let n = match e.value {
+        Scalar::Int(i) => Num::Int(i as i128),
+        Scalar::Float(f) => Num::Float(f),
         _ => return Err(wrong(src, path, e, what)),
     };
-    if v < 0 {
-        return Err(located(
+    parse::whole(n, min, max).map_err(|err| {
+        located(
             src,
-            InputError::new(format!("must not be negative, found {v}")).field(path.to_string()),
+            InputError::new(err.to_string()).field(path.to_string()),
             e.value_at,
-        ));
+        )
+    })
+}
+
+/// A quantity read from the file, which must be at most `max` (model::LIMITS).
+fn at_most(src: &str, path: &str, e: &Entry, v: f64, max: f64) -> Result<f64, InputError> {
+    if v <= max {
+        return Ok(v);
     }
-    Ok(v)
+    Err(located(
+        src,
+        InputError::new(format!(
+            "{} is more than the {} hetplan accepts per sample",
+            parse::show_f64(v),
+            parse::show_f64(max)
+        ))
+        .field(path.to_string())
+        .hint(Some("the limits are `model::LIMITS`".into())),
+        e.value_at,
+    ))
 }
 
 /// A size with its unit; a zero of any byte unit ("0 B") is accepted.
@@ -496,7 +544,7 @@ fn bytes(src: &str, path: &str, e: &Entry) -> Result<f64, InputError> {
         Scalar::Other(_) => return Err(wrong(src, path, e, BYTES_EXPECTED)),
     };
     match text.parse::<Bytes>() {
-        Ok(b) => Ok(b.get()),
+        Ok(b) => at_most(src, path, e, b.get(), LIMITS.bytes_per_sample),
         Err(UnitError::NotPositive { .. }) if is_zero_bytes(text) => Ok(0.0),
         Err(err) => Err(located(
             src,
@@ -538,12 +586,15 @@ fn flops(src: &str, path: &str, e: &Entry) -> Result<f64, InputError> {
     if !(v.is_finite() && v >= 0.0) {
         return Err(located(
             src,
-            InputError::new(format!("must be finite and not negative, found {v}"))
-                .field(path.to_string()),
+            InputError::new(format!(
+                "must be finite and not negative, found {}",
+                parse::show_f64(v)
+            ))
+            .field(path.to_string()),
             e.value_at,
         ));
     }
-    Ok(v)
+    at_most(src, path, e, v, LIMITS.flops_per_sample)
 }
 
 fn parse_flop(s: &str) -> Option<f64> {
@@ -610,17 +661,7 @@ fn build(src: &str, doc: Doc) -> Result<Model, InputError> {
         }
     };
     let seq_len = match doc.top.get("seq_len") {
-        Some(e) => {
-            let v = whole(src, "seq_len", e, "a whole number of tokens")?;
-            if v == 0 {
-                return Err(located(
-                    src,
-                    InputError::new("must be at least 1").field("seq_len"),
-                    e.value_at,
-                ));
-            }
-            v as u64
-        }
+        Some(e) => whole(src, "seq_len", e, "a whole number of tokens", 1, LIMITS.seq)?,
         None => 1,
     };
     if let Some(kind) = doc.layers_wrong_type {
@@ -669,12 +710,9 @@ fn build(src: &str, doc: Doc) -> Result<Model, InputError> {
         let kind = match t.get("kind") {
             None => LayerKind::Other,
             Some(e) => match &e.value {
-                Scalar::Str(s) => match names::normalize(s).as_str() {
-                    "embedding" => LayerKind::Embedding,
-                    "transformer" => LayerKind::Transformer,
-                    "head" => LayerKind::Head,
-                    "other" => LayerKind::Other,
-                    _ => {
+                Scalar::Str(s) => match layer_kind(s) {
+                    Some(k) => k,
+                    None => {
                         let hint = names::nearest(s, KINDS.iter().copied());
                         return Err(located(
                             src,
@@ -683,7 +721,7 @@ fn build(src: &str, doc: Doc) -> Result<Model, InputError> {
                                  `transformer`, `head`, `other`"
                             ))
                             .field(p("kind"))
-                            .hint(hint.map(|h| format!("did you mean `{h}`?"))),
+                            .hint(did_you_mean(hint)),
                             e.value_at,
                         ));
                     }
@@ -692,7 +730,14 @@ fn build(src: &str, doc: Doc) -> Result<Model, InputError> {
             },
         };
         let e = required(src, t, &path, "params", "number of parameters")?;
-        let params = whole(src, &p("params"), e, "a whole number of parameters")? as u64;
+        let params = whole(
+            src,
+            &p("params"),
+            e,
+            "a whole number of parameters",
+            0,
+            LIMITS.layer_params,
+        )?;
         let e = required(src, t, &path, "forward_flops", "forward FLOP per sample")?;
         let fwd = flops(src, &p("forward_flops"), e)?;
         let e = required(
@@ -715,21 +760,35 @@ fn build(src: &str, doc: Doc) -> Result<Model, InputError> {
             Some(e) => bytes(src, &p("tp_comm_bytes"), e)?,
             None => 0.0,
         };
-        let count = match t.get("count") {
-            Some(e) => {
-                let c = whole(src, &p("count"), e, "a whole number of copies")?;
-                if c == 0 || c > MAX_COUNT {
-                    return Err(located(
-                        src,
-                        InputError::new(format!("must be between 1 and {MAX_COUNT}, found {c}"))
-                            .field(p("count")),
-                        e.value_at,
-                    ));
-                }
-                c as usize
-            }
+        let count_entry = t.get("count");
+        let count = match count_entry {
+            Some(e) => whole(
+                src,
+                &p("count"),
+                e,
+                "a whole number of copies",
+                1,
+                LIMITS.total_layers,
+            )? as usize,
             None => 1,
         };
+        // Every layer is allocated: the model as a whole stays within the layer limit.
+        if (layers.len() + count) as u64 > LIMITS.total_layers {
+            return Err(located(
+                src,
+                InputError::new(format!(
+                    "{} layers in all, more than the {} hetplan accepts",
+                    layers.len() + count,
+                    LIMITS.total_layers
+                ))
+                .field(if count_entry.is_some() {
+                    p("count")
+                } else {
+                    path.clone()
+                }),
+                count_entry.map_or(t.at, |e| e.value_at),
+            ));
+        }
         for c in 0..count {
             let n = if count > 1 {
                 format!("{lname}.{c}")
@@ -906,6 +965,76 @@ output_bytes = "0 B"
         assert_eq!(e.field.as_deref(), Some("layer"));
         let e = parse_layer_list("name = \"x\"\nlayer = 3\n", false).unwrap_err();
         assert_eq!((e.field.as_deref(), e.line), (Some("layer"), Some(2)));
+    }
+
+    /// Regression: `params = 9e18` with `count = 3` overflowed `Model::params()`.
+    #[test]
+    fn values_beyond_the_limits_are_errors() {
+        let src = TOML_SRC.replace("params = 70_000", "params = 9000000000000000000");
+        let e = parse_layer_list(&src, false).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("layer[1].params"));
+        assert!(e.message.contains("at most 1000000000000000"), "{e}");
+        assert!(e.line.is_some());
+        let json = "{\"name\": \"m\", \"layer\": [{\"name\": \"a\", \"params\": 18446744073709551615,\n\"forward_flops\": 1, \"activation_bytes\": \"1 B\", \"output_bytes\": \"1 B\"}]}";
+        let e = parse_layer_list(json, true).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("layer[0].params"));
+        for (from, to, field) in [
+            (
+                "forward_flops = 2.4e8",
+                "forward_flops = 1e22",
+                "layer[0].forward_flops",
+            ),
+            (
+                "forward_flops = 2.4e8",
+                "forward_flops = \"1e300 PFLOP\"",
+                "layer[0].forward_flops",
+            ),
+            (
+                "activation_bytes = \"8 MiB\"",
+                "activation_bytes = \"1e308 TB\"",
+                "layer[0].activation_bytes",
+            ),
+            (
+                "activation_bytes = \"8 MiB\"",
+                "activation_bytes = \"1e19 B\"",
+                "layer[0].activation_bytes",
+            ),
+            ("count = 3", "count = 100001", "layer[1].count"),
+            ("count = 3", "count = 99999", "layer[2]"),
+            ("seq_len = 1", "seq_len = 1e300", "seq_len"),
+            ("params = 9536", "params = 9536.5", "layer[0].params"),
+        ] {
+            let e = parse_layer_list(&TOML_SRC.replace(from, to), false).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{to}: {e}");
+            assert!(e.line.is_some(), "{to}: {e}");
+        }
+        // At the limits it parses, and sums saturate rather than overflow.
+        let src = TOML_SRC
+            .replace("params = 70_000", "params = 1_000_000_000_000_000")
+            .replace("count = 3", "count = 99998");
+        let m = parse_layer_list(&src, false).unwrap();
+        assert_eq!(m.layers.len(), 100_000);
+        assert_eq!(m.params(), u64::MAX);
+        let huge = opaque_layer("x", LayerKind::Other, u64::MAX / 2, 1.0, 1.0, 1.0, 0.0);
+        let m = Model {
+            name: "m".into(),
+            layers: vec![huge.clone(), huge.clone(), huge],
+            transformer: None,
+            default_seq_len: 1,
+            per_sample: true,
+        };
+        assert_eq!(m.params(), u64::MAX);
+        assert_eq!(m.layers[0].params(), u64::MAX / 2);
+        assert_eq!(m.active_params(), u64::MAX);
+    }
+
+    #[test]
+    fn layer_kind_names_round_trip() {
+        for k in KINDS {
+            assert_eq!(layer_kind_name(layer_kind(k).unwrap()), *k);
+        }
+        assert_eq!(layer_kind(" Transformer"), Some(LayerKind::Transformer));
+        assert_eq!(layer_kind("block"), None);
     }
 
     #[test]

@@ -9,8 +9,10 @@
 pub mod catalog;
 pub mod hf;
 pub mod layerlist;
+mod limits;
 pub mod transformer;
 
+pub use limits::{Limits, LIMITS};
 pub use transformer::{AttnImpl, MlpKind, MoeConfig, NormKind, PositionKind, TransformerConfig};
 
 use serde::{Deserialize, Serialize};
@@ -137,13 +139,19 @@ pub struct Layer {
 }
 
 impl Layer {
-    /// Parameters of the layer, counting a tied weight.
+    /// Parameters of the layer, counting a tied weight (saturating at `u64::MAX`).
     pub fn params(&self) -> u64 {
-        self.ops.iter().map(|o| o.params).sum()
+        self.ops
+            .iter()
+            .fold(0u64, |acc, o| acc.saturating_add(o.params))
     }
-    /// Parameters that are the model's own (a tied weight counts at the embedding only).
+    /// Parameters that are the model's own (a tied weight counts at the embedding only;
+    /// saturating at `u64::MAX`).
     pub fn unique_params(&self) -> u64 {
-        self.ops.iter().filter(|o| !o.tied).map(|o| o.params).sum()
+        self.ops
+            .iter()
+            .filter(|o| !o.tied)
+            .fold(0u64, |acc, o| acc.saturating_add(o.params))
     }
 }
 
@@ -161,9 +169,12 @@ pub struct Model {
 }
 
 impl Model {
-    /// Number of parameters (a tied embedding counted once).
+    /// Number of parameters (a tied embedding counted once), saturating at `u64::MAX` (which
+    /// the shape limits of [`LIMITS`] make unreachable for any real model).
     pub fn params(&self) -> u64 {
-        self.layers.iter().map(|l| l.unique_params()).sum()
+        self.layers
+            .iter()
+            .fold(0u64, |acc, l| acc.saturating_add(l.unique_params()))
     }
 
     /// Tokens in one sample at sequence length `seq` (1 for per-sample models).
@@ -192,11 +203,13 @@ impl Model {
                 }
             }
         }
-        inactive.round() as u64
+        // Never more than the parameters there are (a float sum can round above them).
+        // `as` saturates; the value is finite and not negative here.
+        (inactive.round() as u64).min(self.params())
     }
 
     /// Parameters one token goes through (MoE: the top-k experts only).
     pub fn active_params(&self) -> u64 {
-        self.params() - self.inactive_params()
+        self.params().saturating_sub(self.inactive_params())
     }
 }

@@ -8,7 +8,8 @@
 //! replicated across tensor-parallel ranks (norm inputs, GEMM inputs before the column split,
 //! masks) unless sequence parallelism shards them too.
 
-use super::{Layer, LayerKind, Model, Op, OpKind, TpSplit};
+use super::{Layer, LayerKind, Model, Op, OpKind, TpSplit, LIMITS};
+use crate::error::InputError;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,8 +103,8 @@ impl TransformerConfig {
             layers,
             heads,
             kv_heads: heads,
-            head_dim: hidden / heads,
-            ffn: 4 * hidden,
+            head_dim: hidden.checked_div(heads).unwrap_or(0),
+            ffn: hidden.saturating_mul(4),
             mlp: MlpKind::Gelu,
             norm: NormKind::LayerNorm,
             position: PositionKind::Learned,
@@ -141,7 +142,7 @@ impl TransformerConfig {
             layers,
             heads,
             kv_heads,
-            head_dim: hidden / heads,
+            head_dim: hidden.checked_div(heads).unwrap_or(0),
             ffn,
             mlp: MlpKind::SwiGlu,
             norm: NormKind::RmsNorm,
@@ -163,7 +164,7 @@ impl TransformerConfig {
 
     fn norm_params(&self) -> u64 {
         if self.norm_bias {
-            2 * self.hidden
+            self.hidden.saturating_mul(2)
         } else {
             self.hidden
         }
@@ -200,7 +201,9 @@ impl TransformerConfig {
         token_fraction: f64,
         saved_per_token: f64,
     ) -> Op {
-        let params = count * (k * n + if bias { n } else { 0 });
+        // Saturating: a second line of defence behind the readers' shape limits (`LIMITS`).
+        let params =
+            count.saturating_mul(k.saturating_mul(n).saturating_add(if bias { n } else { 0 }));
         Op {
             name: name.to_string(),
             kind: OpKind::Gemm {
@@ -246,7 +249,7 @@ impl TransformerConfig {
         let copies = token_fraction * count as f64;
         let up_width = match self.mlp {
             MlpKind::Gelu => ffn,
-            MlpKind::SwiGlu => 2 * ffn,
+            MlpKind::SwiGlu => ffn.saturating_mul(2),
         };
         // Without a shared norm each branch keeps its own copy of its GEMM input.
         let input_saved = if self.parallel_attn && self.shared_norm {
@@ -299,7 +302,7 @@ impl TransformerConfig {
     fn block(&self, i: u64) -> Layer {
         let h = self.hidden;
         let (a, g, d) = (self.heads, self.kv_heads, self.head_dim);
-        let qkv_width = (a + 2 * g) * d;
+        let qkv_width = a.saturating_add(g.saturating_mul(2)).saturating_mul(d);
         let mut ops = vec![self.norm_op("ln1")];
         ops.push(self.gemm(
             "qkv",
@@ -328,15 +331,16 @@ impl TransformerConfig {
             saved_bytes_per_token: 2.0 * qkv_width as f64,
             saved_sharded: true,
         });
+        let attn_width = a.saturating_mul(d);
         ops.push(self.gemm(
             "proj",
-            a * d,
+            attn_width,
             h,
             TpSplit::Row,
             self.attn_bias,
             1,
             1.0,
-            2.0 * (a * d) as f64,
+            2.0 * attn_width as f64,
         ));
         if !self.parallel_attn {
             ops.push(self.residual_op("attn_residual"));
@@ -383,7 +387,7 @@ impl TransformerConfig {
         let mut ops = vec![Op {
             name: "wte".to_string(),
             kind: OpKind::Lookup { width: h },
-            params: self.vocab * h,
+            params: self.vocab.saturating_mul(h),
             params_sharded: true,
             tied: false,
             saved_bytes_per_token: 0.0,
@@ -393,7 +397,7 @@ impl TransformerConfig {
             ops.push(Op {
                 name: "wpe".to_string(),
                 kind: OpKind::Lookup { width: h },
-                params: self.max_seq_len * h,
+                params: self.max_seq_len.saturating_mul(h),
                 params_sharded: false,
                 tied: false,
                 saved_bytes_per_token: 0.0,
@@ -453,7 +457,75 @@ impl TransformerConfig {
         }
     }
 
-    /// Expands the shape into layers: embedding, `layers` blocks, head.
+    /// Checks the shape against [`LIMITS`] and for the zeros that make no model (no width, no
+    /// heads, no vocabulary): what a shape from user input must pass before [`build`]
+    /// (`TransformerConfig::build`), which allocates one layer per block and multiplies the
+    /// fields together. The error names the field (`max_seq_len`, `heads`, ...).
+    ///
+    /// [`build`]: TransformerConfig::build
+    pub fn check_limits(&self) -> Result<(), InputError> {
+        let moe = self.moe.as_ref();
+        let fields: [(&str, u64, u64, u64); 9] = [
+            ("hidden", self.hidden, 1, LIMITS.hidden),
+            ("layers", self.layers, 0, LIMITS.layers),
+            ("heads", self.heads, 1, LIMITS.heads),
+            ("kv_heads", self.kv_heads, 1, LIMITS.heads),
+            ("head_dim", self.head_dim, 1, LIMITS.hidden),
+            // 0 only where every block is MoE (Qwen2-MoE without dense layers).
+            ("ffn", self.ffn, u64::from(moe.is_none()), LIMITS.ffn),
+            ("vocab", self.vocab, 1, LIMITS.vocab),
+            ("max_seq_len", self.max_seq_len, 1, LIMITS.seq),
+            (
+                "moe.experts",
+                moe.map_or(1, |m| m.experts),
+                1,
+                LIMITS.experts,
+            ),
+        ];
+        for (field, v, min, max) in fields {
+            if v < min || v > max {
+                return Err(InputError::new(format!(
+                    "{field} = {v} is outside the {min}..={max} hetplan accepts"
+                ))
+                .field(field));
+            }
+        }
+        if let Some(m) = moe {
+            if m.top_k < 1 || m.top_k > m.experts {
+                return Err(InputError::new(format!(
+                    "{} experts per token, but {} experts",
+                    m.top_k, m.experts
+                ))
+                .field("moe.top_k"));
+            }
+            if m.expert_ffn < 1 || m.expert_ffn > LIMITS.ffn {
+                return Err(InputError::new(format!(
+                    "expert FFN width {} is outside the 1..={} hetplan accepts",
+                    m.expert_ffn, LIMITS.ffn
+                ))
+                .field("moe.expert_ffn"));
+            }
+            if m.shared_ffn.is_some_and(|f| !(1..=LIMITS.ffn).contains(&f)) {
+                return Err(InputError::new(format!(
+                    "shared-expert FFN width is outside the 1..={} hetplan accepts",
+                    LIMITS.ffn
+                ))
+                .field("moe.shared_ffn"));
+            }
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return Err(InputError::new(format!(
+                "{} key/value heads do not divide the {} attention heads",
+                self.kv_heads, self.heads
+            ))
+            .field("kv_heads"));
+        }
+        Ok(())
+    }
+
+    /// Expands the shape into layers: embedding, `layers` blocks, head. The arithmetic
+    /// saturates rather than overflows, but a shape from user input should pass
+    /// [`check_limits`](TransformerConfig::check_limits) first: `layers` blocks are allocated.
     pub fn build(&self) -> Model {
         let mut layers = vec![self.embedding()];
         layers.extend((0..self.layers).map(|i| self.block(i)));
@@ -486,6 +558,29 @@ mod tests {
             TransformerConfig::llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096).build();
         let p = m.params() as f64;
         assert!((p - 6.738e9).abs() / 6.738e9 < 0.002, "{p}");
+    }
+
+    #[test]
+    fn huge_shapes_saturate_instead_of_overflowing() {
+        // Regression: `count*(k*n+n)`, `vocab*h` and `4*hidden` overflowed u64 (and a zero head
+        // count divided by zero) for shapes a config file can state.
+        let mut c = TransformerConfig::gpt("big", 1, 1 << 62, 0, 2048);
+        assert_eq!(c.head_dim, 0);
+        assert_eq!(c.ffn, u64::MAX);
+        assert!(c.check_limits().is_err());
+        c.heads = 1;
+        c.head_dim = 1 << 62;
+        c.vocab = 1 << 32;
+        let m = c.build();
+        assert_eq!(m.params(), u64::MAX);
+        assert_eq!(m.active_params(), u64::MAX);
+        let e = TransformerConfig::llama("l", 2, 4096, 32, 32, 11008, 32000, 1 << 30)
+            .check_limits()
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("max_seq_len"));
+        assert!(TransformerConfig::gpt("ok", 96, 12288, 96, 2048)
+            .check_limits()
+            .is_ok());
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! | `precision` | `bf16`, `fp16` or `fp32` | `bf16` |
 //! | `offload_w`, `offload_g`, `offload_opt`, `offload_act` | fractions 0–1 of weights, gradients, optimizer states, activations kept in host memory | 0 |
 //!
-//! One of `gbs` and `m` is required; given both, they must agree.
+//! One of `gbs` and `m` is required; given both, they must agree. `mbs`, `gbs` and `m` (and so
+//! `m`·`mbs`·`dp`) are at most 10⁹ (`parse::MAX_BATCH`).
 //!
 //! **Placement** follows Megatron-LM's rank order: tensor-parallel ranks innermost, then data
 //! parallel, then pipeline stages outermost, GPUs taken in cluster order (node-major). Rank
@@ -39,12 +40,13 @@
 //! layers, counting embedding and head as one layer each, and the earlier chunks get the extra
 //! layers. With interleaving chunk `j` runs on the GPUs of stage `j mod pp`.
 
-use super::validate::{tp_fits_kv_heads, validate};
+use super::validate::{tp_fits_kv_heads, validate, PlanError};
 use super::{Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
 use crate::cluster::{Cluster, GpuId};
 use crate::error::InputError;
 use crate::model::{LayerKind, Model};
 use crate::names;
+use crate::parse::{self, did_you_mean, Num, WholeError, MAX_BATCH};
 use std::collections::BTreeMap;
 
 /// The keys of the inline form.
@@ -99,10 +101,8 @@ impl<'a> Spec<'a> {
                 .iter()
                 .find(|&&known| known.eq_ignore_ascii_case(key_text))
             else {
-                let hint = match names::nearest(key_text, KEYS.iter().copied()) {
-                    Some(n) => format!("did you mean `{n}`?"),
-                    None => format!("known keys: {}", KEYS.join(", ")),
-                };
+                let hint = did_you_mean(names::nearest(key_text, KEYS.iter().copied()))
+                    .unwrap_or_else(|| format!("known keys: {}", KEYS.join(", ")));
                 return Err(InputError::new(format!("unknown key `{key_text}`"))
                     .field(key_text)
                     .hint(Some(hint))
@@ -145,26 +145,26 @@ impl<'a> Spec<'a> {
         }
     }
 
-    /// A whole number of at least `min`.
-    fn int(&self, key: &str, min: u64) -> Result<Option<u64>, InputError> {
-        self.get(key, |v| match v.replace('_', "").parse::<u64>() {
-            Ok(n) if n >= min => Ok(n),
-            Ok(n) => Err((format!("{key}={n}: must be at least {min}"), None)),
-            Err(_) => Err((
-                format!("{key}=`{v}`: expected a whole number"),
-                Some(format!("e.g. {key}={}", min.max(1))),
-            )),
+    /// A whole number in `min..=max`.
+    fn int(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>, InputError> {
+        self.get(key, |v| {
+            parse::whole(Num::Text(v), min, max).map_err(|e| match e {
+                WholeError::NotANumber(_) | WholeError::NotWhole(_) => (
+                    format!("{key}=`{v}`: expected a whole number"),
+                    Some(format!("e.g. {key}={}", min.max(1))),
+                ),
+                WholeError::TooSmall { .. } => (format!("{key}={v}: must be at least {min}"), None),
+                WholeError::TooLarge { .. } => (
+                    format!("{key}={v} is more than the {max} hetplan accepts"),
+                    Some(format!("{key} at most {max}")),
+                ),
+            })
         })
     }
 
-    /// A whole number that fits a `u32`.
+    /// A whole number that fits a `u32` (degrees and counts bounded by the cluster or model).
     fn int32(&self, key: &str, min: u64) -> Result<Option<u32>, InputError> {
-        match self.int(key, min)? {
-            None => Ok(None),
-            Some(n) => u32::try_from(n)
-                .map(Some)
-                .map_err(|_| self.err(key, format!("{key}={n} is too large"), None)),
-        }
+        Ok(self.int(key, min, u32::MAX as u64)?.map(|n| n as u32))
     }
 
     /// One of `choices` (name, value), case-insensitively.
@@ -175,10 +175,8 @@ impl<'a> Spec<'a> {
                 Some(&(_, t)) => Ok(t),
                 None => {
                     let options: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-                    let hint = match names::nearest(v, options.iter().copied()) {
-                        Some(n) => format!("did you mean `{n}`?"),
-                        None => format!("one of {}", options.join(", ")),
-                    };
+                    let hint = did_you_mean(names::nearest(v, options.iter().copied()))
+                        .unwrap_or_else(|| format!("one of {}", options.join(", ")));
                     let expected = options.join(", ");
                     Err((
                         format!("{key}=`{v}`: expected one of {expected}"),
@@ -335,13 +333,12 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         }
     }
 
-    // Batch arithmetic.
-    let mbs = s.int("mbs", 1)?.unwrap_or(1);
-    let Some(per_micro_batch) = mbs.checked_mul(dp64) else {
-        return Err(s.err("mbs", format!("mbs={mbs} is too large"), None));
-    };
-    let gbs = s.int("gbs", 1)?;
-    let m = s.int("m", 1)?;
+    // Batch arithmetic: mbs, gbs and m at most MAX_BATCH, so that no product below overflows
+    // (mbs·dp ≤ 10⁹·2³², and the cost model's samples × tokens stay far inside u64).
+    let mbs = s.int("mbs", 1, MAX_BATCH)?.unwrap_or(1);
+    let per_micro_batch = mbs * dp64;
+    let gbs = s.int("gbs", 1, MAX_BATCH)?;
+    let m = s.int("m", 1, MAX_BATCH)?;
     let (global_batch, micro_batches) = match (gbs, m) {
         (None, None) => return Err(s.err(
             "gbs",
@@ -355,11 +352,12 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         (Some(g), m_given) => {
             if g % per_micro_batch != 0 {
                 let lower = g / per_micro_batch * per_micro_batch;
-                let upper = lower + per_micro_batch;
-                let hint = if lower > 0 {
-                    format!("gbs={lower} or gbs={upper}")
-                } else {
-                    format!("gbs={upper}")
+                let upper = lower.saturating_add(per_micro_batch);
+                let hint = match (lower > 0, upper <= MAX_BATCH) {
+                    (true, true) => format!("gbs={lower} or gbs={upper}"),
+                    (true, false) => format!("gbs={lower}"),
+                    (false, true) => format!("gbs={upper}"),
+                    (false, false) => "reduce mbs or dp".to_string(),
                 };
                 return Err(s.err(
                     "gbs",
@@ -380,13 +378,25 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             (g, derived)
         }
         (None, Some(m)) => match m.checked_mul(per_micro_batch) {
-            Some(g) => (g, m),
-            None => return Err(s.err("m", format!("m={m} is too large"), None)),
+            Some(g) if g <= MAX_BATCH => (g, m),
+            _ => {
+                return Err(s.err(
+                    "m",
+                    format!(
+                        "m·mbs·dp = {m}·{mbs}·{dp} samples per iteration, more than the \
+                         {MAX_BATCH} hetplan accepts"
+                    ),
+                    Some(format!(
+                        "m at most {}",
+                        (MAX_BATCH / per_micro_batch).max(1)
+                    )),
+                ))
+            }
         },
     };
     if matches!(schedule, Schedule::Interleaved { .. }) && micro_batches % pp64 != 0 {
         let key = if s.given("m") { "m" } else { "gbs" };
-        let up = micro_batches.div_ceil(pp64) * pp64;
+        let up = micro_batches.div_ceil(pp64).saturating_mul(pp64);
         return Err(s.err(
             key,
             format!(
@@ -401,7 +411,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     }
 
     // Per-stage settings.
-    let zero = s.int("zero", 0)?.unwrap_or(0);
+    let zero = s.int("zero", 0, u32::MAX as u64)?.unwrap_or(0);
     if zero > 3 {
         return Err(s.err(
             "zero",
@@ -500,16 +510,50 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         collective_dtypes: Default::default(),
         stages,
     };
-    // Everything above should have ruled these out; report rather than hand on a bad plan.
+    // Everything above should have ruled these out; report rather than hand on a bad plan,
+    // pointing at the key the first problem is most about.
     if let Err(errs) = validate(&plan, model, cluster) {
         let all: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-        return Err(InputError::new(format!(
-            "the inline plan `{}` is not valid: {}",
-            spec.trim(),
-            all.join("; ")
-        )));
+        let key = errs.first().map_or("gbs", key_of);
+        return Err(s.err(
+            key,
+            format!(
+                "the inline plan `{}` is not valid: {}",
+                spec.trim(),
+                all.join("; ")
+            ),
+            None,
+        ));
     }
     Ok(plan)
+}
+
+/// The inline key a validation error is most about.
+fn key_of(e: &PlanError) -> &'static str {
+    match e {
+        PlanError::ZeroMicroBatches | PlanError::MicroBatchesNotDivisibleByDepth { .. } => "m",
+        PlanError::ZeroVirtualStages | PlanError::StagesNotDivisibleByVirtual { .. } => "v",
+        PlanError::ZeroDegree { which, .. } if *which == "tp" => "tp",
+        PlanError::TpHeads { .. } | PlanError::TpKvHeads { .. } => "tp",
+        PlanError::MicroBatchSizesCount { .. } | PlanError::ZeroMicroBatchSize { .. } => "mbs",
+        PlanError::BatchMismatch { .. } => "gbs",
+        PlanError::ZeroStage { .. } => "zero",
+        PlanError::RecomputeLayers { .. } => "ckpt",
+        PlanError::OffloadRatio { which, .. } => match *which {
+            "weights" => "offload_w",
+            "gradients" => "offload_g",
+            "optimizer" => "offload_opt",
+            _ => "offload_act",
+        },
+        PlanError::NoStages
+        | PlanError::EmptyStage { .. }
+        | PlanError::LayersOutOfRange { .. }
+        | PlanError::LayerGap { .. }
+        | PlanError::LayerOverlap { .. }
+        | PlanError::LayersUncovered { .. } => "pp",
+        // Device placement (counts, repeats, sharing, unknown GPUs) and anything newer.
+        _ => "dp",
+    }
 }
 
 /// `count` TP groups of `tp` GPUs: whole groups inside nodes first (cluster order), then groups
@@ -807,6 +851,75 @@ mod tests {
         let e = err("pp=2,v=2,m=3", &m, &c);
         assert_eq!(e.field.as_deref(), Some("m"));
         assert!(e.hint.unwrap().starts_with("m=4"));
+    }
+
+    /// Regressions: these overflowed (`lower + per_micro_batch`, `div_ceil(pp)·pp`) or passed
+    /// with a micro-batch size that overflowed the cost model later.
+    #[test]
+    fn batch_sizes_beyond_the_limits_are_errors() {
+        let one = cluster(&[1]);
+        let c = cluster(&[8]);
+        let m = gpt(4);
+        for (spec, cl, field) in [
+            ("gbs=18446744073709551615,mbs=2", &one, "gbs"),
+            ("gbs=18446744073709551616", &one, "gbs"),
+            (
+                "pp=2,schedule=interleaved,v=1,m=18446744073709551615",
+                &c,
+                "m",
+            ),
+            ("mbs=18014398509481984,m=1", &one, "mbs"),
+            ("mbs=1000000000,m=1000000000", &one, "m"),
+            ("mbs=-1,m=1", &one, "mbs"),
+            ("mbs=NaN,m=1", &one, "mbs"),
+            ("mbs=1e308,m=1", &one, "mbs"),
+            ("mbs=2.5,m=1", &one, "mbs"),
+            ("gbs=8,tp=99999999999", &one, "tp"),
+            ("gbs=8,zero=99999999999", &one, "zero"),
+            ("gbs=8,offload_w=NaN", &one, "offload_w"),
+        ] {
+            let e = err(spec, &m, cl);
+            assert_eq!(e.field.as_deref(), Some(field), "{spec}: {e}");
+            assert!(e.column.is_some(), "{spec}");
+        }
+        let e = err("gbs=18446744073709551615,mbs=2", &m, &one);
+        assert!(e.message.contains("1000000000"), "{e}");
+        // At the limit: fine.
+        let p = parse_inline_plan("mbs=1000000000,m=1", &m, &one).unwrap();
+        assert_eq!(p.global_batch, 1_000_000_000);
+        // A remainder whose upper neighbour is beyond the limit: only the lower one is hinted.
+        let e = err("mbs=600000000,gbs=1000000000", &m, &one);
+        assert_eq!(e.hint.as_deref(), Some("gbs=600000000"));
+    }
+
+    #[test]
+    fn validation_errors_name_the_most_relevant_key() {
+        assert_eq!(key_of(&PlanError::ZeroMicroBatches), "m");
+        assert_eq!(
+            key_of(&PlanError::BatchMismatch {
+                stage: 0,
+                samples: 1,
+                micro_batches: 1,
+                global_batch: 2
+            }),
+            "gbs"
+        );
+        assert_eq!(
+            key_of(&PlanError::OffloadRatio {
+                stage: 0,
+                which: "optimizer",
+                value: 2.0
+            }),
+            "offload_opt"
+        );
+        assert_eq!(
+            key_of(&PlanError::ZeroDegree {
+                stage: 0,
+                which: "tp"
+            }),
+            "tp"
+        );
+        assert_eq!(key_of(&PlanError::LayersUncovered { from: 1, to: 2 }), "pp");
     }
 
     #[test]

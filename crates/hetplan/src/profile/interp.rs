@@ -22,6 +22,10 @@
 use super::{Interpolation, ProfiledTime, Provenance};
 use crate::units::Seconds;
 
+/// At most this many pieces are listed in a Metis composition's provenance (`from`); the
+/// times count every piece.
+pub(crate) const MAX_FROM: usize = 64;
+
 /// One measured point of one layer at one TP degree.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Point {
@@ -251,24 +255,41 @@ impl Curve {
     /// Metis §4.3: greedy sum of measured sizes, largest first (the binary decomposition when
     /// every power of two up to the largest is measured). A size beyond the largest repeats it;
     /// a remainder smaller than the smallest measured size scales it proportionally.
+    ///
+    /// O(number of points) whatever `mbs`: each size is taken `q = remaining / size` times at
+    /// once. `from` lists the pieces, each size repeated as often as it is taken, up to
+    /// [`MAX_FROM`] entries in all.
     fn compose(&self, mbs: u64) -> ProfiledTime {
         let mut remaining = mbs;
         let (mut fwd, mut bwd) = (0.0, 0.0);
         let mut from = Vec::new();
         for p in self.points.iter().rev() {
-            while remaining >= p.mbs {
-                remaining -= p.mbs;
-                fwd += p.forward;
-                bwd += p.backward;
-                from.push(p.mbs);
+            let q = remaining / p.mbs;
+            if q == 0 {
+                continue;
             }
+            remaining -= q * p.mbs;
+            if q <= MAX_FROM as u64 {
+                // Summed one piece at a time: the same floating-point result as before.
+                for _ in 0..q {
+                    fwd += p.forward;
+                    bwd += p.backward;
+                }
+            } else {
+                fwd += q as f64 * p.forward;
+                bwd += q as f64 * p.backward;
+            }
+            let room = MAX_FROM.saturating_sub(from.len());
+            from.extend(std::iter::repeat_n(p.mbs, (q as usize).min(room)));
         }
         let smallest = self.points[0];
         if remaining > 0 {
             let r = remaining as f64 / smallest.mbs as f64;
             fwd += smallest.forward * r;
             bwd += smallest.backward * r;
-            from.push(smallest.mbs);
+            if from.len() < MAX_FROM {
+                from.push(smallest.mbs);
+            }
         }
         let beyond = mbs > *self.mbs.last().expect("curve has points");
         let how = if remaining > 0 || beyond {
@@ -277,7 +298,7 @@ impl Curve {
             Provenance::Interpolated { from: from.clone() }
         };
         // The step is one per iteration whatever the batch: the largest piece's value.
-        let optimizer = self.optimizer_at(from[0]);
+        let optimizer = from.first().and_then(|&m| self.optimizer_at(m));
         ProfiledTime {
             forward: Seconds(fwd),
             backward: Seconds(bwd),
@@ -388,5 +409,30 @@ mod tests {
                 from: vec![8, 8, 4]
             }
         );
+    }
+
+    /// Regression: the composition took one loop step (and one `from` entry) per piece, so a
+    /// micro-batch of 10⁷ built a 10⁷-entry list.
+    #[test]
+    fn metis_composition_is_independent_of_the_size() {
+        let c = Curve::new(vec![pt(1, 1.0), pt(2, 1.8), pt(4, 3.1), pt(8, 6.0)]).unwrap();
+        let t = c.eval(10_000_007, Interpolation::MetisPowersOfTwo);
+        // 1 250 000 pieces of 8, then 4 + 2 + 1.
+        assert!((t.forward.get() - (1_250_000.0 * 6.0 + 3.1 + 1.8 + 1.0)).abs() < 1e-6);
+        let Provenance::Extrapolated { from } = &t.how else {
+            panic!("{:?}", t.how)
+        };
+        assert_eq!(from.len(), MAX_FROM);
+        assert!(from.iter().all(|&m| m == 8));
+        assert_eq!(t.optimizer, Some(Seconds(0.5)));
+        let t = c.eval(u64::MAX, Interpolation::MetisPowersOfTwo);
+        assert!(t.forward.get().is_finite() && t.forward.get() > 0.0);
+        // Below the smallest size: proportional.
+        let c = Curve::new(vec![pt(4, 2.0)]).unwrap();
+        let t = c.eval(2, Interpolation::MonotoneCubic);
+        assert_eq!(t.forward, Seconds(1.0));
+        let t = c.eval(3, Interpolation::MetisPowersOfTwo);
+        assert_eq!(t.forward, Seconds(1.5));
+        assert_eq!(t.how, Provenance::Extrapolated { from: vec![4] });
     }
 }

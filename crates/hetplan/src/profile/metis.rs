@@ -32,6 +32,7 @@
 
 use super::{canonical_gpu, tidy, LayerKey, LayerSample, ModelProfile, ProfileDb};
 use crate::error::InputError;
+use crate::parse::MAX_BATCH;
 use crate::units::{Bytes, Seconds};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -97,7 +98,9 @@ fn parse_name(path: &str) -> Result<(String, u32, u64), InputError> {
     let tp = number_after("tp")
         .and_then(|v| u32::try_from(v).ok())
         .ok_or_else(bad)?;
-    let bs = number_after("bs").ok_or_else(bad)?;
+    let bs = number_after("bs")
+        .filter(|v| *v <= MAX_BATCH)
+        .ok_or_else(bad)?;
     Ok((device.to_string(), tp, bs))
 }
 
@@ -225,13 +228,12 @@ pub fn import_metis(files: &[(String, String)]) -> Result<ProfileDb, InputError>
                 None => 1.0 / n as f64,
             };
             let total_memory = match memory {
-                Some(m) => Some(Bytes(tidy(
-                    check(
-                        m[i],
-                        &file,
-                        &format!("execution_memory.layer_memory_total_mb[{i}]"),
-                    )? * MIB,
-                ))),
+                Some(m) => {
+                    let field = format!("execution_memory.layer_memory_total_mb[{i}]");
+                    // MiB → bytes can overflow for a huge (finite) value.
+                    let bytes = check(check(m[i], &file, &field)? * MIB, &file, &field)?;
+                    Some(Bytes(tidy(bytes)))
+                }
                 None => None,
             };
             profile.layers.push(LayerSample {
@@ -273,6 +275,8 @@ pub fn import_metis(files: &[(String, String)]) -> Result<ProfileDb, InputError>
         profile.sort();
         db.profiles.push(profile);
     }
+    // What `to_json` writes must read back (sums and unit conversions can overflow).
+    db.validate()?;
     Ok(db)
 }
 

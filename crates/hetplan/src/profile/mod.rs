@@ -41,8 +41,10 @@ pub use sailor::import_sailor;
 
 use crate::error::InputError;
 use crate::gpu;
+use crate::model::layerlist::{layer_kind, layer_kind_name};
 use crate::model::LayerKind;
 use crate::names;
+use crate::parse::MAX_BATCH;
 use crate::plan::Precision;
 use crate::units::{Bytes, BytesPerSec, Seconds};
 use interp::{Curve, Point};
@@ -225,7 +227,7 @@ pub struct ProfiledTime {
 pub enum Provenance {
     Measured,
     /// Inside the measured range: the two sizes around it (monotone cubic), or the measured
-    /// sizes summed (Metis).
+    /// sizes summed (Metis; each piece listed, at most 64 entries).
     Interpolated {
         from: Vec<u64>,
     },
@@ -244,25 +246,6 @@ impl Serialize for LayerKey {
             LayerKey::Index(i) => s.serialize_u64(*i as u64),
             LayerKey::Kind(k) => k.serialize(s),
         }
-    }
-}
-
-fn kind_from_str(s: &str) -> Option<LayerKind> {
-    match names::normalize(s).as_str() {
-        "embedding" => Some(LayerKind::Embedding),
-        "transformer" => Some(LayerKind::Transformer),
-        "head" => Some(LayerKind::Head),
-        "other" => Some(LayerKind::Other),
-        _ => None,
-    }
-}
-
-fn kind_name(k: LayerKind) -> &'static str {
-    match k {
-        LayerKind::Embedding => "embedding",
-        LayerKind::Transformer => "transformer",
-        LayerKind::Head => "head",
-        LayerKind::Other => "other",
     }
 }
 
@@ -289,7 +272,7 @@ impl fmt::Display for LayerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LayerKey::Index(i) => write!(f, "layer {i}"),
-            LayerKey::Kind(k) => write!(f, "every {} layer", kind_name(*k)),
+            LayerKey::Kind(k) => write!(f, "every {} layer", layer_kind_name(*k)),
         }
     }
 }
@@ -317,7 +300,7 @@ impl<'de> Deserialize<'de> for LayerKey {
                 }
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<LayerKey, E> {
-                kind_from_str(v).map(LayerKey::Kind).ok_or_else(|| {
+                layer_kind(v).map(LayerKey::Kind).ok_or_else(|| {
                     E::custom(format!("unknown layer kind `{v}`; expected {EXPECTED}"))
                 })
             }
@@ -334,10 +317,16 @@ fn positive_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     Ok(v)
 }
 
+/// A micro-batch size: `1..=MAX_BATCH`.
 fn positive_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let v = u64::deserialize(d)?;
     if v == 0 {
         return Err(serde::de::Error::custom("must be at least 1"));
+    }
+    if v > MAX_BATCH {
+        return Err(serde::de::Error::custom(format!(
+            "micro-batch size {v} is more than the {MAX_BATCH} hetplan accepts"
+        )));
     }
     Ok(v)
 }
@@ -442,18 +431,9 @@ fn ser_opt<T: Raw, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error
 // ---------------------------------------------------------------------------------------------
 // Names.
 
-/// `names::normalize(a) == names::normalize(b)`, without allocating.
+/// `names::normalize(a) == names::normalize(b)`.
 pub(crate) fn same_name(a: &str, b: &str) -> bool {
-    if a == b {
-        return true;
-    }
-    fn fold(s: &str) -> impl Iterator<Item = char> + '_ {
-        s.trim().chars().map(|c| match c.to_ascii_lowercase() {
-            '_' | ' ' => '-',
-            c => c,
-        })
-    }
-    fold(a).eq(fold(b))
+    a == b || names::normalize(a) == names::normalize(b)
 }
 
 /// The catalog's canonical name of a GPU, or the name as written when the catalog does not know
@@ -549,7 +529,10 @@ impl ProfileDb {
         Ok(db)
     }
 
-    /// Checks what the field parsers cannot: names present, samples unique.
+    /// Checks what the field parsers cannot (names present, samples unique) and, for a
+    /// database built in memory (the importers call this before returning one), what they
+    /// check: every number in range, so that [`to_json`](ProfileDb::to_json) writes a
+    /// database that [`parse`](ProfileDb::parse) reads back.
     pub fn validate(&self) -> Result<(), InputError> {
         if self.format_version != FORMAT_VERSION {
             return Err(InputError::new(format!(
@@ -566,6 +549,56 @@ impl ProfileDb {
                 return Err(
                     InputError::new("empty model name").field(format!("profiles[{i}].model"))
                 );
+            }
+            if p.seq_len == Some(0) {
+                return Err(InputError::new("sequence length 0; it must be at least 1")
+                    .field(format!("profiles[{i}].seq_len")));
+            }
+            for (j, s) in p.layers.iter().enumerate() {
+                let at = |k: &str| format!("profiles[{i}].layers[{j}].{k}");
+                if s.tp == 0 {
+                    return Err(InputError::new("tp 0; it must be at least 1").field(at("tp")));
+                }
+                if s.mbs == 0 || s.mbs > MAX_BATCH {
+                    return Err(InputError::new(format!(
+                        "micro-batch size {}; it must lie in 1..={MAX_BATCH}",
+                        s.mbs
+                    ))
+                    .field(at("mbs")));
+                }
+                let values = [
+                    ("forward", Some(s.forward.get())),
+                    ("backward", Some(s.backward.get())),
+                    ("optimizer", s.optimizer.map(Seconds::get)),
+                    ("activation_memory", s.activation_memory.map(Bytes::get)),
+                    ("total_memory", s.total_memory.map(Bytes::get)),
+                ];
+                for (k, v) in values {
+                    if let Some(v) = v {
+                        if !(v.is_finite() && v >= 0.0) {
+                            return Err(InputError::new(format!(
+                                "{v} must be finite and not negative"
+                            ))
+                            .field(at(k)));
+                        }
+                    }
+                }
+            }
+            for (j, c) in p.collectives.iter().enumerate() {
+                let at = |k: &str| format!("profiles[{i}].collectives[{j}].{k}");
+                if c.group_size == 0 {
+                    return Err(InputError::new("group size 0; it must be at least 1")
+                        .field(at("group_size")));
+                }
+                for (k, v) in [
+                    ("message", c.message.get()),
+                    ("bandwidth", c.bandwidth.get()),
+                ] {
+                    if !(v.is_finite() && v > 0.0) {
+                        return Err(InputError::new(format!("{v} must be positive and finite"))
+                            .field(at(k)));
+                    }
+                }
             }
             let mut seen: BTreeMap<((u8, usize), u32, u64), usize> = BTreeMap::new();
             for (j, s) in p.layers.iter().enumerate() {

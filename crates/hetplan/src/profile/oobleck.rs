@@ -24,6 +24,7 @@ use super::{
     ModelProfile, ProfileDb,
 };
 use crate::error::InputError;
+use crate::parse::MAX_BATCH;
 use crate::units::{Bytes, BytesPerSec, Seconds};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -66,6 +67,14 @@ pub fn import_oobleck(
     model: &str,
     files: &[(String, String)],
 ) -> Result<ProfileDb, InputError> {
+    for (what, name) in [("GPU", gpu), ("model", model)] {
+        if name.trim().is_empty() {
+            return Err(InputError::new(format!(
+                "the {what} name is empty; name the {what} the Oobleck profiles are of"
+            ))
+            .field(what.to_ascii_lowercase()));
+        }
+    }
     let mut by_mbs: BTreeMap<u64, (String, Vec<OobleckLayer>)> = BTreeMap::new();
     let mut allreduce: Vec<(LinkKind, String, AllReduceTimes)> = Vec::new();
     for (path, contents) in files {
@@ -88,7 +97,7 @@ pub fn import_oobleck(
             .strip_prefix("mb")
             .and_then(|r| r.strip_suffix(".json"))
             .and_then(|n| n.parse::<u64>().ok())
-            .filter(|n| *n > 0)
+            .filter(|n| (1..=MAX_BATCH).contains(n))
             .ok_or_else(|| {
                 InputError::new(format!("`{file}` is not an Oobleck profile file")).hint(Some(
                     "Oobleck's profile directory holds mb{N}.json, allreduce_in_node.json and allreduce_across_nodes.json".into(),
@@ -159,19 +168,29 @@ pub fn import_oobleck(
                     .field(format!("[{i}]")));
                 };
                 let ms = check(ms, file, format!("[{i}].{k}"))?;
+                let bytes = check(bytes, file, format!("[{i}].mem_required[0]"))?;
                 if group < 2 || bytes <= 0.0 || ms <= 0.0 {
                     continue;
                 }
+                let bandwidth = tidy(bytes / (ms * 1e-3));
+                if !bandwidth.is_finite() {
+                    return Err(InputError::new(format!(
+                        "{file}: an all-reduce of {bytes} bytes in {ms} ms is an infinite bandwidth"
+                    ))
+                    .field(format!("[{i}].{k}")));
+                }
+                // Stored as written (15 significant digits), so that the database reads back equal.
+                let message = Bytes(tidy(bytes));
                 let dup = collectives
                     .iter()
-                    .any(|c| c.link == *link && c.group_size == group && c.message == Bytes(bytes));
+                    .any(|c| c.link == *link && c.group_size == group && c.message == message);
                 if !dup {
                     collectives.push(CollectiveSample {
                         op: CollectiveOp::AllReduce,
                         group_size: group,
                         link: *link,
-                        message: Bytes(bytes),
-                        bandwidth: BytesPerSec(tidy(bytes / (ms * 1e-3))),
+                        message,
+                        bandwidth: BytesPerSec(bandwidth),
                     });
                 }
             }
@@ -209,5 +228,7 @@ pub fn import_oobleck(
     profile.sort();
     let mut db = ProfileDb::new();
     db.profiles.push(profile);
+    // What `to_json` writes must read back.
+    db.validate()?;
     Ok(db)
 }

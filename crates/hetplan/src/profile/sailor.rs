@@ -28,6 +28,8 @@
 
 use super::{canonical_gpu, same_name, tidy, LayerKey, LayerSample, ModelProfile, ProfileDb};
 use crate::error::InputError;
+use crate::model::LIMITS;
+use crate::parse::MAX_BATCH;
 use crate::plan::Precision;
 use crate::units::{Bytes, Seconds};
 use serde::Deserialize;
@@ -97,24 +99,48 @@ impl LayerInfo {
 
 type LlmInfo = BTreeMap<String, BTreeMap<String, BTreeMap<String, LayerInfo>>>;
 
-fn number<T: std::str::FromStr + PartialEq + Default>(
-    key: &str,
-    path: &str,
-    what: &str,
-    positive: bool,
-) -> Result<T, InputError> {
-    match key.trim().parse::<T>() {
-        Ok(v) if !(positive && v == T::default()) => Ok(v),
-        _ => Err(InputError::new(format!(
-            "`{key}` is not a {what}{}",
-            if positive {
-                " (a positive integer)"
-            } else {
-                " (an integer)"
+/// A whole-number key (`"4"`) in `min..=max`.
+fn number(key: &str, path: &str, what: &str, min: u64, max: u64) -> Result<u64, InputError> {
+    crate::parse::whole(crate::parse::Num::Text(key), min, max).map_err(|e| {
+        InputError::new(format!("`{key}` is not a {what}: {e}")).field(path.to_string())
+    })
+}
+
+/// Checks `llm_info.json`'s numbers: parameter counts whole, not negative and at most
+/// `model::LIMITS.layer_params`; activation sizes finite and not negative.
+fn check_llm_info(llm: &LlmInfo) -> Result<(), InputError> {
+    for (model, by_tp) in llm {
+        for (tp, layers) in by_tp {
+            for (layer, info) in layers {
+                let path = |k: &str| format!("llm_info.{model}.{tp}.{layer}.{k}");
+                if let Some(p) = info.params_floats {
+                    if !(p >= 0.0 && p.fract() == 0.0 && p <= LIMITS.layer_params as f64) {
+                        return Err(InputError::new(format!(
+                            "{} parameters: expected a whole number from 0 to {}",
+                            crate::parse::show_f64(p),
+                            LIMITS.layer_params
+                        ))
+                        .field(path("params_floats")));
+                    }
+                }
+                for (k, v) in [
+                    ("act_mem_bytes", info.act_mem_bytes),
+                    ("act_mem_floats", info.act_mem_floats),
+                ] {
+                    if let Some(v) = v {
+                        if !(v.is_finite() && v >= 0.0) {
+                            return Err(InputError::new(format!(
+                                "{} must be finite and not negative",
+                                crate::parse::show_f64(v)
+                            ))
+                            .field(path(k)));
+                        }
+                    }
+                }
             }
-        ))
-        .field(path.to_string())),
+        }
     }
+    Ok(())
 }
 
 /// Reads Sailor's `profiles_tmp.json` (and, optionally, `llm_info.json`) into a database.
@@ -135,6 +161,7 @@ pub fn import_sailor(
         })?,
         None => LlmInfo::new(),
     };
+    check_llm_info(&llm)?;
     let mut db = ProfileDb::new();
     for (model_name, gpus) in &raw {
         let known = MODELS.iter().find(|m| same_name(m.sailor, model_name));
@@ -143,6 +170,10 @@ pub fn import_sailor(
             .find(|(k, _)| same_name(k, model_name))
             .map(|(_, v)| v);
         for (gpu_name, by_mbs) in gpus {
+            if model_name.trim().is_empty() || gpu_name.trim().is_empty() {
+                return Err(InputError::new("empty model or GPU name")
+                    .field(format!("{model_name}.{gpu_name}")));
+            }
             db.profiles.push(import_one(
                 model_name,
                 known,
@@ -153,6 +184,8 @@ pub fn import_sailor(
             )?);
         }
     }
+    // What `to_json` writes must read back.
+    db.validate()?;
     Ok(db)
 }
 
@@ -177,15 +210,16 @@ fn import_one(
     let mut tps_without_info: Vec<u32> = Vec::new();
     for (mbs_key, by_tp) in by_mbs {
         let path = format!("{model_name}.{gpu_name}.{mbs_key}");
-        let mbs: u64 = number(mbs_key, &path, "micro-batch size", true)?;
+        let mbs = number(mbs_key, &path, "micro-batch size", 1, MAX_BATCH)?;
         for (tp_key, by_layer) in by_tp {
             let path = format!("{path}.{tp_key}");
-            let tp: u32 = number(tp_key, &path, "TP degree", true)?;
+            let tp = number(tp_key, &path, "TP degree", 1, u32::MAX as u64)? as u32;
             // Rows in layer order, indices checked to run 0..n.
             let mut rows: Vec<(usize, &Vec<f64>)> = Vec::with_capacity(by_layer.len());
             for (layer_key, v) in by_layer {
                 let path = format!("{path}.{layer_key}");
-                let i: usize = number(layer_key, &path, "layer index", false)?;
+                // Indices run 0..n (checked below): bounded by the number of entries.
+                let i = number(layer_key, &path, "layer index", 0, by_layer.len() as u64)? as usize;
                 if !(2..=3).contains(&v.len()) || v.iter().any(|x| !x.is_finite() || *x < 0.0) {
                     return Err(InputError::new(format!(
                         "expected [forward s, backward s, optimizer step s] (finite, not negative), found {v:?}"
@@ -250,15 +284,34 @@ fn import_one(
                         Some(step * params(i)? / profiled_params?)
                     })
                     .sum();
+                // Sums and products of finite values can still overflow.
+                let finite = |v: f64, what: &str| -> Result<f64, InputError> {
+                    if v.is_finite() {
+                        Ok(v)
+                    } else {
+                        Err(InputError::new(format!(
+                            "the {what} of layer {j} at micro-batch size {mbs} overflows"
+                        ))
+                        .field(path.clone()))
+                    }
+                };
                 layers.push(LayerSample {
                     layer: LayerKey::Index(j),
                     tp,
                     mbs,
-                    forward: Seconds(tidy(fwd)),
-                    backward: Seconds(tidy(bwd)),
-                    optimizer: optimizer.map(|o| Seconds(tidy(o))),
-                    activation_memory: act.map(|a| Bytes(tidy(a * mbs as f64))),
+                    forward: Seconds(tidy(finite(fwd, "forward time")?)),
+                    backward: Seconds(tidy(finite(bwd, "backward time")?)),
+                    optimizer: optimizer
+                        .map(|o| finite(o, "optimizer time").map(|o| Seconds(tidy(o))))
+                        .transpose()?,
+                    activation_memory: act
+                        .map(|a| {
+                            finite(a * mbs as f64, "activation memory").map(|a| Bytes(tidy(a)))
+                        })
+                        .transpose()?,
                     total_memory: None,
+                    // Whole and at most LIMITS.layer_params each (check_llm_info), so at most
+                    // a few times that summed: exact in u64.
                     params: p.map(|p| p.round() as u64),
                 });
             }

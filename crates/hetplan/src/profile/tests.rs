@@ -734,3 +734,101 @@ fn oobleck_cache_imports() {
     assert!(import_oobleck("V100", "m", &[("layers.json".into(), "[]".into())]).is_err());
     assert_eq!(ProfileDb::parse(&db.to_json()).unwrap(), db);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Robustness: importers write only databases that read back; sizes are bounded.
+
+/// Regression: an empty model name and an infinite bandwidth were written as `""` and `null`,
+/// which `ProfileDb::parse` rejects.
+#[test]
+fn oobleck_imports_only_what_reads_back() {
+    let mb1 = (
+        "mb1.json".to_string(),
+        json!([{"forward": 1.0, "backward": 3.0, "mem_required": [1e300, 1.0]}]).to_string(),
+    );
+    assert!(import_oobleck("V100", "m", std::slice::from_ref(&mb1)).is_ok());
+    for (gpu, model) in [("V100", ""), ("V100", "  "), ("", "m")] {
+        let e = import_oobleck(gpu, model, std::slice::from_ref(&mb1)).unwrap_err();
+        assert!(e.message.contains("empty"), "{e}");
+    }
+    let allreduce = (
+        "allreduce_in_node.json".to_string(),
+        json!([{"2": 1e-300}]).to_string(),
+    );
+    let e = import_oobleck("V100", "m", &[mb1.clone(), allreduce]).unwrap_err();
+    assert!(e.message.contains("infinite"), "{e}");
+    assert_eq!(e.field.as_deref(), Some("[0].2"));
+    let huge = ("mb99999999999.json".to_string(), mb1.1.clone());
+    assert!(import_oobleck("V100", "m", &[huge]).is_err());
+}
+
+/// Regression: a negative `act_mem_bytes` was accepted at import and rejected on re-parse.
+#[test]
+fn sailor_imports_only_what_reads_back() {
+    let bad = |k: &str, v: f64| {
+        let mut info: serde_json::Value = serde_json::from_str(&llm_info_excerpt()).unwrap();
+        info["TINY"]["1"]["1"][k] = json!(v);
+        import_sailor(&sailor_excerpt(), Some(&info.to_string())).unwrap_err()
+    };
+    let e = bad("act_mem_bytes", -1.0);
+    assert_eq!(e.field.as_deref(), Some("llm_info.TINY.1.1.act_mem_bytes"));
+    let e = bad("params_floats", -5.0);
+    assert_eq!(e.field.as_deref(), Some("llm_info.TINY.1.1.params_floats"));
+    bad("params_floats", 1e300);
+    bad("params_floats", 2.5);
+    bad("act_mem_floats", -1.0);
+    // Micro-batch sizes beyond the limit, empty names.
+    let src = sailor_excerpt().replace("\"4\":{", "\"99999999999\":{");
+    assert!(src.contains("99999999999"));
+    assert!(import_sailor(&src, None).is_err());
+    let src = sailor_excerpt().replace("\"Quantum-9000\"", "\"\"");
+    assert!(import_sailor(&src, None).is_err());
+    // Activation bytes × mbs that overflow.
+    let mut info: serde_json::Value = serde_json::from_str(&llm_info_excerpt()).unwrap();
+    info["TINY"]["1"]["1"]["act_mem_bytes"] = json!(1e308);
+    let e = import_sailor(&sailor_excerpt(), Some(&info.to_string())).unwrap_err();
+    assert!(e.message.contains("overflows"), "{e}");
+    let db = import_sailor(&sailor_excerpt(), Some(&llm_info_excerpt())).unwrap();
+    assert_eq!(ProfileDb::parse(&db.to_json()).unwrap(), db);
+}
+
+#[test]
+fn metis_imports_only_what_reads_back() {
+    let file = |name: &str, memory_mb: f64| {
+        (
+            name.to_string(),
+            json!({"model": {"model_name": "gpt"},
+                   "execution_time": {"layer_compute_total_ms": [1.0, 2.0]},
+                   "execution_memory": {"layer_memory_total_mb": [memory_mb, 1.0]}})
+            .to_string(),
+        )
+    };
+    let db = import_metis(&[file("DeviceType.A100_tp1_bs2.json", 1.0)]).unwrap();
+    assert_eq!(ProfileDb::parse(&db.to_json()).unwrap(), db);
+    assert!(import_metis(&[file("DeviceType.A100_tp1_bs99999999999.json", 1.0)]).is_err());
+    let e = import_metis(&[file("DeviceType.A100_tp1_bs2.json", 1e305)]).unwrap_err();
+    assert!(e.message.contains("finite"), "{e}");
+}
+
+#[test]
+fn validate_checks_what_the_field_parsers_check() {
+    let mut db = small_db();
+    assert_eq!(db.validate(), Ok(()));
+    db.profiles[0].layers[0].forward = Seconds(f64::INFINITY);
+    let e = db.validate().unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("profiles[0].layers[0].forward"));
+    let mut db = small_db();
+    db.profiles[0].layers[0].activation_memory = Some(Bytes(-1.0));
+    assert!(db.validate().is_err());
+    let mut db = small_db();
+    db.profiles[0].layers[0].mbs = u64::MAX;
+    assert!(db.validate().is_err());
+    // And on read: a micro-batch size beyond the limit.
+    let src = small_db()
+        .to_json()
+        .replacen("\"mbs\": 1,", "\"mbs\": 18446744073709551615,", 1);
+    assert!(src.contains("18446744073709551615"));
+    let e = ProfileDb::parse(&src).unwrap_err();
+    assert!(e.message.contains("micro-batch size"), "{e}");
+    assert!(e.line.is_some());
+}
