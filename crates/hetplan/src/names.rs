@@ -25,6 +25,11 @@ pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     best.filter(|(s, _)| *s >= 0.7).map(|(_, c)| c.to_string())
 }
 
+/// The hint for a near miss: "did you mean `x`?".
+pub fn did_you_mean(near: Option<String>) -> Option<String> {
+    near.map(|n| format!("did you mean `{n}`?"))
+}
+
 /// `"; did you mean `x`?"` or nothing.
 pub fn hint_suffix(hint: &Option<String>) -> String {
     match hint {

@@ -101,11 +101,6 @@ fn float_to_int(v: f64) -> Result<i128, WholeError> {
     Ok(v.clamp(-1e30, 1e30) as i128)
 }
 
-/// The hint for a near miss: "did you mean `x`?".
-pub fn did_you_mean(near: Option<String>) -> Option<String> {
-    near.map(|n| format!("did you mean `{n}`?"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,8 @@ use crate::error::InputError;
 use crate::model::catalog::catalog_model;
 use crate::model::LIMITS;
 use crate::names;
-use crate::parse::{self, did_you_mean, Num, MAX_BATCH};
+use crate::names::did_you_mean;
+use crate::parse::{self, Num, MAX_BATCH};
 use crate::plan::{
     CollectiveDtypes, Engine, LayerRange, Plan, Precision, Recompute, Schedule, Stage,
 };

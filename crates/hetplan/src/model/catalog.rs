@@ -17,7 +17,7 @@ use super::{
 };
 use crate::error::InputError;
 use crate::names;
-use crate::parse::did_you_mean;
+use crate::names::did_you_mean;
 
 /// One built-in model, for listings.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -23,7 +23,8 @@ use super::{
 };
 use crate::error::InputError;
 use crate::names;
-use crate::parse::{self, did_you_mean, Num};
+use crate::names::did_you_mean;
+use crate::parse::{self, Num};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 

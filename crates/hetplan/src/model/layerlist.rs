@@ -27,7 +27,8 @@
 use super::{Layer, LayerKind, Model, Op, OpKind, LIMITS};
 use crate::error::InputError;
 use crate::names;
-use crate::parse::{self, did_you_mean, Num};
+use crate::names::did_you_mean;
+use crate::parse::{self, Num};
 use crate::units::{Bytes, UnitError, BYTES_EXPECTED};
 use std::collections::{BTreeMap, HashMap};
 

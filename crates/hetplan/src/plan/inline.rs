@@ -46,7 +46,8 @@ use crate::cluster::{Cluster, GpuId};
 use crate::error::InputError;
 use crate::model::{LayerKind, Model};
 use crate::names;
-use crate::parse::{self, did_you_mean, Num, WholeError, MAX_BATCH};
+use crate::names::did_you_mean;
+use crate::parse::{self, Num, WholeError, MAX_BATCH};
 use std::collections::BTreeMap;
 
 /// The keys of the inline form.

@@ -86,8 +86,8 @@ fn json_error(src: &str, e: &serde_json::Error) -> InputError {
     if (unknown_field || msg.starts_with("unknown variant")) && !quoted.is_empty() {
         let name = quoted[0];
         let candidates = &quoted[1..];
-        err.hint = match names::nearest(name, candidates.iter().copied()) {
-            Some(c) => Some(format!("did you mean `{c}`?")),
+        err.hint = match names::did_you_mean(names::nearest(name, candidates.iter().copied())) {
+            Some(h) => Some(h),
             None if !candidates.is_empty() => Some(format!(
                 "expected one of {}",
                 candidates
