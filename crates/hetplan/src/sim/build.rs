@@ -410,8 +410,8 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         .collect();
     let longest = programs.iter().map(|p| p.len()).max().unwrap_or(0);
     for i in 0..longest {
-        for e in 0..n_exec {
-            let Some(&op) = programs[e].get(i) else {
+        for (e, prog) in programs.iter().enumerate() {
+            let Some(&op) = prog.get(i) else {
                 continue;
             };
             let r = b.executors[e].replica;
