@@ -201,6 +201,9 @@ impl TransformerConfig {
         token_fraction: f64,
         saved_per_token: f64,
     ) -> Op {
+        // A row-parallel GEMM's bias is added after the all-reduce, on every rank: it is a
+        // separate, replicated op (`row_bias`), not part of the split weight.
+        let bias = bias && split != TpSplit::Row;
         // Saturating: a second line of defence behind the readers' shape limits (`LIMITS`).
         let params =
             count.saturating_mul(k.saturating_mul(n).saturating_add(if bias { n } else { 0 }));
@@ -220,6 +223,25 @@ impl TransformerConfig {
             saved_bytes_per_token: saved_per_token,
             // Row-parallel GEMMs take an already split input; column-parallel ones the full one.
             saved_sharded: split == TpSplit::Row,
+        }
+    }
+
+    /// The bias of a row-parallel GEMM, replicated over the TP ranks (Megatron adds it after
+    /// the all-reduce): reads and writes the output once.
+    fn row_bias(&self, name: &str, n: u64, count: u64, token_fraction: f64) -> Op {
+        let copies = token_fraction * count as f64;
+        Op {
+            name: name.to_string(),
+            kind: OpKind::Elementwise {
+                bytes_per_token: 4.0 * n as f64 * copies,
+                flops_per_token: n as f64 * copies,
+                sharded: false,
+            },
+            params: count.saturating_mul(n),
+            params_sharded: false,
+            tied: false,
+            saved_bytes_per_token: 0.0,
+            saved_sharded: false,
         }
     }
 
@@ -297,6 +319,9 @@ impl TransformerConfig {
             token_fraction,
             2.0 * f * copies,
         ));
+        if self.mlp_bias {
+            ops.push(self.row_bias(&format!("{prefix}fc2_bias"), h, count, token_fraction));
+        }
     }
 
     fn block(&self, i: u64) -> Layer {
@@ -342,6 +367,9 @@ impl TransformerConfig {
             1.0,
             2.0 * attn_width as f64,
         ));
+        if self.attn_bias {
+            ops.push(self.row_bias("proj_bias", h, 1, 1.0));
+        }
         if !self.parallel_attn {
             ops.push(self.residual_op("attn_residual"));
         }
