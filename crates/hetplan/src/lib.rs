@@ -13,6 +13,7 @@ pub mod model;
 pub mod names;
 pub mod parse;
 pub mod plan;
+pub mod planners;
 pub mod profile;
 pub mod sim;
 pub mod units;

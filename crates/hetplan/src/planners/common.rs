@@ -1,0 +1,223 @@
+//! What every planner needs: building a complete plan from per-stage choices, evaluating it
+//! with hetplan's cost model, keeping the best deterministically, enumerating device groups and
+//! layer splits, and explaining infeasibility.
+
+use super::Problem;
+use crate::cluster::{Cluster, GpuId};
+use crate::cost::{self, Estimate, Workload};
+use crate::plan::{LayerRange, Plan, Recompute, Schedule, Stage};
+use crate::units::Bytes;
+
+/// One stage as a planner chooses it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StageChoice {
+    pub layers: LayerRange,
+    /// `dp × tp` GPUs, replica-major (replica r = devices[r·tp..(r+1)·tp]).
+    pub devices: Vec<GpuId>,
+    pub tp: u32,
+    /// Micro-batch size of each replica (its length is dp).
+    pub micro_batch_sizes: Vec<u64>,
+    pub zero: u8,
+    pub recompute: Recompute,
+}
+
+/// A complete plan from stage choices (1F1B, the problem's engine and precision).
+pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches: u64) -> Plan {
+    Plan {
+        global_batch: problem.global_batch,
+        micro_batches,
+        schedule: Schedule::OneFOneB,
+        engine: problem.options.engine,
+        precision: problem.options.precision,
+        collective_dtypes: Default::default(),
+        stages: stages
+            .into_iter()
+            .map(|s| Stage {
+                layers: s.layers,
+                dp: s.micro_batch_sizes.len() as u32,
+                devices: s.devices,
+                tp: s.tp,
+                micro_batch_sizes: s.micro_batch_sizes,
+                zero: s.zero,
+                recompute: s.recompute,
+                offload: Default::default(),
+                sequence_parallel: false,
+            })
+            .collect(),
+    }
+}
+
+/// The workload of a problem.
+pub fn workload<'a>(problem: &Problem<'a>) -> Workload<'a> {
+    Workload {
+        model: problem.model,
+        cluster: problem.cluster,
+        seq_len: problem.seq_len,
+    }
+}
+
+/// hetplan's estimate of a plan, or `None` when the plan is not valid for the problem.
+pub fn evaluate(problem: &Problem<'_>, plan: &Plan) -> Option<Estimate> {
+    crate::plan::validate::validate(plan, problem.model, problem.cluster).ok()?;
+    Some(cost::estimate(workload(problem), plan, problem.compute))
+}
+
+/// The best feasible plan seen so far. Ties keep the first found: search orders are fixed, so
+/// the result is deterministic.
+#[derive(Default)]
+pub struct Best {
+    pub plan: Option<(Plan, Estimate)>,
+    /// The infeasible candidate that came closest to fitting: (plan, peak over capacity).
+    pub closest_oom: Option<(Plan, f64)>,
+}
+
+impl Best {
+    /// Offers a candidate; returns its iteration time if it fits.
+    pub fn offer(&mut self, plan: Plan, est: Estimate) -> Option<f64> {
+        if !est.fits {
+            let over = est
+                .per_gpu
+                .iter()
+                .map(|g| g.peak_memory_bytes / g.capacity_bytes)
+                .fold(0.0, f64::max);
+            if self.closest_oom.as_ref().is_none_or(|(_, o)| over < *o) {
+                self.closest_oom = Some((plan, over));
+            }
+            return None;
+        }
+        let t = est.iteration_time_s;
+        if self
+            .plan
+            .as_ref()
+            .is_none_or(|(_, b)| t < b.iteration_time_s)
+        {
+            self.plan = Some((plan, est));
+        }
+        Some(t)
+    }
+}
+
+/// Positive integer divisors of `n`, ascending.
+pub fn divisors(n: u64) -> Vec<u64> {
+    let mut d: Vec<u64> = (1..=n.isqrt()).filter(|i| n.is_multiple_of(*i)).collect();
+    let big: Vec<u64> = d
+        .iter()
+        .rev()
+        .map(|i| n / i)
+        .filter(|&j| j * j != n)
+        .collect();
+    d.extend(big);
+    d
+}
+
+/// Every way to cut `n` items into `parts` non-empty consecutive runs: the run lengths.
+pub fn compositions(n: usize, parts: usize) -> Vec<Vec<usize>> {
+    fn rec(n: usize, parts: usize, acc: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if parts == 1 {
+            if n >= 1 {
+                acc.push(n);
+                out.push(acc.clone());
+                acc.pop();
+            }
+            return;
+        }
+        for first in 1..=n.saturating_sub(parts - 1) {
+            acc.push(first);
+            rec(n - first, parts - 1, acc, out);
+            acc.pop();
+        }
+    }
+    let mut out = Vec::new();
+    if parts >= 1 && n >= parts {
+        rec(n, parts, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+/// Layer ranges from run lengths.
+pub fn ranges(lengths: &[usize]) -> Vec<LayerRange> {
+    let mut start = 0;
+    lengths
+        .iter()
+        .map(|&l| {
+            let r = LayerRange {
+                start,
+                end: start + l,
+            };
+            start += l;
+            r
+        })
+        .collect()
+}
+
+/// The GPUs of a device group that takes `counts[n]` GPUs from node `n`, after `taken[n]` GPUs
+/// of that node went to earlier groups (GPUs of one node are interchangeable; they are taken in
+/// local order).
+pub fn take_devices(counts: &[u32], taken: &mut [u32]) -> Vec<GpuId> {
+    let mut out = Vec::new();
+    for (n, &c) in counts.iter().enumerate() {
+        for k in 0..c {
+            out.push(GpuId {
+                node: n as u32,
+                local: taken[n] + k,
+            });
+        }
+        taken[n] += c;
+    }
+    out
+}
+
+/// The memory explanation when nothing fits: the smallest possible per-GPU need for model
+/// states (everything sharded over every GPU) against the largest GPU.
+pub fn infeasible_reason(problem: &Problem<'_>, cluster: &Cluster) -> String {
+    let params = problem.model.params() as f64;
+    let gpus = cluster.num_gpus().max(1) as f64;
+    let (w, g, o) = cost::memory::state_bytes(problem.options.precision);
+    let sharded = Bytes(params * (w + g + o) / gpus);
+    let largest = cluster
+        .gpu_types
+        .iter()
+        .map(|t| t.memory)
+        .fold(Bytes::ZERO, Bytes::max);
+    format!(
+        "no candidate fits in memory: the model's {:.2}B parameters need {sharded} of weights, \
+         gradients and optimizer state per GPU even spread over all {} GPUs, before activations; \
+         the largest GPU has {largest}; allow ZeRO-3, activation checkpointing or offloading, or \
+         add GPUs",
+        params / 1e9,
+        cluster.num_gpus()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divisors_and_compositions() {
+        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(16), vec![1, 2, 4, 8, 16]);
+        assert_eq!(compositions(4, 2), vec![vec![1, 3], vec![2, 2], vec![3, 1]]);
+        assert_eq!(compositions(3, 3), vec![vec![1, 1, 1]]);
+        assert!(compositions(2, 3).is_empty());
+    }
+
+    #[test]
+    fn devices_are_taken_in_node_order() {
+        let mut taken = vec![0, 0];
+        let a = take_devices(&[2, 0], &mut taken);
+        let b = take_devices(&[2, 1], &mut taken);
+        assert_eq!(
+            a,
+            vec![GpuId { node: 0, local: 0 }, GpuId { node: 0, local: 1 }]
+        );
+        assert_eq!(
+            b,
+            vec![
+                GpuId { node: 0, local: 2 },
+                GpuId { node: 0, local: 3 },
+                GpuId { node: 1, local: 0 }
+            ]
+        );
+    }
+}

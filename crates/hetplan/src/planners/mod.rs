@@ -1,0 +1,271 @@
+//! Planners: from a problem (model, cluster, global batch) to a plan and its estimate.
+//!
+//! Every planner implements [`Planner`] and reaches the outside world only through the
+//! [`Search`] it is given: a node budget, a time budget read through a [`Clock`] (the library
+//! never reads the clock itself), and a [`Progress`] sink. A search returns why it stopped
+//! ([`StopReason`]). Planners are deterministic: same problem, same limits → same plan.
+//!
+//! One module per planner: `oracle` (exhaustive, the referee of the property tests), `metis`,
+//! `amp`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain data parallelism).
+
+pub mod common;
+pub mod oracle;
+
+use crate::cluster::Cluster;
+use crate::cost::{ComputeTimes, Estimate};
+use crate::model::Model;
+use crate::plan::{Engine, Plan, Precision};
+use crate::units::Seconds;
+use serde::Serialize;
+
+/// What to plan for.
+pub struct Problem<'a> {
+    pub model: &'a Model,
+    pub cluster: &'a Cluster,
+    /// Samples per iteration.
+    pub global_batch: u64,
+    pub seq_len: u64,
+    /// Layer times: analytic or from a profile.
+    pub compute: &'a dyn ComputeTimes,
+    pub options: PlanOptions,
+}
+
+/// Choices the user fixes for every candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PlanOptions {
+    pub engine: Engine,
+    pub precision: Precision,
+    /// Largest tensor-parallel degree to consider (a TP group stays inside a node regardless).
+    pub max_tp: u32,
+    /// Largest micro-batch size per replica to consider.
+    pub max_micro_batch: u64,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            engine: Engine::Megatron,
+            precision: Precision::Bf16,
+            max_tp: 8,
+            max_micro_batch: 64,
+        }
+    }
+}
+
+/// How long a search may run. `None`: unbounded in that dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Limits {
+    /// Candidate plans (or search nodes) a planner may evaluate.
+    pub max_nodes: Option<u64>,
+    /// Wall-clock budget, measured by the [`Clock`] the caller supplies.
+    pub time: Option<Seconds>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_nodes: Some(10_000_000),
+            time: None,
+        }
+    }
+}
+
+/// Time as the caller measures it. The CLI passes a real clock; tests pass [`NoClock`], whose
+/// time never advances, so results never depend on machine speed.
+pub trait Clock {
+    fn elapsed(&self) -> Seconds;
+}
+
+/// A clock that never advances: a time limit never triggers.
+pub struct NoClock;
+
+impl Clock for NoClock {
+    fn elapsed(&self) -> Seconds {
+        Seconds::ZERO
+    }
+}
+
+/// Where a search reports how far it got (a progress bar on a terminal, nothing in tests).
+pub trait Progress {
+    /// `explored` candidates so far; `best` the best iteration time found.
+    fn report(&self, explored: u64, best: Option<Seconds>);
+}
+
+/// Reports nowhere.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn report(&self, _: u64, _: Option<Seconds>) {}
+}
+
+/// Why a search ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    /// The whole (pruned) search space was explored.
+    Exhausted,
+    /// The node budget ran out; the best plan so far is returned.
+    NodeLimit,
+    /// The time budget ran out; the best plan so far is returned.
+    TimeLimit,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Exhausted => "exhausted",
+            StopReason::NodeLimit => "node limit",
+            StopReason::TimeLimit => "time limit",
+        })
+    }
+}
+
+/// A running search: counts nodes, checks the limits, reports progress.
+pub struct Search<'a> {
+    pub limits: Limits,
+    clock: &'a dyn Clock,
+    progress: &'a dyn Progress,
+    explored: u64,
+    best: Option<Seconds>,
+    stopped: Option<StopReason>,
+}
+
+impl<'a> Search<'a> {
+    pub fn new(limits: Limits, clock: &'a dyn Clock, progress: &'a dyn Progress) -> Search<'a> {
+        Search {
+            limits,
+            clock,
+            progress,
+            explored: 0,
+            best: None,
+            stopped: None,
+        }
+    }
+
+    /// A search without limits, clock or progress (tests, small problems).
+    pub fn unbounded() -> Search<'static> {
+        Search::new(
+            Limits {
+                max_nodes: None,
+                time: None,
+            },
+            &NoClock,
+            &NoProgress,
+        )
+    }
+
+    /// Counts one explored node. `false` once a limit is reached: the planner must stop and
+    /// return its best plan so far.
+    pub fn tick(&mut self) -> bool {
+        if self.stopped.is_some() {
+            return false;
+        }
+        self.explored += 1;
+        if self.limits.max_nodes.is_some_and(|n| self.explored > n) {
+            self.stopped = Some(StopReason::NodeLimit);
+            return false;
+        }
+        // Reading the clock is cheap but not free: every 256 nodes.
+        if self.explored.is_multiple_of(256) {
+            if let Some(t) = self.limits.time {
+                if self.clock.elapsed() >= t {
+                    self.stopped = Some(StopReason::TimeLimit);
+                    return false;
+                }
+            }
+            self.progress.report(self.explored, self.best);
+        }
+        true
+    }
+
+    /// Records a candidate's iteration time (for progress reports).
+    pub fn offer(&mut self, t: Seconds) {
+        if self.best.is_none_or(|b| t < b) {
+            self.best = Some(t);
+        }
+    }
+
+    pub fn explored(&self) -> u64 {
+        self.explored
+    }
+
+    /// Why the search ended: the limit it hit, or `Exhausted`.
+    pub fn stop_reason(&self) -> StopReason {
+        self.stopped.unwrap_or(StopReason::Exhausted)
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stopped.is_some()
+    }
+
+    pub fn elapsed(&self) -> Seconds {
+        self.clock.elapsed()
+    }
+}
+
+/// A planner's answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub plan: Plan,
+    pub estimate: Estimate,
+    /// Candidates evaluated.
+    pub explored: u64,
+    pub stop_reason: StopReason,
+    /// Other good plans, best first (AMP's ranked list), with their iteration times as the
+    /// planner's own cost model ranks them.
+    pub ranked: Vec<Ranked>,
+    /// What the planner wants the user to know (e.g. top plans that would run out of memory).
+    pub notes: Vec<String>,
+}
+
+/// A plan of a ranked list.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ranked {
+    pub plan: Plan,
+    /// The planner's own cost (its model, which may differ from hetplan's estimate).
+    pub planner_cost_s: f64,
+    /// hetplan's estimate of it.
+    pub estimate_s: f64,
+    pub fits: bool,
+}
+
+/// Why a planner found no plan.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlannerError {
+    /// No plan in the planner's space fits in memory (or none exists); the message explains.
+    #[error("no feasible plan: {0}")]
+    Infeasible(String),
+    /// A limit was reached before any feasible plan was found.
+    #[error("the search stopped ({0}) before finding a feasible plan")]
+    Stopped(StopReason),
+}
+
+/// A planning algorithm.
+pub trait Planner {
+    /// Short name used by `--algo` (`metis`, `amp`, `oracle`, ...).
+    fn name(&self) -> &'static str;
+    /// One line: what it is and where it comes from.
+    fn description(&self) -> &'static str;
+    fn plan(&self, problem: &Problem<'_>, search: &mut Search<'_>)
+        -> Result<Outcome, PlannerError>;
+}
+
+/// Every planner, in listing order.
+pub fn all() -> Vec<Box<dyn Planner>> {
+    vec![Box::new(oracle::Oracle::default())]
+}
+
+/// A planner by name (with a nearest-name hint on a miss).
+pub fn by_name(name: &str) -> Result<Box<dyn Planner>, String> {
+    let all = all();
+    let names: Vec<&'static str> = all.iter().map(|p| p.name()).collect();
+    let n = crate::names::normalize(name);
+    match all.into_iter().find(|p| p.name() == n) {
+        Some(p) => Ok(p),
+        None => Err(format!(
+            "unknown planner `{name}`{}; known: {}",
+            crate::names::hint_suffix(&crate::names::nearest(name, names.iter().copied())),
+            names.join(", ")
+        )),
+    }
+}

@@ -1,0 +1,100 @@
+//! Planners against the exhaustive oracle (issue 4): no planner beats it under the same cost
+//! model; same input, same plan.
+
+use hetplan::cluster::spec::parse_cluster_toml;
+use hetplan::cost::Analytic;
+use hetplan::model::TransformerConfig;
+use hetplan::planners::{self, oracle::Oracle, PlanOptions, Planner, Problem, Search};
+use hetplan::{Cluster, Model};
+
+/// Two V100 nodes of 2 GPUs and one T4 node of 2, slow network: small enough for the oracle.
+pub fn small_cluster() -> Cluster {
+    parse_cluster_toml(
+        r#"
+name = "small-hetero"
+[[node_group]]
+gpu = "v100-sxm2-16gb"
+gpus_per_node = 2
+nodes = 1
+inter_node_bandwidth = "25 Gbps"
+[[node_group]]
+gpu = "t4"
+gpus_per_node = 2
+nodes = 1
+inter_node_bandwidth = "25 Gbps"
+"#,
+    )
+    .unwrap()
+}
+
+pub fn small_model() -> Model {
+    TransformerConfig::gpt("tiny-gpt", 4, 1024, 16, 1024).build()
+}
+
+fn problem<'a>(model: &'a Model, cluster: &'a Cluster) -> Problem<'a> {
+    Problem {
+        model,
+        cluster,
+        global_batch: 8,
+        seq_len: 1024,
+        compute: &Analytic,
+        options: PlanOptions::default(),
+    }
+}
+
+#[test]
+fn the_oracle_finds_a_plan_and_is_deterministic() {
+    let (m, c) = (small_model(), small_cluster());
+    let p = problem(&m, &c);
+    let a = Oracle.plan(&p, &mut Search::unbounded()).unwrap();
+    let b = Oracle.plan(&p, &mut Search::unbounded()).unwrap();
+    assert_eq!(a.plan, b.plan);
+    assert_eq!(a.stop_reason, planners::StopReason::Exhausted);
+    assert!(a.estimate.fits);
+    assert!(a.explored > 100, "{}", a.explored);
+}
+
+#[test]
+fn a_node_limit_stops_the_oracle_with_its_reason() {
+    let (m, c) = (small_model(), small_cluster());
+    let p = problem(&m, &c);
+    let mut s = Search::new(
+        planners::Limits {
+            max_nodes: Some(50),
+            time: None,
+        },
+        &planners::NoClock,
+        &planners::NoProgress,
+    );
+    match Oracle.plan(&p, &mut s) {
+        Ok(o) => assert_eq!(o.stop_reason, planners::StopReason::NodeLimit),
+        Err(e) => assert_eq!(
+            e,
+            planners::PlannerError::Stopped(planners::StopReason::NodeLimit)
+        ),
+    }
+}
+
+#[test]
+fn every_planner_is_no_better_than_the_oracle() {
+    let (m, c) = (small_model(), small_cluster());
+    let p = problem(&m, &c);
+    let best = Oracle.plan(&p, &mut Search::unbounded()).unwrap();
+    for planner in planners::all() {
+        let Ok(o) = planner.plan(&p, &mut Search::unbounded()) else {
+            continue;
+        };
+        if o.estimate.fits {
+            assert!(
+                o.estimate.iteration_time_s >= best.estimate.iteration_time_s * (1.0 - 1e-9),
+                "{} beat the oracle: {} < {}",
+                planner.name(),
+                o.estimate.iteration_time_s,
+                best.estimate.iteration_time_s
+            );
+        }
+        // Same input, same plan.
+        let again = planner.plan(&p, &mut Search::unbounded()).unwrap();
+        assert_eq!(o.plan, again.plan, "{}", planner.name());
+    }
+}
