@@ -8,7 +8,10 @@
 //! One module per planner: `oracle` (exhaustive, the referee of the property tests), `metis`,
 //! `amp`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain data parallelism).
 
+pub mod amp;
+pub mod baselines;
 pub mod common;
+pub mod metis;
 pub mod oracle;
 
 use crate::cluster::Cluster;

@@ -1,0 +1,1 @@
+//! Baselines the seed papers compare against.
