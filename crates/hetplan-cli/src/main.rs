@@ -6,6 +6,7 @@
 mod diag;
 mod inputs;
 mod jsonpos;
+mod planning;
 mod render;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -103,6 +104,24 @@ enum Command {
         hetplan calibrate --json"
     )]
     Calibrate(CalibrateArgs),
+    /// Find a plan: the best way to train the model on the cluster, by one planner.
+    #[command(
+        after_help = "Planners: oracle (exhaustive, small problems), metis, amp, \
+        megatron, alpa, dp. Searches stop at --max-nodes candidates or --time-limit and say \
+        why.\n\nExamples:\n  \
+        hetplan plan --model gpt3-1.3b --cluster t4-v100 --gbs 64 --algo metis -o plan.json\n  \
+        hetplan plan --scenario amp-hetero-cluster --algo amp --json\n  \
+        hetplan estimate --model gpt3-1.3b --cluster t4-v100 --plan plan.json"
+    )]
+    Plan(planning::PlanArgs),
+    /// Run every planner on the same problem and compare their plans, estimated and simulated.
+    #[command(after_help = "Examples:\n  \
+        hetplan compare --model gpt3-1.3b --cluster t4-v100 --gbs 64\n  \
+        hetplan compare --scenario metis-t4-v100-16-gpt3 --time-limit 30s --json")]
+    Compare(planning::CompareArgs),
+    /// List the built-in scenarios (the seed papers' set-ups).
+    #[command(after_help = "Examples:\n  hetplan scenarios\n  hetplan scenarios --json")]
+    Scenarios(planning::ScenariosArgs),
 }
 
 /// What to cost or simulate: the inputs `estimate` and `simulate` share.
@@ -289,6 +308,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Validate(a) => validate(a),
         Command::Profile(ProfileCommand::Import(a)) => profile_import(a),
         Command::Calibrate(a) => calibrate(a),
+        Command::Plan(a) => planning::plan(a),
+        Command::Compare(a) => planning::compare(a),
+        Command::Scenarios(a) => planning::scenarios(a),
     }
 }
 

@@ -965,3 +965,127 @@ fn usage_errors_exit_with_2() {
     let err = bad(&["validate", "plan_ok.json", "--model", MODEL]);
     assert_contains(&err, &["needs both --model and --cluster"]);
 }
+
+// ------------------------------------------------------------------- plan, compare, scenarios
+
+/// A problem small enough for every planner, the oracle included, in a debug build.
+const SMALL: &[&str] = &[
+    "--model",
+    "gpt3-125m",
+    "--cluster",
+    "1x2xa100-80gb",
+    "--gbs",
+    "4",
+    "--seq-len",
+    "512",
+];
+
+#[test]
+fn plan_writes_a_plan_that_estimate_accepts() {
+    let dir = std::env::temp_dir().join(format!("hetplan-plan-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("plan.json");
+    let path_s = path.to_str().unwrap();
+    let mut args = vec!["plan", "--algo", "oracle", "--json", "-o", path_s];
+    args.extend_from_slice(SMALL);
+    let out = ok(&args);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "algo",
+        "plan",
+        "estimate",
+        "explored",
+        "stop_reason",
+        "search_time_s",
+    ] {
+        assert!(v.get(key).is_some(), "missing `{key}` in {out}");
+    }
+    assert_eq!(v["stop_reason"], "exhausted");
+    let est = ok(&[
+        "estimate",
+        "--model",
+        "gpt3-125m",
+        "--cluster",
+        "1x2xa100-80gb",
+        "--plan",
+        path_s,
+        "--seq-len",
+        "512",
+        "--json",
+    ]);
+    let e: serde_json::Value = serde_json::from_str(&est).unwrap();
+    let planned = v["estimate"]["iteration_time_s"].as_f64().unwrap();
+    let again = e["iteration_time_s"].as_f64().unwrap();
+    assert!((planned - again).abs() / planned < 1e-12);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn plan_reports_a_node_limit() {
+    let mut args = vec!["plan", "--algo", "oracle", "--max-nodes", "3", "--json"];
+    args.extend_from_slice(SMALL);
+    let o = hetplan(&args);
+    if o.code == 0 {
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        assert_eq!(v["stop_reason"], "node-limit");
+    } else {
+        assert!(o.stderr.contains("node limit"), "{}", o.stderr);
+    }
+}
+
+#[test]
+fn compare_runs_every_planner() {
+    let mut args = vec!["compare", "--json"];
+    args.extend_from_slice(SMALL);
+    let out = ok(&args);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert!(rows.len() >= 2, "{out}");
+    let oracle = rows
+        .iter()
+        .find(|r| r["algo"] == "oracle")
+        .expect("the oracle runs");
+    let best = oracle["estimate"]["iteration_time_s"].as_f64().unwrap();
+    for r in &rows {
+        for key in [
+            "algo",
+            "plan",
+            "estimate",
+            "simulate",
+            "search_time_s",
+            "stop_reason",
+            "fits",
+        ] {
+            assert!(r.get(key).is_some(), "missing `{key}` in {r}");
+        }
+        if let Some(t) = r["estimate"]["iteration_time_s"].as_f64() {
+            if r["fits"] == true {
+                assert!(t >= best * (1.0 - 1e-9), "{} beat the oracle", r["algo"]);
+            }
+        }
+    }
+}
+
+#[test]
+fn scenarios_are_listed_and_usable() {
+    let out = ok(&["scenarios", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert!(rows.len() >= 10);
+    let text = ok(&["scenarios"]);
+    assert!(text.contains("amp-hetero-cluster"), "{text}");
+    let err = bad(&[
+        "plan",
+        "--scenario",
+        "amp-hetero-clustr",
+        "--algo",
+        "megatron",
+    ]);
+    assert!(err.contains("amp-hetero-cluster"), "hint expected: {err}");
+}
+
+#[test]
+fn unknown_planner_gets_a_hint() {
+    let mut args = vec!["plan", "--algo", "megatrn"];
+    args.extend_from_slice(SMALL);
+    let err = bad(&args);
+    assert!(err.contains("megatron"), "{err}");
+}

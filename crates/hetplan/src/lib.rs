@@ -15,6 +15,7 @@ pub mod parse;
 pub mod plan;
 pub mod planners;
 pub mod profile;
+pub mod scenario;
 pub mod sim;
 pub mod units;
 

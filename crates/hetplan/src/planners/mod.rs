@@ -255,7 +255,12 @@ pub trait Planner {
 
 /// Every planner, in listing order.
 pub fn all() -> Vec<Box<dyn Planner>> {
-    vec![Box::new(oracle::Oracle)]
+    vec![
+        Box::new(oracle::Oracle),
+        Box::new(baselines::Megatron),
+        Box::new(baselines::AlpaAverage),
+        Box::new(baselines::DataParallel),
+    ]
 }
 
 /// A planner by name (with a nearest-name hint on a miss).

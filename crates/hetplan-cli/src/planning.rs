@@ -1,0 +1,477 @@
+//! `hetplan plan`, `hetplan compare` and `hetplan scenarios`: running the planners.
+
+use crate::diag::{CliError, Result};
+use crate::inputs;
+use hetplan::cost::{Analytic, ComputeTimes, Profiled, Workload};
+use hetplan::plan::Plan;
+use hetplan::planners::{
+    self, Clock, Limits, Outcome, PlanOptions, Planner, Problem, Progress, Search,
+};
+use hetplan::profile::{ProfileDb, ProfileIndex};
+use hetplan::sim::{self, SimOptions};
+use hetplan::units::Seconds;
+use hetplan::{Cluster, Model};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::time::Instant;
+
+/// The wall clock, for time limits: only the CLI reads it.
+struct WallClock(Instant);
+
+impl Clock for WallClock {
+    fn elapsed(&self) -> Seconds {
+        Seconds(self.0.elapsed().as_secs_f64())
+    }
+}
+
+/// A spinner on stderr when it is a terminal; nothing otherwise.
+struct Bar(Option<ProgressBar>);
+
+impl Bar {
+    fn new(what: &str) -> Bar {
+        if !std::io::stderr().is_terminal() {
+            return Bar(None);
+        }
+        let pb = ProgressBar::new_spinner();
+        pb.set_style(
+            ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        pb.set_prefix(what.to_string());
+        Bar(Some(pb))
+    }
+    fn finish(&self) {
+        if let Some(pb) = &self.0 {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn report(&self, explored: u64, best: Option<Seconds>) {
+        if let Some(pb) = &self.0 {
+            let best = best.map(|b| format!(", best {b}")).unwrap_or_default();
+            pb.set_message(format!("{explored} candidates{best}"));
+            pb.tick();
+        }
+    }
+}
+
+/// What the planning commands share.
+#[derive(clap::Args)]
+pub struct ProblemArgs {
+    /// Model: a catalog name, a HuggingFace config.json or a layer list (with --cluster and
+    /// --gbs; or use --scenario).
+    #[arg(long, value_name = "MODEL", required_unless_present = "scenario")]
+    pub model: Option<String>,
+    /// Cluster: a built-in name, NxGxGPU[@BANDWIDTH], or a TOML file.
+    #[arg(long, value_name = "CLUSTER", required_unless_present = "scenario")]
+    pub cluster: Option<String>,
+    /// Global batch size (samples per iteration).
+    #[arg(long, value_name = "N", required_unless_present = "scenario")]
+    pub gbs: Option<u64>,
+    /// A built-in scenario (see `hetplan scenarios`) instead of --model/--cluster/--gbs.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["model", "cluster", "gbs"])]
+    pub scenario: Option<String>,
+    /// Sequence length (default: the scenario's or the model's).
+    #[arg(long, value_name = "N")]
+    pub seq_len: Option<u64>,
+    /// Measured layer times to use where they exist (a profile database).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<String>,
+    /// Stop each search after this long (e.g. `30s`, `2 min`); the best plan so far is kept.
+    #[arg(long, value_name = "DURATION")]
+    pub time_limit: Option<String>,
+    /// Stop each search after evaluating this many candidates.
+    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
+    pub max_nodes: u64,
+    /// Largest tensor-parallel degree to consider.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub max_tp: u32,
+}
+
+struct LoadedProblem {
+    model: Model,
+    cluster: Cluster,
+    global_batch: u64,
+    seq_len: u64,
+    db: Option<ProfileDb>,
+    scenario: Option<String>,
+}
+
+fn load(a: &ProblemArgs) -> Result<LoadedProblem> {
+    let (model, cluster, global_batch, default_seq, scenario) = match &a.scenario {
+        Some(name) => {
+            let s = hetplan::scenario::scenario(name).map_err(|e| {
+                CliError::Usage(format!(
+                    "--scenario {name}: {}{}",
+                    e.message,
+                    e.hint.map(|h| format!(" ({h})")).unwrap_or_default()
+                ))
+            })?;
+            (s.model, s.cluster, s.global_batch, s.seq_len, Some(s.name))
+        }
+        None => {
+            let model = inputs::load_model(a.model.as_deref().unwrap_or_default())?;
+            let cluster = inputs::load_cluster(a.cluster.as_deref().unwrap_or_default())?;
+            let seq = model.default_seq_len;
+            (model, cluster, a.gbs.unwrap_or(0), seq, None)
+        }
+    };
+    if global_batch == 0 {
+        return Err(CliError::Usage("--gbs must be at least 1".into()));
+    }
+    let seq_len = a.seq_len.unwrap_or(default_seq);
+    hetplan::plan::validate::validate_seq_len(&model, seq_len)
+        .map_err(|e| CliError::Usage(format!("--seq-len {seq_len}: {e}")))?;
+    let db = match &a.profile {
+        Some(p) => Some(inputs::load_profile(p)?),
+        None => None,
+    };
+    Ok(LoadedProblem {
+        model,
+        cluster,
+        global_batch,
+        seq_len,
+        db,
+        scenario,
+    })
+}
+
+fn limits(a: &ProblemArgs) -> Result<Limits> {
+    let time = match &a.time_limit {
+        Some(t) => Some(
+            t.parse::<Seconds>()
+                .map_err(|e| CliError::Usage(format!("--time-limit {t}: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Limits {
+        max_nodes: Some(a.max_nodes),
+        time,
+    })
+}
+
+/// Runs one planner with the wall clock and a spinner; returns the outcome and the search time.
+fn run_planner(
+    planner: &dyn Planner,
+    problem: &Problem<'_>,
+    limits: Limits,
+) -> (std::result::Result<Outcome, planners::PlannerError>, f64) {
+    let clock = WallClock(Instant::now());
+    let bar = Bar::new(planner.name());
+    let mut search = Search::new(limits, &clock, &bar);
+    let out = planner.plan(problem, &mut search);
+    bar.finish();
+    (out, clock.elapsed().get())
+}
+
+fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Problem<'_>) -> T) -> T {
+    let index =
+        l.db.as_ref()
+            .map(|db| ProfileIndex::for_setup(db, Some(l.seq_len), None));
+    let profiled = index.as_ref().map(|index| Profiled {
+        index,
+        interpolation: Default::default(),
+    });
+    let compute: &dyn ComputeTimes = match &profiled {
+        Some(p) => p,
+        None => &Analytic,
+    };
+    let problem = Problem {
+        model: &l.model,
+        cluster: &l.cluster,
+        global_batch: l.global_batch,
+        seq_len: l.seq_len,
+        compute,
+        options: PlanOptions {
+            max_tp: a.max_tp,
+            ..PlanOptions::default()
+        },
+    };
+    then(&problem)
+}
+
+// ----------------------------------------------------------------------------------------- plan
+
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub problem: ProblemArgs,
+    /// The planner (see `hetplan compare --help` for the list).
+    #[arg(long, value_name = "NAME", default_value = "metis")]
+    pub algo: String,
+    /// Write the plan (JSON, accepted by `estimate` and `simulate`) to this file.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<String>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `hetplan plan --json`: keys are an interface, add never rename.
+#[derive(Serialize)]
+struct PlanOutput<'a> {
+    algo: &'a str,
+    model: &'a str,
+    cluster: &'a str,
+    global_batch: u64,
+    seq_len: u64,
+    search_time_s: f64,
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+}
+
+pub fn plan(a: PlanArgs) -> Result<()> {
+    let l = load(&a.problem)?;
+    let planner = planners::by_name(&a.algo).map_err(CliError::Usage)?;
+    let limits = limits(&a.problem)?;
+    let (out, secs) = with_problem(&l, &a.problem, |p| run_planner(planner.as_ref(), p, limits));
+    let outcome = out.map_err(|e| CliError::Failure(format!("{}: {e}", planner.name())))?;
+    if let Some(path) = &a.output {
+        let json = serde_json::to_string_pretty(&outcome.plan)
+            .map_err(|e| CliError::Failure(e.to_string()))?;
+        std::fs::write(path, json + "\n").map_err(|e| {
+            CliError::Failure(format!(
+                "cannot write {path}: {}",
+                crate::diag::io_reason(&e)
+            ))
+        })?;
+        eprintln!("wrote {path}: the plan");
+    }
+    if a.json {
+        return crate::emit_json(&PlanOutput {
+            algo: planner.name(),
+            model: &l.model.name,
+            cluster: &l.cluster.name,
+            global_batch: l.global_batch,
+            seq_len: l.seq_len,
+            search_time_s: secs,
+            outcome: &outcome,
+        });
+    }
+    let e = &outcome.estimate;
+    let mut o = String::new();
+    o.push_str(&format!(
+        "planner  {} ({})\nproblem  {} on {} ({} GPUs), global batch {}, seq {}{}\n",
+        planner.name(),
+        planner.description(),
+        l.model.name,
+        l.cluster.name,
+        l.cluster.num_gpus(),
+        l.global_batch,
+        l.seq_len,
+        l.scenario
+            .as_ref()
+            .map(|s| format!(", scenario {s}"))
+            .unwrap_or_default()
+    ));
+    o.push_str(&format!("plan     {}\n", outcome.plan.summary()));
+    o.push_str(&format!(
+        "estimate {} per iteration, {:.0} tokens/s per GPU, MFU {:.1}%, {}\n",
+        Seconds(e.iteration_time_s),
+        e.tokens_per_s_per_gpu,
+        e.mfu * 100.0,
+        if e.fits {
+            format!("fits (peak {})", hetplan::Bytes(e.peak_memory_bytes))
+        } else {
+            "OUT OF MEMORY".to_string()
+        }
+    ));
+    o.push_str(&format!(
+        "search   {} candidates in {:.3} s, stopped: {}\n",
+        outcome.explored, secs, outcome.stop_reason
+    ));
+    for n in &outcome.notes {
+        o.push_str(&format!("note     {n}\n"));
+    }
+    crate::emit(&o)
+}
+
+// -------------------------------------------------------------------------------------- compare
+
+#[derive(clap::Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub problem: ProblemArgs,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One row of `hetplan compare --json`: keys are an interface, add never rename.
+#[derive(Serialize)]
+struct CompareRow {
+    algo: String,
+    /// The plan (absent when the planner found none).
+    plan: Option<Plan>,
+    plan_summary: Option<String>,
+    /// hetplan's estimate and the simulator's time of it.
+    estimate: Option<hetplan::cost::Estimate>,
+    simulate: Option<f64>,
+    search_time_s: f64,
+    stop_reason: Option<planners::StopReason>,
+    fits: Option<bool>,
+    error: Option<String>,
+}
+
+pub fn compare(a: CompareArgs) -> Result<()> {
+    let l = load(&a.problem)?;
+    let limits = limits(&a.problem)?;
+    let rows: Vec<CompareRow> = with_problem(&l, &a.problem, |p| {
+        planners::all()
+            .into_iter()
+            .map(|planner| {
+                let (out, secs) = run_planner(planner.as_ref(), p, limits);
+                match out {
+                    Ok(o) => {
+                        let w = Workload {
+                            model: p.model,
+                            cluster: p.cluster,
+                            seq_len: p.seq_len,
+                        };
+                        let sim = sim::simulate(w, &o.plan, p.compute, &SimOptions::default())
+                            .ok()
+                            .map(|s| s.iteration_time_s);
+                        CompareRow {
+                            algo: planner.name().to_string(),
+                            plan_summary: Some(o.plan.summary()),
+                            fits: Some(o.estimate.fits),
+                            plan: Some(o.plan),
+                            estimate: Some(o.estimate),
+                            simulate: sim,
+                            search_time_s: secs,
+                            stop_reason: Some(o.stop_reason),
+                            error: None,
+                        }
+                    }
+                    Err(e) => CompareRow {
+                        algo: planner.name().to_string(),
+                        plan: None,
+                        plan_summary: None,
+                        estimate: None,
+                        simulate: None,
+                        search_time_s: secs,
+                        stop_reason: None,
+                        fits: None,
+                        error: Some(e.to_string()),
+                    },
+                }
+            })
+            .collect()
+    });
+    if a.json {
+        return crate::emit_json(&rows);
+    }
+    let mut o = format!(
+        "{} on {} ({} GPUs), global batch {}, seq {}\n\n",
+        l.model.name,
+        l.cluster.name,
+        l.cluster.num_gpus(),
+        l.global_batch,
+        l.seq_len
+    );
+    o.push_str(&format!(
+        "{:<8} {:>10} {:>10} {:>22} {:>9} {:<11} plan\n",
+        "planner", "estimate", "simulate", "peak memory / capacity", "search", "stopped"
+    ));
+    for r in &rows {
+        match (&r.estimate, &r.plan_summary) {
+            (Some(e), Some(s)) => {
+                let cap = e
+                    .per_gpu
+                    .iter()
+                    .map(|g| (g.peak_memory_bytes / g.capacity_bytes, g))
+                    .max_by(|x, y| x.0.total_cmp(&y.0))
+                    .map(|(_, g)| {
+                        format!(
+                            "{:.1}/{:.1} GiB{}",
+                            g.peak_memory_bytes / 1073741824.0,
+                            g.capacity_bytes / 1073741824.0,
+                            if g.fits { "" } else { " OOM" }
+                        )
+                    })
+                    .unwrap_or_default();
+                o.push_str(&format!(
+                    "{:<8} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
+                    r.algo,
+                    Seconds(e.iteration_time_s).to_string(),
+                    r.simulate
+                        .map(|s| Seconds(s).to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    cap,
+                    r.search_time_s,
+                    r.stop_reason.map(|s| s.to_string()).unwrap_or_default(),
+                    s
+                ));
+            }
+            _ => o.push_str(&format!(
+                "{:<8} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
+                r.algo,
+                "-",
+                "-",
+                "-",
+                r.search_time_s,
+                "-",
+                r.error.as_deref().unwrap_or("")
+            )),
+        }
+    }
+    crate::emit(&o)
+}
+
+// ------------------------------------------------------------------------------------ scenarios
+
+#[derive(clap::Args)]
+pub struct ScenariosArgs {
+    /// Print the scenarios as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct ScenarioRow {
+    name: String,
+    description: String,
+    source: String,
+    model: String,
+    cluster: String,
+    gpus: usize,
+    global_batch: u64,
+    seq_len: u64,
+    assumptions: String,
+}
+
+pub fn scenarios(a: ScenariosArgs) -> Result<()> {
+    let mut rows = Vec::new();
+    for (name, _) in hetplan::scenario::builtin_scenarios() {
+        let s = hetplan::scenario::scenario(name)
+            .map_err(|e| CliError::Failure(format!("built-in scenario {name}: {}", e.message)))?;
+        rows.push(ScenarioRow {
+            name: s.name.clone(),
+            description: s.description.clone(),
+            source: s.source.clone(),
+            model: s.model.name.clone(),
+            cluster: crate::render::gpu_mix(&s.cluster),
+            gpus: s.cluster.num_gpus(),
+            global_batch: s.global_batch,
+            seq_len: s.seq_len,
+            assumptions: s.assumptions.clone(),
+        });
+    }
+    if a.json {
+        return crate::emit_json(&rows);
+    }
+    let mut o = format!(
+        "{:<28} {:>5} {:<18} {:>6} {:>6}  {}\n",
+        "scenario", "GPUs", "model", "gbs", "seq", "cluster / source"
+    );
+    for r in &rows {
+        o.push_str(&format!(
+            "{:<28} {:>5} {:<18} {:>6} {:>6}  {} — {}\n",
+            r.name, r.gpus, r.model, r.global_batch, r.seq_len, r.cluster, r.source
+        ));
+    }
+    crate::emit(&o)
+}
