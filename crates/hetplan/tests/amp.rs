@@ -2,6 +2,7 @@
 //! O(k·L⁴) dynamic program, against brute force over its space under its cost model, and
 //! against the exhaustive oracle under hetplan's estimate.
 
+mod shared;
 use hetplan::cluster::spec::{catalog_cluster, parse_cluster_toml};
 use hetplan::cost::Analytic;
 use hetplan::model::catalog::catalog_model;
@@ -35,21 +36,7 @@ fn cluster(toml: &str) -> Cluster {
 
 /// 2 V100 + 2 T4, 25 Gbps (the planners' small heterogeneous cluster).
 fn hetero4() -> Cluster {
-    cluster(
-        r#"
-name = "small-hetero"
-[[node_group]]
-gpu = "v100-sxm2-16gb"
-gpus_per_node = 2
-nodes = 1
-inter_node_bandwidth = "25 Gbps"
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 2
-nodes = 1
-inter_node_bandwidth = "25 Gbps"
-"#,
-    )
+    shared::small_cluster()
 }
 
 /// Two p3.8xlarge-like nodes: 2 × 4 V100 on NVLink, 10 Gbps between them.

@@ -1,10 +1,10 @@
 //! The baselines: Megatron's heuristics (AMP §4.1), Alpa over an averaged GPU (Metis §3) and
 //! plain data parallelism with the lowest ZeRO stage that fits.
 
+mod shared;
 use hetplan::cluster::spec::parse_cluster_toml;
 use hetplan::cost::Analytic;
 use hetplan::model::catalog::catalog_model;
-use hetplan::model::TransformerConfig;
 use hetplan::plan::validate::validate;
 use hetplan::plan::Recompute;
 use hetplan::planners::baselines::{averaged_cluster, AlpaAverage, DataParallel, Megatron};
@@ -14,30 +14,7 @@ use hetplan::planners::{
 };
 use hetplan::scenario::{scenario, Scenario};
 use hetplan::{Cluster, Model};
-
-/// The shapes of tests/planners.rs: two V100 and two T4 on a slow network, a 4-block GPT.
-fn small_cluster() -> Cluster {
-    parse_cluster_toml(
-        r#"
-name = "small-hetero"
-[[node_group]]
-gpu = "v100-sxm2-16gb"
-gpus_per_node = 2
-nodes = 1
-inter_node_bandwidth = "25 Gbps"
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 2
-nodes = 1
-inter_node_bandwidth = "25 Gbps"
-"#,
-    )
-    .unwrap()
-}
-
-fn small_model() -> Model {
-    TransformerConfig::gpt("tiny-gpt", 4, 1024, 16, 1024).build()
-}
+use shared::{small_cluster, small_model};
 
 fn problem<'a>(model: &'a Model, cluster: &'a Cluster, gbs: u64, seq: u64) -> Problem<'a> {
     Problem {

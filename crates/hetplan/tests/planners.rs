@@ -1,35 +1,11 @@
 //! Planners against the exhaustive oracle (issue 4): no planner beats it under the same cost
 //! model; same input, same plan.
 
-use hetplan::cluster::spec::parse_cluster_toml;
+mod shared;
 use hetplan::cost::Analytic;
-use hetplan::model::TransformerConfig;
 use hetplan::planners::{self, oracle::Oracle, PlanOptions, Planner, Problem, Search};
 use hetplan::{Cluster, Model};
-
-/// Two V100 nodes of 2 GPUs and one T4 node of 2, slow network: small enough for the oracle.
-pub fn small_cluster() -> Cluster {
-    parse_cluster_toml(
-        r#"
-name = "small-hetero"
-[[node_group]]
-gpu = "v100-sxm2-16gb"
-gpus_per_node = 2
-nodes = 1
-inter_node_bandwidth = "25 Gbps"
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 2
-nodes = 1
-inter_node_bandwidth = "25 Gbps"
-"#,
-    )
-    .unwrap()
-}
-
-pub fn small_model() -> Model {
-    TransformerConfig::gpt("tiny-gpt", 4, 1024, 16, 1024).build()
-}
+use shared::{small_cluster, small_model};
 
 fn problem<'a>(model: &'a Model, cluster: &'a Cluster) -> Problem<'a> {
     Problem {
