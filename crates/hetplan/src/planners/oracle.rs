@@ -18,48 +18,129 @@ use crate::plan::Recompute;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Oracle;
 
-/// Every ordered sequence of `parts` non-empty count vectors summing to `totals`.
-fn group_sequences(totals: &[u32], parts: usize) -> Vec<Vec<Vec<u32>>> {
-    fn vectors(rest: &[u32]) -> Vec<Vec<u32>> {
-        // All vectors 0 ≤ c ≤ rest, not all zero, in lexicographic order.
-        let mut out = vec![vec![]];
-        for &r in rest {
-            out = out
-                .into_iter()
-                .flat_map(|v| {
-                    (0..=r).map(move |c| {
-                        let mut w = v.clone();
-                        w.push(c);
-                        w
-                    })
-                })
-                .collect();
-        }
-        out.retain(|v| v.iter().any(|&c| c > 0));
-        out
-    }
-    fn rec(rest: &[u32], parts: usize, acc: &mut Vec<Vec<u32>>, out: &mut Vec<Vec<Vec<u32>>>) {
+/// Calls `visit` with every ordered sequence of `parts` non-empty count vectors summing to
+/// `totals`, depth first, lexicographic; stops as soon as `visit` returns `false`. Lazy: the
+/// number of sequences grows exponentially with the GPU count, and a search limit must be able
+/// to stop it.
+fn for_each_group_sequence(
+    totals: &[u32],
+    parts: usize,
+    visit: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+) -> bool {
+    fn rec(
+        rest: &mut Vec<u32>,
+        parts: usize,
+        acc: &mut Vec<Vec<u32>>,
+        visit: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+    ) -> bool {
+        let left: u32 = rest.iter().sum();
         if parts == 1 {
-            if rest.iter().any(|&c| c > 0) {
-                acc.push(rest.to_vec());
-                out.push(acc.clone());
-                acc.pop();
+            if left == 0 {
+                return true;
             }
-            return;
+            acc.push(rest.clone());
+            let go = visit(acc);
+            acc.pop();
+            return go;
         }
-        for v in vectors(rest) {
-            let left: Vec<u32> = rest.iter().zip(&v).map(|(r, c)| r - c).collect();
-            if left.iter().sum::<u32>() < (parts - 1) as u32 {
+        // Vectors 0 ≤ c ≤ rest, not all zero, leaving at least one GPU per later part; built
+        // like an odometer in lexicographic order.
+        let n = rest.len();
+        let mut c = vec![0u32; n];
+        loop {
+            // Advance the odometer (the last node is the fastest digit).
+            let mut i = n;
+            loop {
+                if i == 0 {
+                    return true;
+                }
+                i -= 1;
+                if c[i] < rest[i] {
+                    c[i] += 1;
+                    for v in c.iter_mut().skip(i + 1) {
+                        *v = 0;
+                    }
+                    break;
+                }
+            }
+            let taken: u32 = c.iter().sum();
+            if left - taken < (parts - 1) as u32 {
                 continue;
             }
-            acc.push(v);
-            rec(&left, parts - 1, acc, out);
+            for k in 0..n {
+                rest[k] -= c[k];
+            }
+            acc.push(c.clone());
+            let go = rec(rest, parts - 1, acc, visit);
             acc.pop();
+            for k in 0..n {
+                rest[k] += c[k];
+            }
+            if !go {
+                return false;
+            }
         }
     }
-    let mut out = Vec::new();
-    rec(totals, parts, &mut Vec::new(), &mut out);
-    out
+    rec(&mut totals.to_vec(), parts, &mut Vec::new(), visit)
+}
+
+/// Calls `visit` with every composition of `n` into `parts` positive parts (lexicographic),
+/// lazily; stops when `visit` returns `false`.
+fn for_each_composition(n: usize, parts: usize, visit: &mut dyn FnMut(&[usize]) -> bool) -> bool {
+    fn rec(
+        n: usize,
+        parts: usize,
+        acc: &mut Vec<usize>,
+        visit: &mut dyn FnMut(&[usize]) -> bool,
+    ) -> bool {
+        if parts == 1 {
+            if n == 0 {
+                return true;
+            }
+            acc.push(n);
+            let go = visit(acc);
+            acc.pop();
+            return go;
+        }
+        for first in 1..=n.saturating_sub(parts - 1) {
+            acc.push(first);
+            let go = rec(n - first, parts - 1, acc, visit);
+            acc.pop();
+            if !go {
+                return false;
+            }
+        }
+        true
+    }
+    if parts == 0 || n < parts {
+        return true;
+    }
+    rec(n, parts, &mut Vec::new(), visit)
+}
+
+/// Calls `visit` with every choice of one option per list (lexicographic), lazily.
+fn for_each_product<T: Clone>(options: &[Vec<T>], visit: &mut dyn FnMut(&[T]) -> bool) -> bool {
+    fn rec<T: Clone>(
+        options: &[Vec<T>],
+        acc: &mut Vec<T>,
+        visit: &mut dyn FnMut(&[T]) -> bool,
+    ) -> bool {
+        match options.split_first() {
+            None => visit(acc),
+            Some((first, rest)) => {
+                for o in first {
+                    acc.push(o.clone());
+                    let go = rec(rest, acc, visit);
+                    acc.pop();
+                    if !go {
+                        return false;
+                    }
+                }
+                true
+            }
+        }
+    }
+    rec(options, &mut Vec::new(), visit)
 }
 
 /// Every way to give `samples` samples to `replicas` replicas, each at least 1 and at most
@@ -72,11 +153,15 @@ fn sample_splits(samples: u64, replicas: usize, alike: bool, max: u64) -> Vec<Ve
         }
         return vec![];
     }
-    common::compositions(samples as usize, replicas)
-        .into_iter()
-        .map(|c| c.into_iter().map(|x| x as u64).collect::<Vec<u64>>())
-        .filter(|c| c.iter().all(|&x| x <= max))
-        .collect()
+    let mut out = Vec::new();
+    // Bounded: replicas differ only on heterogeneous stages of small problems.
+    for_each_composition(samples as usize, replicas, &mut |c| {
+        if c.iter().all(|&x| x as u64 <= max) {
+            out.push(c.iter().map(|&x| x as u64).collect());
+        }
+        out.len() < 100_000
+    });
+    out
 }
 
 impl Planner for Oracle {
@@ -98,10 +183,15 @@ impl Planner for Oracle {
         let gpus = cluster.num_gpus();
         let layers = problem.model.layers.len();
         let mut best = Best::default();
-        'all: for stages in 1..=gpus.min(layers) {
-            for groups in group_sequences(&totals, stages) {
+        for stages in 1..=gpus.min(layers) {
+            let go = for_each_group_sequence(&totals, stages, &mut |groups| {
+                // Every device-group sequence counts as a node, so that a limit stops even a
+                // search whose sequences yield no valid plan.
+                if !search.tick() {
+                    return false;
+                }
                 let mut taken = vec![0u32; totals.len()];
-                let devices: Vec<_> = groups
+                let devices: Vec<Vec<_>> = groups
                     .iter()
                     .map(|c| common::take_devices(c, &mut taken))
                     .collect();
@@ -116,30 +206,30 @@ impl Planner for Oracle {
                             .collect()
                     })
                     .collect();
-                for tps in cartesian(&tp_options) {
-                    for lengths in common::compositions(layers, stages) {
-                        let ranges = common::ranges(&lengths);
+                for_each_product(&tp_options, &mut |tps| {
+                    for_each_composition(layers, stages, &mut |lengths| {
+                        let ranges = common::ranges(lengths);
                         for m in common::divisors(problem.global_batch) {
                             let per_mb = problem.global_batch / m;
-                            // Sample splits per stage.
-                            let mut split_options = Vec::with_capacity(stages);
-                            for (s, d) in devices.iter().enumerate() {
-                                let tp = tps[s] as usize;
-                                let dp = d.len() / tp;
-                                let alike = d
-                                    .chunks(tp)
-                                    .map(|rep| cluster.gpu_type_of(rep[0]))
-                                    .all(|t| t == cluster.gpu_type_of(d[0]));
-                                split_options.push(sample_splits(
-                                    per_mb,
-                                    dp,
-                                    alike,
-                                    problem.options.max_micro_batch,
-                                ));
-                            }
-                            for splits in cartesian(&split_options) {
+                            let split_options: Vec<Vec<Vec<u64>>> = devices
+                                .iter()
+                                .enumerate()
+                                .map(|(s, d)| {
+                                    let tp = tps[s] as usize;
+                                    let alike = d.chunks(tp).all(|rep| {
+                                        cluster.gpu_type_of(rep[0]) == cluster.gpu_type_of(d[0])
+                                    });
+                                    sample_splits(
+                                        per_mb,
+                                        d.len() / tp,
+                                        alike,
+                                        problem.options.max_micro_batch,
+                                    )
+                                })
+                                .collect();
+                            let go = for_each_product(&split_options, &mut |splits| {
                                 if !search.tick() {
-                                    break 'all;
+                                    return false;
                                 }
                                 let choices: Vec<StageChoice> = (0..stages)
                                     .map(|s| StageChoice {
@@ -157,10 +247,18 @@ impl Planner for Oracle {
                                         search.offer(crate::units::Seconds(t));
                                     }
                                 }
+                                true
+                            });
+                            if !go {
+                                return false;
                             }
                         }
-                    }
-                }
+                        true
+                    })
+                })
+            });
+            if !go {
+                break;
             }
         }
         match best.plan {
@@ -180,27 +278,18 @@ impl Planner for Oracle {
     }
 }
 
-/// The cartesian product of option lists, in lexicographic order.
-pub fn cartesian<T: Clone>(options: &[Vec<T>]) -> Vec<Vec<T>> {
-    let mut out: Vec<Vec<T>> = vec![vec![]];
-    for opts in options {
-        out = out
-            .into_iter()
-            .flat_map(|prefix| {
-                opts.iter().map(move |o| {
-                    let mut p = prefix.clone();
-                    p.push(o.clone());
-                    p
-                })
-            })
-            .collect();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn group_sequences(totals: &[u32], parts: usize) -> Vec<Vec<Vec<u32>>> {
+        let mut out = Vec::new();
+        for_each_group_sequence(totals, parts, &mut |g| {
+            out.push(g.to_vec());
+            true
+        });
+        out
+    }
 
     #[test]
     fn group_sequences_cover_every_ordered_split() {
@@ -212,6 +301,13 @@ mod tests {
         );
         // One node of 3 GPUs into 2 groups: 1+2, 2+1.
         assert_eq!(group_sequences(&[3], 2).len(), 2);
+        // A visitor that says stop stops the enumeration.
+        let mut n = 0;
+        for_each_group_sequence(&[4, 4], 3, &mut |_| {
+            n += 1;
+            n < 5
+        });
+        assert_eq!(n, 5);
     }
 
     #[test]

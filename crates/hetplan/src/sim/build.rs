@@ -709,32 +709,41 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             })
             .map(|(si, r)| passes[&(si, r, lb, Pass::Backward)].last)
             .collect();
-        let pair = [
-            plan.stages[first].replica(0)[0],
-            plan.stages[lastst].replica(0)[0],
-        ];
-        let bytes = tied_params / plan.stages[lastst].tp.max(1) as f64 * gg_bytes;
-        let t = collective_time(
-            w.cluster,
-            &pair,
-            Bytes(bytes),
-            Collective::AllReduce,
-            &|_| 1,
-        )
-        .get();
-        let resources = b.group_resources(&pair);
-        let execs = vec![b.exec_of[&(0, 0)], b.exec_of[&(lastst % depth, 0)]];
-        let f = b.task(
-            Work::Flow {
-                resources,
-                duration: t,
-                execs,
-            },
-            deps,
-            Label::TiedSync,
-        );
-        sync_of_stage[first].push(f);
-        sync_of_stage[lastst].push(f);
+        // Every replica of the first stage all-reduces with its counterpart on the last stage
+        // (all TP ranks at once, each its shard): one flow per replica pair, sharing links.
+        let (fs, ls) = (&plan.stages[first], &plan.stages[lastst]);
+        let bytes = tied_params / ls.tp.max(1) as f64 * gg_bytes;
+        let mut flows = Vec::new();
+        for r in 0..fs.dp as usize {
+            let rl = r % ls.dp.max(1) as usize;
+            let pair = [fs.replica(r)[0], ls.replica(rl)[0]];
+            // The TP ranks of either replica on a node share its network.
+            let on = |devs: &[crate::cluster::GpuId], node: u32| {
+                devs.iter().filter(|g| g.node == node).count()
+            };
+            let ranks = |node: u32| on(fs.replica(r), node).max(on(ls.replica(rl), node));
+            let t = collective_time(
+                w.cluster,
+                &pair,
+                Bytes(bytes),
+                Collective::AllReduce,
+                &|n| ranks(n).max(1),
+            )
+            .get();
+            let resources = b.group_resources(&pair);
+            let execs = vec![b.exec_of[&(0, r)], b.exec_of[&(lastst % depth, rl)]];
+            flows.push(b.task(
+                Work::Flow {
+                    resources,
+                    duration: t,
+                    execs,
+                },
+                deps.clone(),
+                Label::TiedSync,
+            ));
+        }
+        sync_of_stage[first].extend(flows.iter().copied());
+        sync_of_stage[lastst].extend(flows);
     }
     for e in 0..n_exec {
         let (p, r) = (b.executors[e].stage, b.executors[e].replica);
