@@ -257,6 +257,7 @@ pub trait Planner {
 pub fn all() -> Vec<Box<dyn Planner>> {
     vec![
         Box::new(oracle::Oracle),
+        Box::new(metis::Metis::default()),
         Box::new(amp::Amp),
         Box::new(baselines::Megatron),
         Box::new(baselines::AlpaAverage),

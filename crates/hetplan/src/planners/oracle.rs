@@ -143,6 +143,10 @@ fn for_each_product<T: Clone>(options: &[Vec<T>], visit: &mut dyn FnMut(&[T]) ->
     rec(options, &mut Vec::new(), visit)
 }
 
+/// At most this many sample splits per stage are enumerated: exhaustive for the small problems
+/// the oracle is for (C(samples − 1, replicas − 1) grows past it only on large ones).
+const MAX_SPLITS: usize = 4096;
+
 /// Every way to give `samples` samples to `replicas` replicas, each at least 1 and at most
 /// `max`: all compositions when the replicas differ, the even split when they are alike.
 fn sample_splits(samples: u64, replicas: usize, alike: bool, max: u64) -> Vec<Vec<u64>> {
@@ -153,14 +157,29 @@ fn sample_splits(samples: u64, replicas: usize, alike: bool, max: u64) -> Vec<Ve
         }
         return vec![];
     }
-    let mut out = Vec::new();
-    // Bounded: replicas differ only on heterogeneous stages of small problems.
-    for_each_composition(samples as usize, replicas, &mut |c| {
-        if c.iter().all(|&x| x as u64 <= max) {
-            out.push(c.iter().map(|&x| x as u64).collect());
+    // Each part 1..=max, pruned so that the rest can still be placed: no time is spent on
+    // splits that cannot be valid.
+    fn rec(left: u64, parts: usize, max: u64, acc: &mut Vec<u64>, out: &mut Vec<Vec<u64>>) {
+        if out.len() >= MAX_SPLITS {
+            return;
         }
-        out.len() < 100_000
-    });
+        if parts == 0 {
+            if left == 0 {
+                out.push(acc.clone());
+            }
+            return;
+        }
+        let rest = (parts - 1) as u64;
+        let lo = left.saturating_sub(rest.saturating_mul(max)).max(1);
+        let hi = max.min(left.saturating_sub(rest));
+        for x in lo..=hi {
+            acc.push(x);
+            rec(left - x, parts - 1, max, acc, out);
+            acc.pop();
+        }
+    }
+    let mut out = Vec::new();
+    rec(samples, replicas, max, &mut Vec::new(), &mut out);
     out
 }
 
@@ -207,27 +226,31 @@ impl Planner for Oracle {
                     })
                     .collect();
                 for_each_product(&tp_options, &mut |tps| {
-                    for_each_composition(layers, stages, &mut |lengths| {
-                        let ranges = common::ranges(lengths);
-                        for m in common::divisors(problem.global_batch) {
-                            let per_mb = problem.global_batch / m;
-                            let split_options: Vec<Vec<Vec<u64>>> = devices
-                                .iter()
-                                .enumerate()
-                                .map(|(s, d)| {
-                                    let tp = tps[s] as usize;
-                                    let alike = d.chunks(tp).all(|rep| {
-                                        cluster.gpu_type_of(rep[0]) == cluster.gpu_type_of(d[0])
-                                    });
-                                    sample_splits(
-                                        per_mb,
-                                        d.len() / tp,
-                                        alike,
-                                        problem.options.max_micro_batch,
-                                    )
-                                })
-                                .collect();
-                            let go = for_each_product(&split_options, &mut |splits| {
+                    for m in common::divisors(problem.global_batch) {
+                        let per_mb = problem.global_batch / m;
+                        // The sample splits depend on the stages' replicas, not on the layers.
+                        let split_options: Vec<Vec<Vec<u64>>> = devices
+                            .iter()
+                            .enumerate()
+                            .map(|(s, d)| {
+                                let tp = tps[s] as usize;
+                                let alike = d.chunks(tp).all(|rep| {
+                                    cluster.gpu_type_of(rep[0]) == cluster.gpu_type_of(d[0])
+                                });
+                                sample_splits(
+                                    per_mb,
+                                    d.len() / tp,
+                                    alike,
+                                    problem.options.max_micro_batch,
+                                )
+                            })
+                            .collect();
+                        if split_options.iter().any(|o| o.is_empty()) {
+                            continue;
+                        }
+                        let go = for_each_composition(layers, stages, &mut |lengths| {
+                            let ranges = common::ranges(lengths);
+                            for_each_product(&split_options, &mut |splits| {
                                 if !search.tick() {
                                     return false;
                                 }
@@ -248,13 +271,13 @@ impl Planner for Oracle {
                                     }
                                 }
                                 true
-                            });
-                            if !go {
-                                return false;
-                            }
+                            })
+                        });
+                        if !go {
+                            return false;
                         }
-                        true
-                    })
+                    }
+                    true
                 })
             });
             if !go {
