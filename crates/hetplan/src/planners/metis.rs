@@ -200,6 +200,15 @@ impl Group {
     fn size(&self) -> u32 {
         self.devices.len() as u32
     }
+
+    /// GPUs of the group on `node`: they share its network (the `concurrent` argument of
+    /// `cost::comm`).
+    fn on_node(&self, node: u32) -> usize {
+        self.per_node
+            .iter()
+            .find(|(n, _)| *n == node)
+            .map_or(0, |&(_, c)| c as usize)
+    }
 }
 
 /// The DFS state of one inter-stage plan: per stage its TP degree, its replicas' micro-batch
@@ -806,12 +815,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
         let (a, b) = (st.bounds[i], st.bounds[i + 1]);
         let bytes = Bytes(self.params(st.tp[i], a, b) * self.grad_elem);
         let group: Vec<GpuId> = (0..dp).map(|r| g.devices[r * tp]).collect();
-        let conc = |node: u32| {
-            g.per_node
-                .iter()
-                .find(|(n, _)| *n == node)
-                .map_or(0, |&(_, c)| c as usize)
-        };
+        let conc = |node: u32| g.on_node(node);
         collective_time(self.cluster(), &group, bytes, Collective::AllReduce, &conc).get()
     }
 
@@ -837,12 +841,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
         let g = &groups[i];
         let pair = [g.devices[0], groups[other].devices[0]];
         let bytes = Bytes(tied / st.tp[i].max(1) as f64 * self.grad_elem);
-        let conc = |node: u32| {
-            g.per_node
-                .iter()
-                .find(|(n, _)| *n == node)
-                .map_or(0, |&(_, c)| c as usize)
-        };
+        let conc = |node: u32| g.on_node(node);
         collective_time(self.cluster(), &pair, bytes, Collective::AllReduce, &conc).get()
     }
 
@@ -859,12 +858,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             let tp = st.tp[i];
             let tpu = tp as usize;
             let (lo, hi) = (st.bounds[i], st.bounds[i + 1]);
-            let conc = |node: u32| {
-                g.per_node
-                    .iter()
-                    .find(|(n, _)| *n == node)
-                    .map_or(0, |&(_, c)| c as usize)
-            };
+            let conc = |node: u32| g.on_node(node);
             let mut ti: f64 = 0.0;
             for (r, &m) in st.mbs[i].iter().enumerate() {
                 let c = self.replica_class(g, tp, r);
@@ -1276,12 +1270,7 @@ impl Dfs<'_> {
         let tp = st.tp[i];
         let tpu = tp as usize;
         let (lo, hi) = (st.bounds[i], st.bounds[i + 1]);
-        let conc = |node: u32| {
-            g.per_node
-                .iter()
-                .find(|(n, _)| *n == node)
-                .map_or(0, |&(_, c)| c as usize)
-        };
+        let conc = |node: u32| g.on_node(node);
         let mut out = Vec::with_capacity(st.mbs[i].len());
         for (r, &m) in st.mbs[i].iter().enumerate() {
             let tokens = m as f64 * ctx.tokens_per_sample;
