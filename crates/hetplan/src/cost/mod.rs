@@ -290,7 +290,7 @@ pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f
 
 /// Time of one micro-batch through replica `r` of stage `si`.
 fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize) -> ReplicaTime {
-    let (model, cluster, plan, seq) = (ctx.w.model, ctx.w.cluster, ctx.plan, ctx.w.seq_len);
+    let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
     let devs = st.replica(r);
     let mbs = st.micro_batch_sizes[r];
@@ -333,7 +333,6 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
     }
     let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
     let nlayers = st.layers.len().max(1) as f64;
-    let dp = st.dp.max(1) as f64;
     // ZeRO-3: every micro-batch gathers the parameters in forward and in backward and
     // reduce-scatters gradients in backward; ZeRO-2 only the reduce-scatter. Prefetching (FSDP,
     // DeepSpeed) overlaps layer l+1's transfer with layer l's compute, and the two slow each
@@ -364,28 +363,63 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         rt.exposed += exposed_behind(rt.forward, fwd_comm, nlayers);
         rt.exposed += exposed_behind(rt.backward + rt.recompute, bwd_comm, nlayers);
     }
-    // Offloading over the host link, overlapped with compute (Mist Fig. 7): weights come up for
-    // forward and backward, activations go down in forward and up in backward, gradients go down
-    // in backward.
-    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
-    let pcie = devs
-        .iter()
-        .map(|g| cluster.gpu(*g).pcie_bandwidth.get())
-        .fold(f64::INFINITY, f64::min);
-    let off = st.offload;
-    if !off.is_none() {
-        let shard3 = if st.zero >= 3 { dp } else { 1.0 };
-        let wb = off.weights * params_local * w_bytes / shard3;
-        let (act, _) =
-            memory::micro_batch_activations(model, st, mbs, seq, plan.precision, plan.engine);
-        let ab = off.activations * act;
-        let gb = off.gradients * params_local * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
-        let fwd_io = (wb + ab) / pcie;
-        let bwd_io = (wb + ab + gb) / pcie;
-        rt.exposed +=
-            (fwd_io - rt.forward).max(0.0) + (bwd_io - rt.backward - rt.recompute).max(0.0);
+    // Offloading over the host link, overlapped with compute (Mist Fig. 7).
+    if !st.offload.is_none() {
+        let pcie = devs
+            .iter()
+            .map(|g| cluster.gpu(*g).pcie_bandwidth.get())
+            .fold(f64::INFINITY, f64::min);
+        let (fwd_b, bwd_b) = offload_bytes(ctx.w, plan, si, r);
+        rt.exposed += (fwd_b / pcie - rt.forward).max(0.0)
+            + (bwd_b / pcie - rt.backward - rt.recompute).max(0.0);
     }
     rt
+}
+
+/// Host-link bytes of one micro-batch's forward and backward on replica `r` of stage `si`
+/// (Mist's offloading): weights come up for forward and backward, activations go down in
+/// forward and up in backward, gradients go down in backward.
+pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64, f64) {
+    let st = &plan.stages[si];
+    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
+    let params = memory::stage_params(w.model, st.layers.iter(), st.tp);
+    let dp = st.dp.max(1) as f64;
+    let off = st.offload;
+    let wb = off.weights * params * w_bytes / if st.zero >= 3 { dp } else { 1.0 };
+    let (act, _) = memory::micro_batch_activations(
+        w.model,
+        st,
+        st.micro_batch_sizes[r],
+        w.seq_len,
+        plan.precision,
+        plan.engine,
+    );
+    let ab = off.activations * act;
+    let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
+    (wb + ab, wb + ab + gb)
+}
+
+/// Parameters of a tied embedding that the first and the last stage both hold, when they are
+/// different stages (Megatron all-reduces its gradient between them); 0 otherwise.
+pub fn tied_params_across_stages(model: &Model, plan: &Plan) -> f64 {
+    let (Some(first), Some(last)) = (plan.stages.first(), plan.stages.last()) else {
+        return 0.0;
+    };
+    if plan.stages.len() < 2 {
+        return 0.0;
+    }
+    let has = |st: &Stage, kind| st.layers.iter().any(|l| model.layers[l].kind == kind);
+    if !has(first, crate::model::LayerKind::Embedding)
+        || has(last, crate::model::LayerKind::Embedding)
+    {
+        return 0.0;
+    }
+    last.layers
+        .iter()
+        .flat_map(|l| model.layers[l].ops.iter())
+        .filter(|o| o.tied)
+        .map(|o| o.params as f64)
+        .sum()
 }
 
 /// Communication of `comm` seconds spread over `layers` layers behind `compute` seconds: the
@@ -440,44 +474,16 @@ fn end_of_iteration(
     };
     // A tied embedding lives on the first and the last stage: Megatron all-reduces its
     // gradient between the two after the pipeline flush, before the optimizer step.
-    let mut tied = 0.0;
-    let embedding_here = st
-        .layers
-        .iter()
-        .any(|l| model.layers[l].kind == crate::model::LayerKind::Embedding);
-    let tied_here: f64 = st
-        .layers
-        .iter()
-        .flat_map(|l| model.layers[l].ops.iter())
-        .filter(|o| o.tied)
-        .map(|o| o.params as f64)
-        .sum();
-    let tied_params = if tied_here > 0.0 && !embedding_here {
-        tied_here
-    } else if embedding_here && si == 0 {
-        // The embedding's stage pairs with the stage holding the tied head, if that is another.
-        plan.stages
-            .iter()
-            .skip(1)
-            .flat_map(|s| s.layers.iter())
-            .flat_map(|l| model.layers[l].ops.iter())
-            .filter(|o| o.tied)
-            .map(|o| o.params as f64)
-            .sum()
+    let tied_params = tied_params_across_stages(model, plan);
+    let last = plan.stages.len() - 1;
+    let tied = if tied_params > 0.0 && (si == 0 || si == last) {
+        let other = &plan.stages[if si == 0 { last } else { 0 }];
+        let pair = [st.replica(0)[0], other.replica(0)[0]];
+        let bytes = Bytes(tied_params / st.tp.max(1) as f64 * ctx.gg_bytes);
+        collective_time(cluster, &pair, bytes, Collective::AllReduce, conc).get()
     } else {
         0.0
     };
-    if tied_params > 0.0 {
-        let other = if embedding_here {
-            plan.stages.len() - 1
-        } else {
-            0
-        };
-        let os = &plan.stages[other];
-        let pair = [st.replica(0)[0], os.replica(0)[0]];
-        let bytes = Bytes(tied_params / st.tp.max(1) as f64 * ctx.gg_bytes);
-        tied = collective_time(cluster, &pair, bytes, Collective::AllReduce, conc).get();
-    }
     (reduce + gather, exposed, tied)
 }
 

@@ -12,7 +12,6 @@ use super::engine::{Graph, TaskId, Work};
 use crate::cluster::GpuId;
 use crate::cost::comm::{collective_time, p2p_time, Collective};
 use crate::cost::{self, ComputeTimes, LayerCost, Workload};
-use crate::model::LayerKind;
 use crate::plan::{Plan, Schedule, Stage};
 use crate::units::Bytes;
 use serde::Serialize;
@@ -460,7 +459,11 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             // Offloading: the pass's host-link traffic runs beside it; the next pass waits.
             let st = &plan.stages[op.chunk];
             if !st.offload.is_none() {
-                let bytes = offload_bytes(w, plan, op.chunk, r, op.pass);
+                let (fwd_b, bwd_b) = cost::offload_bytes(w, plan, op.chunk, r);
+                let bytes = match op.pass {
+                    Pass::Forward => fwd_b,
+                    Pass::Backward => bwd_b,
+                };
                 let pcie = b.executors[e]
                     .devices
                     .iter()
@@ -679,26 +682,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         sync_of_stage[si].extend(prev);
     }
     // Tied embedding: first and last stage all-reduce the shared weight's gradient.
-    let tied_params: f64 = plan
-        .stages
-        .last()
-        .map(|s| {
-            let has_emb = s
-                .layers
-                .iter()
-                .any(|l| model.layers[l].kind == LayerKind::Embedding);
-            if has_emb {
-                0.0
-            } else {
-                s.layers
-                    .iter()
-                    .flat_map(|l| model.layers[l].ops.iter())
-                    .filter(|o| o.tied)
-                    .map(|o| o.params as f64)
-                    .sum()
-            }
-        })
-        .unwrap_or(0.0);
+    let tied_params = cost::tied_params_across_stages(model, plan);
     if tied_params > 0.0 && plan.stages.len() > 1 {
         let (first, lastst) = (0, plan.stages.len() - 1);
         let deps: Vec<TaskId> = [first, lastst]
@@ -801,31 +785,6 @@ fn last_backward_mb(plan: &Plan, _depth: usize, m: u64) -> u64 {
     match plan.schedule {
         Schedule::Gpipe => 0,
         _ => m - 1,
-    }
-}
-
-/// Host-link bytes of one pass of replica `r` of stage `si` (Mist's offloading, as the cost
-/// model counts them).
-fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize, pass: Pass) -> f64 {
-    let st = &plan.stages[si];
-    let (w_bytes, g_bytes, _) = cost::memory::state_bytes(plan.precision);
-    let params = cost::memory::stage_params(w.model, st.layers.iter(), st.tp);
-    let dp = st.dp.max(1) as f64;
-    let off = st.offload;
-    let wb = off.weights * params * w_bytes / if st.zero >= 3 { dp } else { 1.0 };
-    let (act, _) = cost::memory::micro_batch_activations(
-        w.model,
-        st,
-        st.micro_batch_sizes[r],
-        w.seq_len,
-        plan.precision,
-        plan.engine,
-    );
-    let ab = off.activations * act;
-    let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
-    match pass {
-        Pass::Forward => wb + ab,
-        Pass::Backward => wb + ab + gb,
     }
 }
 
