@@ -141,6 +141,7 @@ fn amp_ranks_megatrons_dp16_far_below_dp2_pp8_on_its_heterogeneous_cluster() {
             micro_batch_sizes: vec![mega.candidate.mbs; 16],
             zero: 0,
             recompute: Default::default(),
+            offload: Default::default(),
         }],
         32 / (16 * mega.candidate.mbs),
     );

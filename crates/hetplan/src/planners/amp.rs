@@ -263,6 +263,7 @@ pub fn amp_plan(problem: &Problem<'_>, c: Candidate, lengths: &[usize]) -> Plan 
             micro_batch_sizes: vec![c.mbs; c.dp as usize],
             zero: 0,
             recompute: Recompute::None,
+            offload: Default::default(),
         })
         .collect();
     common::make_plan(problem, stages, c.micro_batches(problem.global_batch))
@@ -309,6 +310,7 @@ pub fn layer_times(problem: &Problem<'_>, tp: u32, mbs: u64) -> Option<Vec<f64>>
                 micro_batch_sizes: vec![mbs],
                 zero: 0,
                 recompute: Recompute::None,
+                offload: Default::default(),
             }],
             1,
         );

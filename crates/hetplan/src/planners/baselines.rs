@@ -683,6 +683,7 @@ impl DataParallel {
                 micro_batch_sizes: vec![mbs; n as usize],
                 zero,
                 recompute,
+                offload: Default::default(),
             }],
             problem.global_batch / (n * mbs),
         )

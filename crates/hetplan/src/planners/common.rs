@@ -5,7 +5,7 @@
 use super::Problem;
 use crate::cluster::{Cluster, GpuId};
 use crate::cost::{self, Estimate, Workload};
-use crate::plan::{LayerRange, Plan, Recompute, Schedule, Stage};
+use crate::plan::{LayerRange, Offload, Plan, Recompute, Schedule, Stage};
 use crate::units::Bytes;
 
 /// One stage as a planner chooses it.
@@ -19,6 +19,8 @@ pub struct StageChoice {
     pub micro_batch_sizes: Vec<u64>,
     pub zero: u8,
     pub recompute: Recompute,
+    /// Offload ratios (Mist); `Offload::default()` keeps everything on the GPU.
+    pub offload: Offload,
 }
 
 /// A complete plan from stage choices (1F1B, the problem's engine and precision).
@@ -40,7 +42,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
                 micro_batch_sizes: s.micro_batch_sizes,
                 zero: s.zero,
                 recompute: s.recompute,
-                offload: Default::default(),
+                offload: s.offload,
                 sequence_parallel: false,
             })
             .collect(),

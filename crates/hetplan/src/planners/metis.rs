@@ -1453,6 +1453,7 @@ impl Dfs<'_> {
                     micro_batch_sizes: st.mbs[j].clone(),
                     zero: 0,
                     recompute: Recompute::None,
+                    offload: Default::default(),
                 })
                 .collect();
             top.offer(cost, self.b, stages);

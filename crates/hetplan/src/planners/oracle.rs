@@ -262,6 +262,7 @@ impl Planner for Oracle {
                                         micro_batch_sizes: splits[s].clone(),
                                         zero: 0,
                                         recompute: Recompute::None,
+                                        offload: Default::default(),
                                     })
                                     .collect();
                                 let plan = common::make_plan(problem, choices, m);
