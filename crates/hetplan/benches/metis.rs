@@ -1,7 +1,8 @@
 //! Metis's search time on the paper's T4+V100 clusters (Metis §5.4: 1.7 s, 58.9 s and 600 s
 //! for 16, 32 and 64 GPUs in the authors' Python). Prints a table.
 //! Run: `cargo bench -p hetplan --bench metis` (`METIS_BUDGET_S` sets the time budget per row,
-//! default 60 s; a row that reaches it reports `time limit` and the best plan found so far).
+//! default 60 s; a row that reaches it reports `time limit` and the best plan found so far;
+//! `METIS_GPUS=N` keeps the rows of N GPUs).
 //!
 //! Clusters (Table 3, extended to 64 as its pattern goes): N/8 nodes of 4 V100 and N/8 of 4 T4,
 //! 16 Gbps between nodes (§5.1). Models (Table 2): GPT-3 6.7B on 16 GPUs, 15B on 32; the paper
@@ -52,6 +53,10 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60.0);
+    // `METIS_GPUS=32` runs only the rows of that size.
+    let only: Option<u32> = std::env::var("METIS_GPUS")
+        .ok()
+        .and_then(|s| s.parse().ok());
     println!(
         "{:<14} {:<16} {:>5} {:>7} {:>11} {:>11} {:>11} {:>9} {:>8}  plan",
         "cluster",
@@ -72,6 +77,9 @@ fn main() {
         (32, "metis-gpt3-15b", 4),
         (64, "metis-gpt3-15b", 4),
     ] {
+        if only.is_some_and(|o| o != gpus) {
+            continue;
+        }
         let cluster = t4_v100(gpus);
         let model = catalog_model(model).unwrap();
         let problem = Problem {

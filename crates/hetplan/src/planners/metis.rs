@@ -194,6 +194,9 @@ struct Group {
     per_node: Vec<(u32, u32)>,
     /// More than one GPU type.
     hetero: bool,
+    /// Interned (node class, GPUs on the node) sequence in node order: everything the
+    /// intra-stage choices of a group depend on (see `Ctx::shape_of`).
+    shape: u32,
 }
 
 impl Group {
@@ -303,6 +306,12 @@ struct Ctx<'a, 'p> {
     time_cache: Table<Vec<f64>>,
     tp_cache: Table<TpPrefix>,
     least_cache: HashMap<(usize, u64, u64), f64>,
+    /// Interned group shapes (`Group::shape`).
+    shapes: HashMap<Vec<(usize, u32)>, u32>,
+    /// Per (shape, micro-batch samples): the DP-first (TP, replica micro-batches, capacity).
+    first_cache: HashMap<(u32, u64), Option<(u32, Vec<u64>, f64)>>,
+    /// Per (shape, TP, micro-batch samples, in-flight micro-batches): `max_layers`.
+    room_cache: HashMap<(u32, u32, u64, u64), usize>,
     /// Lower-bound constants: the whole model's GPU-seconds per sample at the best class, TP
     /// degree and micro-batch size of every layer (H_fast), and Σ over GPUs of 1/κ, κ being
     /// the smallest ratio of a GPU class's per-layer GPU-seconds to the best.
@@ -382,6 +391,9 @@ impl<'a, 'p> Ctx<'a, 'p> {
             ),
             tp_cache: Table::new(1, 1, p.options.max_tp as usize + 1),
             least_cache: HashMap::new(),
+            shapes: HashMap::new(),
+            first_cache: HashMap::new(),
+            room_cache: HashMap::new(),
             h_fast: 0.0,
             speed: 0.0,
         };
@@ -611,6 +623,16 @@ impl<'a, 'p> Ctx<'a, 'p> {
     fn max_layers(&mut self, g: &Group, tp: u32, s: usize, i: usize, b: u64) -> usize {
         let per_mb = self.p.global_batch / b;
         let inflight = memory::in_flight(Schedule::OneFOneB, s, i, b);
+        let key = (g.shape, tp, per_mb, inflight.to_bits());
+        if let Some(&v) = self.room_cache.get(&key) {
+            return v;
+        }
+        let v = self.compute_max_layers(g, tp, per_mb, inflight);
+        self.room_cache.insert(key, v);
+        v
+    }
+
+    fn compute_max_layers(&mut self, g: &Group, tp: u32, per_mb: u64, inflight: f64) -> usize {
         let reserve = Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
         let mut best = 0usize;
         let mut next = Some(tp);
@@ -657,6 +679,33 @@ impl<'a, 'p> Ctx<'a, 'p> {
                 states + (t.saved[l + 1] - t.saved[l]) * tokens
             })
             .fold(f64::INFINITY, f64::min)
+    }
+
+    /// The interned shape of a group's GPUs: (node class, count) per node, in node order. Two
+    /// groups of one shape have the same replica classes in the same order, the same valid TP
+    /// degrees and the same memory, so their intra-stage choices are the same.
+    fn shape_of(&mut self, per_node: &[(u32, u32)]) -> u32 {
+        let key: Vec<(usize, u32)> = per_node
+            .iter()
+            .map(|&(n, c)| (self.node_class[n as usize], c))
+            .collect();
+        let next = self.shapes.len() as u32;
+        *self.shapes.entry(key).or_insert(next)
+    }
+
+    /// Algorithm 1's starting point for a group (DP first: the lowest valid TP degree) and
+    /// that plan's capacity, cached per shape.
+    fn dp_first(&mut self, g: &Group, per_mb: u64) -> Option<(u32, Vec<u64>, f64)> {
+        let key = (g.shape, per_mb);
+        if let Some(v) = self.first_cache.get(&key) {
+            return v.clone();
+        }
+        let v = self.escalate(g, 0, per_mb).map(|(tp, m)| {
+            let cap = self.capacity(g, tp, &m);
+            (tp, m, cap)
+        });
+        self.first_cache.insert(key, v.clone());
+        v
     }
 
     /// Class of the node holding replica r.
@@ -1105,12 +1154,13 @@ fn next_permutation<T: Ord>(v: &mut [T]) -> bool {
 
 /// Places an ordered size sequence on the cluster: stages take consecutive GPUs along the nodes
 /// of the classes in `order` (nodes of a class in index order).
-fn place(ctx: &Ctx<'_, '_>, order: &[usize], seq: &[u32]) -> Vec<Group> {
+fn place(ctx: &mut Ctx<'_, '_>, order: &[usize], seq: &[u32]) -> Vec<Group> {
     let cluster = ctx.cluster();
+    let node_class = &ctx.node_class;
     let walk: Vec<u32> = order
         .iter()
         .flat_map(|&c| {
-            (0..cluster.nodes.len() as u32).filter(move |&n| ctx.node_class[n as usize] == c)
+            (0..cluster.nodes.len() as u32).filter(move |&n| node_class[n as usize] == c)
         })
         .collect();
     let mut pos = 0usize;
@@ -1137,10 +1187,12 @@ fn place(ctx: &Ctx<'_, '_>, order: &[usize], seq: &[u32]) -> Vec<Group> {
         per_node.sort();
         let t0 = cluster.gpu_type_of(devices[0]);
         let hetero = devices.iter().any(|&d| cluster.gpu_type_of(d) != t0);
+        let shape = ctx.shape_of(&per_node);
         groups.push(Group {
             devices,
             per_node,
             hetero,
+            shape,
         });
     }
     groups
@@ -1470,6 +1522,16 @@ impl Metis {
             return None;
         }
         crate::plan::validate::validate(plan, problem.model, problem.cluster).ok()?;
+        let p = Problem {
+            options: super::PlanOptions {
+                engine: plan.engine,
+                precision: plan.precision,
+                ..problem.options
+            },
+            ..*problem
+        };
+        let mut ctx = Ctx::new(&p);
+        ctx.grad_elem = plan.collective_element_bytes().1;
         let cluster = problem.cluster;
         let mut groups = Vec::with_capacity(plan.stages.len());
         let mut st = State {
@@ -1498,25 +1560,17 @@ impl Metis {
                 *per_node.entry(d.node).or_insert(0) += 1;
             }
             let t0 = cluster.gpu_type_of(s.devices[0]);
+            let per_node: Vec<(u32, u32)> = per_node.into_iter().collect();
             groups.push(Group {
                 devices: s.devices.clone(),
-                per_node: per_node.into_iter().collect(),
+                shape: ctx.shape_of(&per_node),
+                per_node,
                 hetero: s.devices.iter().any(|&d| cluster.gpu_type_of(d) != t0),
             });
             st.tp.push(s.tp);
             st.mbs.push(s.micro_batch_sizes.clone());
             st.bounds.push(s.layers.end);
         }
-        let p = Problem {
-            options: super::PlanOptions {
-                engine: plan.engine,
-                precision: plan.precision,
-                ..problem.options
-            },
-            ..*problem
-        };
-        let mut ctx = Ctx::new(&p);
-        ctx.grad_elem = plan.collective_element_bytes().1;
         Some(ctx.eq1(&groups, &st, plan.micro_batches))
     }
 
@@ -1640,10 +1694,10 @@ impl Metis {
         for (i, g) in groups.iter().enumerate() {
             // DP first: the largest DP degree whose micro-batch split is valid (the released
             // code's strategy generator also moves on to higher TP past invalid strategies).
-            match ctx.escalate(g, 0, per_mb) {
-                Some((tp, m)) => {
+            match ctx.dp_first(g, per_mb) {
+                Some((tp, m, cap)) => {
                     st.tp[i] = tp;
-                    st.caps.push(ctx.capacity(g, tp, &m));
+                    st.caps.push(cap);
                     st.mbs.push(m);
                 }
                 None => return,
