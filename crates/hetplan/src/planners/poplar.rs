@@ -107,6 +107,7 @@ use crate::cluster::{GpuId, GpuTypeId};
 use crate::cost::comm::{collective_time, Collective};
 use crate::cost::constants as k;
 use crate::cost::{memory, LayerShape, TimeSource};
+use crate::parse::MAX_BATCH;
 use crate::plan::{LayerRange, Plan, Recompute, Stage};
 use crate::units::{Bytes, Seconds};
 use std::collections::BTreeMap;
@@ -537,8 +538,19 @@ fn allocate_zero01(gbs: u64, types: &[&TypeProfile], comm: (f64, f64)) -> Alloca
         .iter()
         .map(|p| (time_optimal * p.speed).floor() as u64)
         .collect();
-    let assigned: u64 = gmbs.iter().sum();
-    let mut remain = gbs.saturating_sub(assigned);
+    // Rounding cannot hand out more than gbs in exact arithmetic; in floating point it might.
+    let mut assigned: u64 = gmbs.iter().sum();
+    while assigned > gbs {
+        let i = (0..gmbs.len())
+            .filter(|&i| gmbs[i] > 0)
+            .max_by(|&a, &b| {
+                (gmbs[a] as f64 / types[a].speed).total_cmp(&(gmbs[b] as f64 / types[b].speed))
+            })
+            .expect("something was assigned");
+        gmbs[i] -= 1;
+        assigned -= 1;
+    }
+    let mut remain = gbs - assigned;
     // Lines 13–16 with Eqs. 2–3: each remaining sample to the GPU that finishes it earliest.
     while remain > 0 {
         let mut best = 0usize;
@@ -792,6 +804,11 @@ impl Planner for Poplar {
                  micro-batch; use a global batch of at least {n}"
             )));
         }
+        if gbs > MAX_BATCH {
+            return Err(PlannerError::Infeasible(format!(
+                "a global batch of {gbs} samples is beyond hetplan's limit of {MAX_BATCH}"
+            )));
+        }
         if problem.options.max_micro_batch == 0 {
             return Err(PlannerError::Infeasible(
                 "the largest micro-batch allowed is 0; allow at least 1".into(),
@@ -924,9 +941,15 @@ impl Planner for Poplar {
         // The expressible plans: m micro-batches, each GPU keeping its share.
         let weights: Vec<u64> = alloc.gpus.iter().map(|s| s.total).collect();
         let caps: Vec<u64> = types.iter().map(|p| p.mbs).collect();
+        let room: u64 = caps.iter().sum();
         let mut candidates: Vec<Expressible> = Vec::new();
-        for m in common::divisors(gbs) {
-            let Some(sizes) = apportion(gbs / m, &weights, &caps) else {
+        // Samples per micro-batch, largest first (fewest micro-batches first).
+        for per_step in (n..=room.min(gbs)).rev() {
+            if !gbs.is_multiple_of(per_step) {
+                continue;
+            }
+            let m = gbs / per_step;
+            let Some(sizes) = apportion(per_step, &weights, &caps) else {
                 continue;
             };
             let shares: Vec<GpuShare> = sizes
@@ -942,7 +965,6 @@ impl Planner for Poplar {
             candidates.push(Expressible { m, sizes, cost });
         }
         if candidates.is_empty() {
-            let room: u64 = caps.iter().sum();
             return Err(PlannerError::Infeasible(format!(
                 "no hetplan plan expresses Poplar's allocation: every micro-batch must hold \
                  between {n} samples (one per GPU) and {room} (every GPU's largest batch at \
