@@ -377,3 +377,49 @@ fn a_node_limit_stops_the_search_with_its_reason() {
         assert!(search.explored() <= max + 1);
     }
 }
+
+#[test]
+fn with_a_profile_the_curves_come_from_its_points() {
+    use hetplan::cost::Profiled;
+    use hetplan::profile::{Interpolation, ProfileDb, ProfileIndex};
+    // A T4 profile of the small model's blocks, measured at batches 1, 2 and 4, far faster than
+    // the analytic model's T4: Algorithm 1 reads (and extrapolates) the profile's points.
+    let mut samples = Vec::new();
+    for mbs in [1u64, 2, 4] {
+        samples.push(format!(
+            r#"{{"layer": "transformer", "tp": 1, "mbs": {mbs}, "forward": {}, "backward": {}}}"#,
+            1e-5 * mbs as f64,
+            2e-5 * mbs as f64
+        ));
+    }
+    let db = ProfileDb::parse(&format!(
+        r#"{{"format_version": 1, "profiles": [{{"gpu": "t4", "model": "tiny-gpt", "layers": [{}]}}]}}"#,
+        samples.join(", ")
+    ))
+    .unwrap();
+    let index = ProfileIndex::new(&db);
+    let profiled = Profiled {
+        index: &index,
+        interpolation: Interpolation::MonotoneCubic,
+    };
+    let (m, c) = (small_model(), small_cluster());
+    let analytic = problem(&m, &c, 64, 1024);
+    let mut with_profile = problem(&m, &c, 64, 1024);
+    with_profile.compute = &profiled;
+    let a = poplar(&analytic, 0);
+    let b = poplar(&with_profile, 0);
+    let (v_a, t_a) = (sizes_of(&a, &c, "v100-sxm2-16gb"), sizes_of(&a, &c, "t4"));
+    let (v_b, t_b) = (sizes_of(&b, &c, "v100-sxm2-16gb"), sizes_of(&b, &c, "t4"));
+    assert!(v_a.iter().min() > t_a.iter().max(), "{v_a:?} {t_a:?}");
+    // The embedding and the head stay analytic (the profile has only the blocks), so the T4
+    // does not overtake the V100, but its share grows with its profiled speed.
+    assert!(t_b.iter().min() > t_a.iter().max(), "{t_a:?} -> {t_b:?}");
+    assert!(v_b.iter().max() < v_a.iter().min(), "{v_a:?} -> {v_b:?}");
+    assert!(
+        b.notes
+            .iter()
+            .any(|n| n.contains("t4") && n.contains("profile")),
+        "{:?}",
+        b.notes
+    );
+}
