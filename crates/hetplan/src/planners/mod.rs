@@ -13,6 +13,7 @@ pub mod baselines;
 pub mod common;
 pub mod metis;
 pub mod oracle;
+pub mod poplar;
 
 use crate::cluster::Cluster;
 use crate::cost::{ComputeTimes, Estimate};
@@ -262,6 +263,7 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(baselines::Megatron),
         Box::new(baselines::AlpaAverage),
         Box::new(baselines::DataParallel),
+        Box::new(poplar::Poplar::default()),
     ]
 }
 
