@@ -553,6 +553,14 @@ fn describe_plan_error(plan: &Plan, e: &PlanError) -> (Option<String>, Option<St
         PlanError::ZeroStage { stage, .. } => {
             (st(*stage, "zero"), Some("zero is 0, 1, 2 or 3".into()))
         }
+        PlanError::ReplicaSamples { stage, .. } => (
+            st(*stage, "replica_samples"),
+            Some(
+                "one count per replica, each at least 1, summing to global_batch; micro_batches \
+                 is the largest ⌈count / micro-batch size⌉"
+                    .into(),
+            ),
+        ),
         PlanError::OffloadRatio { stage, which, .. } => (
             Some(format!("stages[{stage}].offload.{which}")),
             Some("offload fractions lie between 0 and 1".into()),

@@ -298,3 +298,82 @@ fn compare_table() {
         );
     }
 }
+
+/// Per-replica step counts (`Stage::replica_samples`, Poplar): spelling out the uniform plan
+/// changes nothing; an uneven split costs the slowest replica's own micro-batches, by hand, in
+/// both the estimate and the simulation; inconsistent counts are rejected with the reason.
+#[test]
+fn replicas_with_different_micro_batch_counts() {
+    let model = layers(2, "0 B");
+    let cluster = catalog_cluster("1x2xa100-80gb").unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 1,
+    };
+    let base = plan("dp=2,mbs=2,gbs=8", &model, &cluster);
+    let mut spelled = base.clone();
+    spelled.stages[0].replica_samples = vec![4, 4];
+    validate(&spelled, &model, &cluster).unwrap();
+    let (eb, es) = (
+        estimate(w, &base, &Analytic),
+        estimate(w, &spelled, &Analytic),
+    );
+    assert_eq!(eb.iteration_time_s, es.iteration_time_s);
+    let sb = simulate(w, &base, &Analytic, &no_interference()).unwrap();
+    let ss = simulate(w, &spelled, &Analytic, &no_interference()).unwrap();
+    assert_eq!(sb.iteration_time_s, ss.iteration_time_s);
+
+    // Replica 0: 5 samples as 2 + 2 + 1; replica 1: 3 as 2 + 1. Replica 0 is the slowest: two
+    // micro-batches of 2 samples and one of 1, then the end of the iteration.
+    let mut uneven = base.clone();
+    uneven.stages[0].replica_samples = vec![5, 3];
+    uneven.micro_batches = 3;
+    validate(&uneven, &model, &cluster).unwrap();
+    let e = estimate(w, &uneven, &Analytic);
+    let s = simulate(w, &uneven, &Analytic, &no_interference()).unwrap();
+    let per = |mbs: u64| {
+        let mut one = base.clone();
+        one.stages[0].micro_batch_sizes = vec![mbs, mbs];
+        one.global_batch = 2 * mbs;
+        one.micro_batches = 1;
+        estimate(w, &one, &Analytic).stages[0]
+            .micro_batch_time
+            .get()
+    };
+    let span = 2.0 * per(2) + per(1);
+    let end = e.stages[0].extra.get();
+    assert!(
+        ((e.iteration_time_s - (span + end)) / e.iteration_time_s).abs() < 1e-9,
+        "estimate {} vs by hand {}",
+        e.iteration_time_s,
+        span + end
+    );
+    assert!(e.iteration_time_s > es.iteration_time_s);
+    let diff = (s.iteration_time_s - e.iteration_time_s).abs() / e.iteration_time_s;
+    assert!(
+        diff < 0.01,
+        "simulate {} estimate {}",
+        s.iteration_time_s,
+        e.iteration_time_s
+    );
+
+    // Inconsistent: wrong total, wrong micro-batch count, zero samples, two stages.
+    for (samples, m) in [(vec![5, 2], 3), (vec![5, 3], 2), (vec![8, 0], 4)] {
+        let mut bad = base.clone();
+        bad.stages[0].replica_samples = samples.clone();
+        bad.micro_batches = m;
+        let errs = validate(&bad, &model, &cluster).unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.to_string().contains("replica_samples")),
+            "{samples:?}, m = {m}: {errs:?}"
+        );
+    }
+    let mut two = plan("pp=2,dp=1,mbs=2,gbs=8", &model, &cluster);
+    two.stages[0].replica_samples = vec![8];
+    let errs = validate(&two, &model, &cluster).unwrap_err();
+    assert!(errs
+        .iter()
+        .any(|e| e.to_string().contains("one-stage plan")));
+}

@@ -386,6 +386,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
             },
             offload: Default::default(),
             sequence_parallel: false,
+            replica_samples: Vec::new(),
         }],
     }
 }

@@ -152,6 +152,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
             recompute: Recompute::None,
             offload: Default::default(),
             sequence_parallel: false,
+            replica_samples: Vec::new(),
         });
         start += layers.len();
     }

@@ -505,6 +505,9 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
     let mut stages = Vec::with_capacity(plan.stages.len());
     let mut per_gpu = Vec::new();
     let mut hardware_model_flop = 0.0;
+    // A one-stage plan whose replicas run different numbers of micro-batches
+    // (`Stage::replica_samples`): the compute span of its slowest replica.
+    let mut uneven_span: Option<f64> = None;
 
     for (si, st) in plan.stages.iter().enumerate() {
         let gpn = devices_per_node(&st.devices);
@@ -512,14 +515,27 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         let replicas: Vec<ReplicaTime> = (0..st.dp as usize)
             .map(|r| replica_time(&ctx, si, r, &conc))
             .collect();
-        let worst = *replicas
+        let mut worst = *replicas
             .iter()
             .max_by(|a, b| a.total().total_cmp(&b.total()))
             .expect("a validated stage has at least one replica");
+        if !st.replica_samples.is_empty() {
+            let (span, last) = uneven_replicas(w, plan, compute, si, &replicas, &conc);
+            uneven_span = Some(span);
+            // The last backward the gradient reduction overlaps is the slowest replica's.
+            worst = last;
+        }
         let optimizer = replicas.iter().map(|r| r.optimizer).fold(0.0, f64::max);
 
         // Model FLOPs as Korthikanti counts them, plus what recomputation repeats (for HFU).
-        let tokens_mb = st.samples_per_micro_batch() as f64 * tokens_per_sample;
+        // Samples through the stage per micro-batch, and micro-batches (all of them at once
+        // when replicas run different counts).
+        let (samples_mb, passes) = if st.replica_samples.is_empty() {
+            (st.samples_per_micro_batch(), m)
+        } else {
+            (plan.global_batch, 1)
+        };
+        let tokens_mb = samples_mb as f64 * tokens_per_sample;
         let fwd = compute::forward_model_flop(model, st.layers.iter(), tokens_mb, seq);
         let recomputed = match st.recompute {
             Recompute::Full | Recompute::Layers(_) => {
@@ -529,7 +545,7 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
             Recompute::Selective => fwd.unfused_attention,
             Recompute::None => 0.0,
         };
-        hardware_model_flop += (3.0 * fwd.all + recomputed) * m as f64;
+        hardware_model_flop += (3.0 * fwd.all + recomputed) * passes as f64;
 
         let (dp_sync, dp_exposed, tied) = end_of_iteration(&ctx, si, &worst, &conc);
         let extra = dp_exposed + tied + optimizer;
@@ -618,9 +634,16 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         tail = tail.max(device_d[p] - prefix / vf);
         prefix += device_t[p];
     }
-    let iteration = (m as f64 - 1.0 / vf) * t_max + t_sum / vf + tail.max(0.0);
+    let iteration = match uneven_span {
+        // One stage: its slowest replica's micro-batches, then the end of the iteration.
+        Some(span) => span + tail.max(0.0),
+        None => (m as f64 - 1.0 / vf) * t_max + t_sum / vf + tail.max(0.0),
+    };
 
-    let busy: f64 = device_t.iter().map(|t| t * m as f64).sum();
+    let busy: f64 = match uneven_span {
+        Some(span) => span,
+        None => device_t.iter().map(|t| t * m as f64).sum(),
+    };
     let bubble_fraction = if iteration > 0.0 {
         (1.0 - busy / (depth as f64 * iteration)).max(0.0)
     } else {
@@ -667,6 +690,38 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         per_gpu,
         notes,
     }
+}
+
+/// Replicas running different numbers of micro-batches (`Stage::replica_samples`, one-stage
+/// plans): the slowest replica's compute span — (steps − 1) full micro-batches and its last,
+/// smaller one — and that replica's last micro-batch time (whose backward the gradient
+/// reduction overlaps). `full` are the replicas' full micro-batch times.
+fn uneven_replicas(
+    w: Workload<'_>,
+    plan: &Plan,
+    compute: &dyn ComputeTimes,
+    si: usize,
+    full: &[ReplicaTime],
+    conc: &dyn Fn(u32) -> usize,
+) -> (f64, ReplicaTime) {
+    let st = &plan.stages[si];
+    let steps: Vec<(u64, u64)> = (0..full.len())
+        .map(|r| st.replica_steps(r, plan.micro_batches))
+        .collect();
+    // The same plan with every replica at its last micro-batch's size.
+    let mut last_plan = plan.clone();
+    last_plan.stages[si].micro_batch_sizes = steps.iter().map(|&(_, last)| last).collect();
+    let last_ctx = Ctx::new(w, &last_plan, compute);
+    let mut slowest: Option<(f64, ReplicaTime)> = None;
+    for (r, f) in full.iter().enumerate() {
+        let (n, _) = steps[r];
+        let last = replica_time(&last_ctx, si, r, conc);
+        let span = n.saturating_sub(1) as f64 * f.total() + last.total();
+        if slowest.as_ref().is_none_or(|(s, _)| span > *s) {
+            slowest = Some((span, last));
+        }
+    }
+    slowest.expect("a validated stage has at least one replica")
 }
 
 /// Memory of one GPU of DP replica `r` of physical stage `p`: all its chunks (interleaving) with

@@ -500,6 +500,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             recompute,
             offload,
             sequence_parallel,
+            replica_samples: Vec::new(),
         })
         .collect();
     let plan = Plan {

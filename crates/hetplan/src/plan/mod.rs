@@ -189,9 +189,30 @@ pub struct Stage {
     pub offload: Offload,
     #[serde(default)]
     pub sequence_parallel: bool,
+    /// Samples each DP replica processes per iteration, when replicas run different numbers of
+    /// micro-batches (Poplar's per-GPU step counts and last-batch sizes): replica r runs
+    /// ⌈samples_r / mbs_r⌉ micro-batches, all of `micro_batch_sizes[r]` samples but the last,
+    /// which carries the rest. Only for one-stage plans; `micro_batches` is then the largest
+    /// count and ZeRO-2/3 (collectives every micro-batch) need equal counts. Empty: every
+    /// replica runs `micro_batches` micro-batches of its size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replica_samples: Vec<u64>,
 }
 
 impl Stage {
+    /// Replica r's micro-batches per iteration and the size of its last one, given the plan's
+    /// `micro_batches` (see `replica_samples`).
+    pub fn replica_steps(&self, r: usize, micro_batches: u64) -> (u64, u64) {
+        let mbs = self.micro_batch_sizes[r].max(1);
+        match self.replica_samples.get(r) {
+            Some(&n) => {
+                let steps = n.div_ceil(mbs);
+                (steps, n - steps.saturating_sub(1) * mbs)
+            }
+            None => (micro_batches, mbs),
+        }
+    }
+
     /// The GPUs of DP replica `r`.
     pub fn replica(&self, r: usize) -> &[GpuId] {
         let tp = self.tp as usize;
@@ -272,6 +293,18 @@ impl Plan {
                 )
             })
             .collect();
+        if self.stages.iter().any(|s| !s.replica_samples.is_empty()) {
+            // Replicas run different numbers of micro-batches: the largest, and the samples.
+            let samples: Vec<String> = (self.stages.iter())
+                .flat_map(|s| s.replica_samples.iter().map(|n| n.to_string()))
+                .collect();
+            return format!(
+                "{} m<={} samples={}",
+                stages.join(" | "),
+                self.micro_batches,
+                samples.join("/")
+            );
+        }
         format!("{} m={}", stages.join(" | "), self.micro_batches)
     }
 }

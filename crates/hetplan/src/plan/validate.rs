@@ -47,7 +47,8 @@
 //!
 //! Fields:
 //! - `global_batch`: samples per iteration; `micro_batches`: micro-batches per iteration. Every
-//!   stage must satisfy `sum(micro_batch_sizes) × micro_batches == global_batch`.
+//!   stage must satisfy `sum(micro_batch_sizes) × micro_batches == global_batch`, unless it
+//!   gives `replica_samples` (one-stage plans: per-replica samples summing to `global_batch`).
 //! - `schedule`: `{"kind": "gpipe"}`, `{"kind": "1f1b"}` or
 //!   `{"kind": "interleaved-1f1b", "virtual_stages": 2}`. With interleaving, `stages` lists the
 //!   `pp × virtual_stages` model chunks in layer order, and chunk `j` runs on exactly the GPUs of
@@ -65,7 +66,7 @@
 //!
 //! Unknown fields are errors, with the nearest known field as hint.
 
-use super::{Plan, Recompute, Schedule};
+use super::{Plan, Recompute, Schedule, Stage};
 use crate::cluster::{Cluster, GpuId};
 use crate::error::InputError;
 use crate::model::{Model, OpKind};
@@ -292,6 +293,8 @@ pub enum PlanError {
         tp: u32,
         kv_heads: u64,
     },
+    #[error("stage {stage}'s replica_samples are inconsistent: {reason}")]
+    ReplicaSamples { stage: usize, reason: String },
     #[error("stage {stage} has zero = {zero}, but the ZeRO stages are 0, 1, 2 and 3")]
     ZeroStage { stage: usize, zero: u8 },
     #[error("stage {stage} offloads {value} of its {which}, but offload ratios must lie in 0..=1")]
@@ -472,7 +475,9 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
         }
     }
     let samples = (s.micro_batch_sizes.iter()).fold(0u64, |a, &b| a.saturating_add(b));
-    if samples > 0
+    if !s.replica_samples.is_empty() {
+        check_replica_samples(plan, i, s, errs);
+    } else if samples > 0
         && plan.micro_batches > 0
         && samples as u128 * plan.micro_batches as u128 != plan.global_batch as u128
     {
@@ -570,6 +575,66 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
                 });
             }
         }
+    }
+}
+
+/// Per-replica sample counts (`Stage::replica_samples`): one per replica, each at least one,
+/// summing to the global batch, on a one-stage plan whose `micro_batches` is the largest step
+/// count; equal step counts under ZeRO-2/3.
+fn check_replica_samples(plan: &Plan, i: usize, s: &Stage, errs: &mut Vec<PlanError>) {
+    let bad = |reason: String| PlanError::ReplicaSamples { stage: i, reason };
+    if plan.stages.len() != 1 {
+        errs.push(bad(format!(
+            "per-replica sample counts need a one-stage plan, but the plan has {} stages",
+            plan.stages.len()
+        )));
+        return;
+    }
+    if s.replica_samples.len() != s.micro_batch_sizes.len() {
+        errs.push(bad(format!(
+            "{} counts for {} replicas; give one per replica",
+            s.replica_samples.len(),
+            s.micro_batch_sizes.len()
+        )));
+        return;
+    }
+    if let Some(r) = s.replica_samples.iter().position(|&n| n == 0) {
+        errs.push(bad(format!(
+            "replica {r} processes no sample; every replica needs at least one"
+        )));
+        return;
+    }
+    let total = s.replica_samples.iter().fold(0u128, |a, &n| a + n as u128);
+    if total != plan.global_batch as u128 {
+        errs.push(bad(format!(
+            "the replicas process {total} samples per iteration, but global_batch is {}",
+            plan.global_batch
+        )));
+    }
+    if s.micro_batch_sizes.contains(&0) {
+        return;
+    }
+    let steps: Vec<u64> = (0..s.replica_samples.len())
+        .map(|r| s.replica_steps(r, plan.micro_batches).0)
+        .collect();
+    let most = steps.iter().copied().max().unwrap_or(0);
+    if plan.micro_batches != most {
+        errs.push(bad(format!(
+            "the replicas run at most {most} micro-batches, so micro_batches must be {most}, not {}",
+            plan.micro_batches
+        )));
+    }
+    if s.zero >= 2 && steps.iter().any(|&n| n != most) {
+        errs.push(bad(format!(
+            "ZeRO-{} runs its collectives every micro-batch, so every replica must run the same \
+             number of micro-batches (they run {})",
+            s.zero,
+            steps
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
     }
 }
 

@@ -44,6 +44,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
                 recompute: s.recompute,
                 offload: s.offload,
                 sequence_parallel: false,
+                replica_samples: Vec::new(),
             })
             .collect(),
     }

@@ -378,15 +378,33 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 .collect()
         })
         .collect();
+    // Replicas running different numbers of micro-batches (`Stage::replica_samples`): per
+    // replica its count and, when smaller than its size, the last micro-batch's layer costs.
+    let steps_of = |si: usize, r: usize| plan.stages[si].replica_steps(r, m);
+    let last_costs: Vec<Vec<Option<Vec<LayerCost>>>> = (0..plan.stages.len())
+        .map(|si| {
+            let st = &plan.stages[si];
+            (0..st.dp as usize)
+                .map(|r| {
+                    let (_, last) = steps_of(si, r);
+                    (last != st.micro_batch_sizes[r]).then(|| {
+                        let mut lp = plan.clone();
+                        lp.stages[si].micro_batch_sizes[r] = last;
+                        cost::layer_costs(w, &lp, compute, si, r)
+                    })
+                })
+                .collect()
+        })
+        .collect();
     let fwd_of = |c: &LayerCost| c.forward + c.tp_forward;
     let bwd_of = |c: &LayerCost| c.backward + c.recompute + c.tp_backward;
 
     // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), and the last
     // micro-batch's backward when its gradients are reduced in buckets after it.
-    let split = |si: usize, mb: u64, pass: Pass| {
+    let split = |si: usize, r: usize, mb: u64, pass: Pass| {
         let st = &plan.stages[si];
-        st.dp > 1
-            && (st.zero >= 2 || (pass == Pass::Backward && mb == last_backward_mb(plan, depth, m)))
+        let lb = last_backward_mb(plan, depth, steps_of(si, r).0);
+        st.dp > 1 && (st.zero >= 2 || (pass == Pass::Backward && mb == lb))
     };
 
     // Compute tasks, executor by executor, in program order; flows attached afterwards. A pass
@@ -397,7 +415,8 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         .executors
         .iter()
         .map(|ex| {
-            program(plan.schedule, depth, ex.stage, m)
+            let steps = steps_of(ex.stage, ex.replica).0;
+            program(plan.schedule, depth, ex.stage, steps)
                 .into_iter()
                 .map(|(c, mb, pass)| Op {
                     chunk: c * depth + ex.stage,
@@ -414,7 +433,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 continue;
             };
             let r = b.executors[e].replica;
-            let lc = &costs[op.chunk][r];
+            let lc = match &last_costs[op.chunk][r] {
+                Some(last) if op.mb + 1 == steps_of(op.chunk, r).0 => last,
+                _ => &costs[op.chunk][r],
+            };
             let label = |layer: Option<usize>| Label::Compute {
                 stage: op.chunk,
                 replica: r,
@@ -422,7 +444,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 pass: op.pass,
                 layer,
             };
-            let tasks = if split(op.chunk, op.mb, op.pass) {
+            let tasks = if split(op.chunk, r, op.mb, op.pass) {
                 let order: Vec<usize> = match op.pass {
                     Pass::Forward => (0..lc.len()).collect(),
                     Pass::Backward => (0..lc.len()).rev().collect(),
@@ -647,7 +669,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
 
     // End of the iteration: gradient buckets of the last backward, the tied embedding, the
     // optimizer, the ZeRO-1/2 parameter gather.
-    let lb = last_backward_mb(plan, depth, m);
+    let lb = |si: usize, r: usize| last_backward_mb(plan, depth, steps_of(si, r).0);
     let mut sync_of_stage: Vec<Vec<TaskId>> = vec![Vec::new(); plan.stages.len()];
     for (si, st) in plan.stages.iter().enumerate() {
         if st.dp <= 1 || st.zero >= 2 {
@@ -655,7 +677,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         }
         let start = st.layers.start;
         let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
-            .map(|r| passes[&(si, r, lb, Pass::Backward)].layers.clone())
+            .map(|r| passes[&(si, r, lb(si, r), Pass::Backward)].layers.clone())
             .collect();
         let mut prev: Option<TaskId> = None;
         for l in (0..layers[0].len()).rev() {
@@ -691,7 +713,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 let st = &plan.stages[si];
                 (0..st.dp as usize).map(move |r| (si, r))
             })
-            .map(|(si, r)| passes[&(si, r, lb, Pass::Backward)].last)
+            .map(|(si, r)| passes[&(si, r, lb(si, r), Pass::Backward)].last)
             .collect();
         // Every replica of the first stage all-reduces with its counterpart on the last stage
         // (all TP ranks at once, each its shard): one flow per replica pair, sharing links.
