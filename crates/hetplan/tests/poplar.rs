@@ -85,14 +85,15 @@ fn uniform(p: &Problem<'_>, zero: u8) -> (Plan, Estimate) {
     panic!("no uniform plan fits at ZeRO-{zero}");
 }
 
-/// Per-GPU micro-batch sizes of a plan by GPU type name, in cluster order.
+/// Samples each GPU of a type processes per iteration (Poplar's per-GPU batch), cluster order.
 fn sizes_of(o: &Outcome, c: &Cluster, gpu: &str) -> Vec<u64> {
     let st = &o.plan.stages[0];
-    st.devices
-        .iter()
-        .zip(&st.micro_batch_sizes)
-        .filter(|(g, _)| c.gpu(**g).name == gpu)
-        .map(|(_, &b)| b)
+    (0..st.devices.len())
+        .filter(|&r| c.gpu(st.devices[r]).name == gpu)
+        .map(|r| match st.replica_samples.get(r) {
+            Some(&n) => n,
+            None => st.micro_batch_sizes[r] * o.plan.micro_batches,
+        })
         .collect()
 }
 
@@ -118,9 +119,8 @@ fn check_shape(o: &Outcome, c: &Cluster, zero: u8) {
 
 #[test]
 fn faster_or_larger_gpus_get_larger_batches_on_the_table_1_clusters() {
-    // Cluster A: same compute, 80 GB against 40 GB. At ZeRO-0 the 40 GB card holds 14 samples
-    // and the best plan hetplan can express at 1024 samples is 16 micro-batches of 8 everywhere
-    // (a tie); from ZeRO-1 on the 80 GB cards take more.
+    // Cluster A: nearly the same compute, 80 GB against 40 GB: the 80 GB cards take more
+    // samples at every stage.
     let a = scenario("poplar-cluster-a").unwrap();
     for zero in 0..=3u8 {
         let o = poplar(&of(&a), zero);
@@ -129,11 +129,7 @@ fn faster_or_larger_gpus_get_larger_batches_on_the_table_1_clusters() {
         let small = sizes_of(&o, &a.cluster, "a100-pcie-40gb");
         assert_eq!((big.len(), small.len()), (4, 4));
         let (min_big, max_small) = (*big.iter().min().unwrap(), *small.iter().max().unwrap());
-        if zero == 0 {
-            assert!(min_big >= max_small, "{big:?} {small:?}");
-        } else {
-            assert!(min_big > max_small, "ZeRO-{zero}: {big:?} {small:?}");
-        }
+        assert!(min_big > max_small, "ZeRO-{zero}: {big:?} {small:?}");
     }
     // Cluster B: same memory, V100 faster than T4; cluster C: A800 faster and larger.
     for (name, fast, slow) in [
@@ -167,22 +163,18 @@ fn poplar_beats_deepspeeds_uniform_batches_at_the_same_zero_stage() {
             assert!(t < 0.9 * u, "{name} ZeRO-{zero}: {t} vs {u}");
         }
     }
-    // A (memory differs, compute within 6%): a tie under hetplan's estimate. Its analytic
-    // compute model is flat in the batch size at 2048 tokens a sample, so the 80 GB cards'
-    // larger batches buy no utilisation (the paper's gain on A at ZeRO-0/1, which it calls
-    // small); and 1024 samples split into powers of two, so Poplar cannot take fewer
-    // accumulation steps than the uniform plan either (its ZeRO-2/3 gain). What is left is
-    // the spline's reading of a 0.1% speed difference: within 0.5% either way.
+    // A (memory differs, compute within 6%): a small gain, as the paper finds. hetplan's
+    // analytic compute is nearly flat in the batch size at 2048 tokens a sample, so what Poplar
+    // gains is the 80 GB cards' slightly higher clock and fewer, larger steps — expressible
+    // only with per-GPU step counts (`Stage::replica_samples`): 132 samples on each 80 GB
+    // card, 124 on each 40 GB one. About 3% at every stage.
     let a = scenario("poplar-cluster-a").unwrap();
     let p = of(&a);
     for zero in 0..=3u8 {
         let o = poplar(&p, zero);
         let (_, base) = uniform(&p, zero);
         let (t, u) = (o.estimate.iteration_time_s, base.iteration_time_s);
-        assert!(
-            (t / u - 1.0).abs() < 0.005,
-            "cluster A ZeRO-{zero}: {t} vs {u}"
-        );
+        assert!(t < 0.99 * u, "cluster A ZeRO-{zero}: {t} vs {u}");
     }
 }
 
@@ -281,10 +273,26 @@ fn splits(total: u64, parts: usize) -> Vec<Vec<u64>> {
     out
 }
 
+/// Every choice of one element from each list.
+fn product(choices: &[Vec<u64>]) -> Vec<Vec<u64>> {
+    choices.iter().fold(vec![Vec::new()], |acc, c| {
+        acc.iter()
+            .flat_map(|prefix| {
+                c.iter().map(move |&x| {
+                    let mut v = prefix.clone();
+                    v.push(x);
+                    v
+                })
+            })
+            .collect()
+    })
+}
+
 #[test]
 fn no_better_than_a_brute_force_of_poplars_own_space() {
-    // Poplar's space beyond the oracle's: ZeRO-1/2/3. Every number of micro-batches dividing
-    // the global batch and every split of a micro-batch over the four GPUs, at the same stage.
+    // Poplar's space beyond the oracle's: ZeRO-1/2/3 and per-GPU step counts. Every number of
+    // micro-batches dividing the global batch and every split of a micro-batch over the four
+    // GPUs, at the same stage; and every per-GPU split with per-GPU micro-batch sizes.
     let (m, c) = (small_model(), small_cluster());
     for gbs in [8u64, 12] {
         let p = problem(&m, &c, gbs, 1024);
@@ -298,6 +306,25 @@ fn no_better_than_a_brute_force_of_poplars_own_space() {
                     let est = common::evaluate(&p, &dp_plan(&p, zero, sizes, mb)).unwrap();
                     if est.fits {
                         best = best.min(est.iteration_time_s);
+                    }
+                }
+            }
+            // Per-GPU step counts (`replica_samples`): every split of the global batch over
+            // the GPUs and every micro-batch size of each GPU (gbs 8 only: the space grows fast).
+            if gbs == 8 {
+                for samples in splits(gbs, 4) {
+                    let choices: Vec<Vec<u64>> =
+                        samples.iter().map(|&n| (1..=n).collect()).collect();
+                    for sizes in product(&choices) {
+                        let steps = (0..4).map(|r| samples[r].div_ceil(sizes[r])).max().unwrap();
+                        let mut plan = dp_plan(&p, zero, sizes, steps);
+                        plan.stages[0].replica_samples = samples.clone();
+                        let Some(est) = common::evaluate(&p, &plan) else {
+                            continue; // ZeRO-2/3 with unequal step counts
+                        };
+                        if est.fits {
+                            best = best.min(est.iteration_time_s);
+                        }
                     }
                 }
             }

@@ -71,37 +71,31 @@
 //! short", §Time Consumed Estimation). `Ranked.planner_cost_s` is this cost of each listed plan;
 //! `Outcome::estimate` is hetplan's estimate of the plan returned.
 //!
-//! # What hetplan's `Plan` cannot express, and the plan returned
+//! # The plan returned
 //!
-//! A hetplan plan runs the same number `m` of micro-batches on every replica, each replica with
-//! one fixed size, `Σ mbs_r × m = gbs`, every replica at least one sample. Poplar's allocation
-//! has per-GPU step counts (ZeRO-0/1), last-batch sizes and GPUs with no sample. So the planner
-//! emits the nearest expressible plans: for every `m` dividing the global batch whose per-step
-//! batch `S = gbs / m` lies between n and `Σ mbsᵢ`, `S` is split over the GPUs in proportion to
-//! Poplar's per-GPU totals (`gmbsᵢ`; largest remainder, each GPU within `1..=mbsᵢ`) — every
-//! GPU keeps its share of the global batch. Each is priced with Poplar's cost; the cheapest
-//! (ties: fewer micro-batches) that hetplan's memory estimate confirms is returned, the others
-//! listed in `Outcome::ranked`. The notes give Poplar's exact allocation (per GPU type: steps,
-//! batch, last batch), its Poplar cost, and how much the emitted plan loses by Poplar's own cost.
-//! On the Table 1 scenarios (1024 samples) that loss is 0.5–15% by Poplar's cost.
-//!
-//! The `Plan` extension that would express Poplar exactly: per replica of a one-stage plan, a
-//! step count `gas_r` and a last-batch size `lbs_r ≤ mbs_r` (replica r runs `gas_r − 1`
-//! micro-batches of `mbs_r` and one of `lbs_r`, `Σ_r (gas_r − 1)·mbs_r + lbs_r = gbs`, a replica
-//! with no sample allowed); ZeRO-2/3 need every `gas_r` equal (their collectives run per
-//! step), ZeRO-0/1 do not. The estimate would take `max_r ((gas_r − 1)·t_r(mbs_r) +
-//! t_r(lbs_r))` for the compute and `max gas_r` steps of per-step ZeRO traffic.
+//! Poplar's allocation is expressed exactly with per-replica sample counts
+//! (`Stage::replica_samples`): GPU r runs ⌈samples_r / b_r⌉ micro-batches of `b_r`, the last
+//! carrying the rest — per-GPU step counts under ZeRO-0/1, equal counts with last-batch sizes
+//! under ZeRO-2/3. That plan is returned when hetplan's memory estimate says it fits. Two
+//! allocations a hetplan plan cannot express — a GPU with no sample at all, and (ZeRO-2/3) a
+//! GPU that sits out the last step — and an exact plan that runs out of memory fall back to
+//! the nearest plans with equal micro-batch counts: for every `m` dividing the global batch
+//! whose per-step batch `S = gbs / m` lies between n and `Σ mbsᵢ`, `S` split over the GPUs in
+//! proportion to Poplar's per-GPU totals (largest remainder, each GPU within `1..=mbsᵢ`). Each
+//! is priced with Poplar's cost; the cheapest (ties: fewer micro-batches) that fits is
+//! returned. `Outcome::ranked` lists the exact plan first, then these; the notes give Poplar's
+//! allocation per GPU type (steps, batch, last batch) and its cost.
 //!
 //! # What the tests and the bench measured
 //!
 //! Under hetplan's estimate Poplar takes 24–34% less time per iteration than DeepSpeed's uniform
-//! batches on cluster B and 36–37% less on cluster C, at every ZeRO stage (the simulator agrees on B). Cluster A (memory
-//! differs, compute within 6%) is a tie within 0.2%: hetplan's analytic compute is flat in the
-//! batch size at 2048 tokens a sample, so the 80 GB cards' larger batches buy no utilisation,
-//! and 1024 samples split only into powers of two, so no plan takes fewer accumulation steps
-//! than the uniform one. Poplar's additive `t + time_communication` makes it prefer fewer,
-//! larger steps at ZeRO-2/3 than hetplan's estimate (which overlaps ZeRO traffic with compute)
-//! would: on cluster B at ZeRO-3 it picks 64 micro-batches where 128 estimate 7% less time.
+//! batches on cluster B and 36–37% less on cluster C, at every ZeRO stage (the simulator agrees
+//! on B). On cluster A (memory differs, compute within 6%) the gain is about 3% at every stage:
+//! hetplan's analytic compute is nearly flat in the batch size at 2048 tokens a sample, so what
+//! Poplar gains is the 80 GB cards' slightly faster clock and fewer, larger steps on them (132
+//! samples each against 124 on the 40 GB cards). Poplar's additive `t + time_communication`
+//! makes it prefer fewer, larger steps at ZeRO-2/3 than hetplan's estimate (which overlaps ZeRO
+//! traffic with compute) would.
 //!
 //! # Choices not in the paper
 //!
@@ -318,6 +312,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
         recompute: Recompute::None,
         offload: Default::default(),
         sequence_parallel: false,
+        replica_samples: Vec::new(),
     };
     let params = memory::stage_params(model, 0..model.layers.len(), 1);
     let (w, g, o) = memory::state_bytes(precision);
@@ -997,6 +992,27 @@ impl Planner for Poplar {
         let mut best: Option<(Plan, crate::cost::Estimate, f64)> = None;
         let mut listed = Vec::new();
         let mut oom = 0usize;
+        // Poplar's exact allocation first: per-GPU step counts and last batches
+        // (`Stage::replica_samples`), when every GPU has a sample and, under ZeRO-2/3, every
+        // GPU runs every step.
+        let exact = exact_plan(problem, zero, &alloc);
+        let exact_expressed = exact.is_some();
+        if let Some(plan) = exact {
+            if let Some(est) = common::evaluate(problem, &plan) {
+                if est.fits {
+                    search.offer(Seconds(est.iteration_time_s));
+                    best = Some((plan.clone(), est.clone(), alloc.cost));
+                } else {
+                    oom += 1;
+                }
+                listed.push(Ranked {
+                    plan,
+                    planner_cost_s: alloc.cost,
+                    estimate_s: est.iteration_time_s,
+                    fits: est.fits,
+                });
+            }
+        }
         for c in &candidates {
             if best.is_some() && listed.len() >= self.ranked {
                 break;
@@ -1038,19 +1054,35 @@ impl Planner for Poplar {
                  by hetplan's estimate"
             )));
         };
-        notes.push(format!(
-            "hetplan plans run the same number of equal micro-batches on every GPU (no per-GPU \
-             step counts, no last-batch sizes): the plan is {} micro-batch(es) of {:?} samples \
-             per GPU, Poplar's allocation apportioned to {} samples per micro-batch; Poplar's \
-             cost {} ({:+.1}% against its exact allocation); {} micro-batch counts were \
-             expressible",
-            plan.micro_batches,
-            compact_sizes(&plan.stages[0].micro_batch_sizes),
-            gbs / plan.micro_batches,
-            Seconds(cost),
-            (cost / alloc.cost - 1.0) * 100.0,
-            candidates.len()
-        ));
+        if !plan.stages[0].replica_samples.is_empty() {
+            notes.push(format!(
+                "the plan is Poplar's exact allocation: per-GPU micro-batch sizes {:?}, \
+                 per-GPU samples {:?}, at most {} micro-batches; {} plans with equal \
+                 micro-batch counts are listed after it",
+                compact_sizes(&plan.stages[0].micro_batch_sizes),
+                compact_sizes(&plan.stages[0].replica_samples),
+                plan.micro_batches,
+                listed.len().saturating_sub(1)
+            ));
+        } else {
+            notes.push(format!(
+                "{}: the plan is {} micro-batch(es) of {:?} samples per GPU, Poplar's allocation \
+                 apportioned to {} samples per micro-batch; Poplar's cost {} ({:+.1}% against its \
+                 exact allocation); {} micro-batch counts were expressible",
+                if exact_expressed {
+                    "Poplar's exact allocation runs out of memory by hetplan's estimate"
+                } else {
+                    "Poplar's exact allocation gives a GPU no sample, or (ZeRO-2/3) skips a GPU \
+                     in the last step, which a hetplan plan cannot express"
+                },
+                plan.micro_batches,
+                compact_sizes(&plan.stages[0].micro_batch_sizes),
+                gbs / plan.micro_batches,
+                Seconds(cost),
+                (cost / alloc.cost - 1.0) * 100.0,
+                candidates.len()
+            ));
+        }
         if oom > 0 {
             notes.push(format!(
                 "{oom} plan(s) Poplar's cost ranks above it run out of memory by hetplan's \
@@ -1066,6 +1098,27 @@ impl Planner for Poplar {
             notes,
         })
     }
+}
+
+/// Poplar's exact allocation as a hetplan plan (`Stage::replica_samples`), when one expresses
+/// it: every GPU has a sample, and under ZeRO-2/3 every GPU runs every step.
+fn exact_plan(problem: &Problem<'_>, zero: u8, alloc: &Allocation) -> Option<Plan> {
+    let shares = &alloc.gpus;
+    let steps = shares.iter().map(|s| s.steps).max()?;
+    let ok = shares.iter().all(|s| {
+        s.total >= 1
+            && s.batch >= 1
+            && (1..=s.batch).contains(&s.last)
+            && s.total == (s.steps - 1) * s.batch + s.last
+            && (zero < 2 || s.steps == steps)
+    });
+    if !ok {
+        return None;
+    }
+    let stage = one_stage(problem, zero, shares.iter().map(|s| s.batch).collect());
+    let mut plan = common::make_plan(problem, vec![stage], steps);
+    plan.stages[0].replica_samples = shares.iter().map(|s| s.total).collect();
+    Some(plan)
 }
 
 /// Per-GPU sizes as runs: `[12×4, 5×4]` for four GPUs of 12 then four of 5.
