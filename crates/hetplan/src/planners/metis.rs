@@ -284,6 +284,9 @@ impl<T> Table<T> {
     }
 }
 
+/// A group's DP-first intra-stage plan: (TP degree, replica micro-batch sizes, capacity).
+type DpFirst = (u32, Vec<u64>, f64);
+
 /// Node classes, caches and the problem's constants.
 struct Ctx<'a, 'p> {
     p: &'a Problem<'p>,
@@ -309,7 +312,7 @@ struct Ctx<'a, 'p> {
     /// Interned group shapes (`Group::shape`).
     shapes: HashMap<Vec<(usize, u32)>, u32>,
     /// Per (shape, micro-batch samples): the DP-first (TP, replica micro-batches, capacity).
-    first_cache: HashMap<(u32, u64), Option<(u32, Vec<u64>, f64)>>,
+    first_cache: HashMap<(u32, u64), Option<DpFirst>>,
     /// Per (shape, TP, micro-batch samples, in-flight micro-batches): `max_layers`.
     room_cache: HashMap<(u32, u32, u64, u64), usize>,
     /// Lower-bound constants: the whole model's GPU-seconds per sample at the best class, TP
@@ -695,7 +698,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
 
     /// Algorithm 1's starting point for a group (DP first: the lowest valid TP degree) and
     /// that plan's capacity, cached per shape.
-    fn dp_first(&mut self, g: &Group, per_mb: u64) -> Option<(u32, Vec<u64>, f64)> {
+    fn dp_first(&mut self, g: &Group, per_mb: u64) -> Option<DpFirst> {
         let key = (g.shape, per_mb);
         if let Some(v) = self.first_cache.get(&key) {
             return v.clone();
