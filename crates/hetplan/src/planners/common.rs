@@ -100,6 +100,55 @@ impl Best {
     }
 }
 
+/// Splits `total` over items in proportion to `weights` by largest remainder, item i within
+/// `1..=caps[i]`: each first gets its quota rounded down (clamped), then what is missing goes
+/// one at a time to the item furthest below its quota and what is too much comes back from the
+/// one furthest above it, ties to the lowest index. `None` when no split fits the bounds.
+/// Metis's data load balancer and Poplar's expressible plans split samples this way.
+pub fn largest_remainder(total: u64, weights: &[f64], caps: &[u64]) -> Option<Vec<u64>> {
+    let n = weights.len();
+    let room = caps.iter().fold(0u64, |a, &c| a.saturating_add(c));
+    if n == 0 || caps.len() != n || total < n as u64 || total > room || caps.contains(&0) {
+        return None;
+    }
+    let sum: f64 = weights.iter().sum();
+    let quota: Vec<f64> = weights
+        .iter()
+        .map(|&w| {
+            if sum > 0.0 {
+                total as f64 * w / sum
+            } else {
+                total as f64 / n as f64
+            }
+        })
+        .collect();
+    let mut out: Vec<u64> = quota
+        .iter()
+        .zip(caps)
+        .map(|(&q, &c)| (q.floor() as u64).clamp(1, c))
+        .collect();
+    let mut have: u64 = out.iter().sum();
+    while have < total {
+        let i = (0..n).filter(|&i| out[i] < caps[i]).max_by(|&a, &b| {
+            (quota[a] - out[a] as f64)
+                .total_cmp(&(quota[b] - out[b] as f64))
+                .then(b.cmp(&a))
+        })?;
+        out[i] += 1;
+        have += 1;
+    }
+    while have > total {
+        let i = (0..n).filter(|&i| out[i] > 1).max_by(|&a, &b| {
+            (out[a] as f64 - quota[a])
+                .total_cmp(&(out[b] as f64 - quota[b]))
+                .then(b.cmp(&a))
+        })?;
+        out[i] -= 1;
+        have -= 1;
+    }
+    Some(out)
+}
+
 /// Positive integer divisors of `n`, ascending.
 pub fn divisors(n: u64) -> Vec<u64> {
     let mut d: Vec<u64> = (1..=n.isqrt()).filter(|i| n.is_multiple_of(*i)).collect();
@@ -194,6 +243,26 @@ pub fn infeasible_reason(problem: &Problem<'_>, cluster: &Cluster) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn largest_remainder_keeps_proportions_and_bounds() {
+        assert_eq!(
+            largest_remainder(10, &[3.0, 1.0], &[10, 10]),
+            Some(vec![8, 2])
+        );
+        assert_eq!(
+            largest_remainder(10, &[3.0, 1.0], &[6, 10]),
+            Some(vec![6, 4])
+        );
+        assert_eq!(
+            largest_remainder(4, &[100.0, 0.0, 0.0, 0.0], &[9, 9, 9, 9]),
+            Some(vec![1, 1, 1, 1])
+        );
+        assert_eq!(largest_remainder(3, &[1.0; 4], &[9, 9, 9, 9]), None);
+        assert_eq!(largest_remainder(40, &[1.0, 1.0], &[9, 9]), None);
+        assert_eq!(largest_remainder(4, &[0.0, 0.0], &[9, 9]), Some(vec![2, 2]));
+        assert_eq!(largest_remainder(4, &[], &[]), None);
+    }
     use super::*;
 
     #[test]

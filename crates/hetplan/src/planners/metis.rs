@@ -780,7 +780,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                 even as f64 / t.max(f64::MIN_POSITIVE)
             })
             .collect();
-        proportional_split(per_mb, &caps, max)
+        common::largest_remainder(per_mb, &caps, &vec![max; dp])
     }
 
     /// Capacity of a stage for the layer load balancer: one over its slowest replica's time for
@@ -944,42 +944,6 @@ impl<'a, 'p> Ctx<'a, 'p> {
         }
         sum + (b as f64 - 1.0) * max + dp_all
     }
-}
-
-/// Splits `total` samples over replicas in proportion to `caps` (largest remainder), each at
-/// least 1 and at most `max`; `None` if impossible.
-fn proportional_split(total: u64, caps: &[f64], max: u64) -> Option<Vec<u64>> {
-    let n = caps.len();
-    if n == 0 || total < n as u64 || total > max.saturating_mul(n as u64) {
-        return None;
-    }
-    let sum: f64 = caps.iter().sum();
-    let ideal: Vec<f64> = caps.iter().map(|c| total as f64 * c / sum).collect();
-    let mut out: Vec<u64> = ideal
-        .iter()
-        .map(|x| (x.floor() as u64).clamp(1, max))
-        .collect();
-    let mut have: u64 = out.iter().sum();
-    // Hand out what is missing by largest remainder, take back what is too much by smallest.
-    while have < total {
-        let r = (0..n).filter(|&r| out[r] < max).max_by(|&a, &b| {
-            (ideal[a] - out[a] as f64)
-                .total_cmp(&(ideal[b] - out[b] as f64))
-                .then(b.cmp(&a))
-        })?;
-        out[r] += 1;
-        have += 1;
-    }
-    while have > total {
-        let r = (0..n).filter(|&r| out[r] > 1).min_by(|&a, &b| {
-            (ideal[a] - out[a] as f64)
-                .total_cmp(&(ideal[b] - out[b] as f64))
-                .then(a.cmp(&b))
-        })?;
-        out[r] -= 1;
-        have -= 1;
-    }
-    Some(out)
 }
 
 /// Capacity-aware layer balancing: cuts the layers whose normalised load prefix sums are
@@ -1809,7 +1773,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proportional_split_is_capacity_aware_and_exact() {
+    fn data_split_is_capacity_aware_and_exact() {
+        let proportional_split =
+            |t: u64, c: &[f64], max: u64| common::largest_remainder(t, c, &vec![max; c.len()]);
         assert_eq!(
             proportional_split(8, &[2.0, 1.0, 1.0], 64),
             Some(vec![4, 2, 2])

@@ -726,47 +726,6 @@ fn allocate_zero23(
     Some(Allocation { gpus, cost, swept })
 }
 
-/// Splits `total` samples over GPUs in proportion to `weights` (largest remainder), each within
-/// `1..=caps[i]`; `None` when that is impossible.
-fn apportion(total: u64, weights: &[u64], caps: &[u64]) -> Option<Vec<u64>> {
-    let n = weights.len() as u64;
-    let room: u64 = caps.iter().sum();
-    if total < n || total > room || caps.contains(&0) {
-        return None;
-    }
-    let w_sum: u64 = weights.iter().sum::<u64>().max(1);
-    let quota: Vec<f64> = weights
-        .iter()
-        .map(|&w| total as f64 * w as f64 / w_sum as f64)
-        .collect();
-    let mut a: Vec<u64> = quota
-        .iter()
-        .zip(caps)
-        .map(|(&q, &c)| (q.floor() as u64).clamp(1, c))
-        .collect();
-    let mut sum: u64 = a.iter().sum();
-    while sum < total {
-        // The GPU furthest below its quota that has room; ties: lowest index.
-        let i = (0..a.len()).filter(|&i| a[i] < caps[i]).max_by(|&x, &y| {
-            (quota[x] - a[x] as f64)
-                .total_cmp(&(quota[y] - a[y] as f64))
-                .then(y.cmp(&x))
-        })?;
-        a[i] += 1;
-        sum += 1;
-    }
-    while sum > total {
-        let i = (0..a.len()).filter(|&i| a[i] > 1).max_by(|&x, &y| {
-            (a[x] as f64 - quota[x])
-                .total_cmp(&(a[y] as f64 - quota[y]))
-                .then(y.cmp(&x))
-        })?;
-        a[i] -= 1;
-        sum -= 1;
-    }
-    Some(a)
-}
-
 // ------------------------------------------------------------------------------ planner
 
 /// One expressible plan: `m` micro-batches of per-GPU sizes.
@@ -954,7 +913,7 @@ impl Planner for Poplar {
         ));
 
         // The expressible plans: m micro-batches, each GPU keeping its share.
-        let weights: Vec<u64> = alloc.gpus.iter().map(|s| s.total).collect();
+        let weights: Vec<f64> = alloc.gpus.iter().map(|s| s.total as f64).collect();
         let caps: Vec<u64> = types.iter().map(|p| p.mbs).collect();
         let room: u64 = caps.iter().sum();
         let mut candidates: Vec<Expressible> = Vec::new();
@@ -964,7 +923,7 @@ impl Planner for Poplar {
                 continue;
             }
             let m = gbs / per_step;
-            let Some(sizes) = apportion(per_step, &weights, &caps) else {
+            let Some(sizes) = common::largest_remainder(per_step, &weights, &caps) else {
                 continue;
             };
             let shares: Vec<GpuShare> = sizes
@@ -1155,18 +1114,6 @@ mod tests {
             NaturalSpline::new(vec![3.0], vec![7.0]).unwrap().eval(9.0),
             7.0
         );
-    }
-
-    #[test]
-    fn apportion_keeps_proportions_and_bounds() {
-        assert_eq!(apportion(10, &[3, 1], &[10, 10]), Some(vec![8, 2]));
-        assert_eq!(apportion(10, &[3, 1], &[6, 10]), Some(vec![6, 4]));
-        assert_eq!(
-            apportion(4, &[100, 0, 0, 0], &[9, 9, 9, 9]),
-            Some(vec![1, 1, 1, 1])
-        );
-        assert_eq!(apportion(3, &[1, 1, 1, 1], &[9, 9, 9, 9]), None);
-        assert_eq!(apportion(40, &[1, 1], &[9, 9]), None);
     }
 
     #[test]
