@@ -12,6 +12,7 @@ pub mod amp;
 pub mod baselines;
 pub mod common;
 pub mod metis;
+pub mod mist;
 pub mod oracle;
 
 use crate::cluster::Cluster;
@@ -259,6 +260,7 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(oracle::Oracle),
         Box::new(metis::Metis::default()),
         Box::new(amp::Amp),
+        Box::new(mist::Mist::default()),
         Box::new(baselines::Megatron),
         Box::new(baselines::AlpaAverage),
         Box::new(baselines::DataParallel),

@@ -1,0 +1,487 @@
+//! Mist (Zhu et al., "Mist: Efficient Distributed Training of Large Language Models via
+//! Memory-Parallelism Co-Optimization", EuroSys '25), extended to heterogeneous clusters.
+//!
+//! DOCS_PLACEHOLDER
+
+pub mod interference;
+pub mod milp;
+pub mod stage;
+
+use super::common::{self, StageChoice};
+use super::{Outcome, Planner, PlannerError, Problem, Ranked, Search};
+use crate::cluster::{Cluster, GpuId, GpuTypeId};
+use crate::plan::{LayerRange, Plan, Recompute};
+use crate::units::Seconds;
+use interference::InterferenceParams;
+use milp::Cand;
+use stage::{CkptSpace, Point, Space, StageSpec, TableCache};
+use std::collections::BTreeMap;
+
+/// The Mist planner: its search space and interference factors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mist {
+    pub space: Space,
+    pub interference: InterferenceParams,
+    /// How many of the best inter-stage solutions (one per (S, G)) to keep in `ranked`.
+    pub ranked: usize,
+}
+
+impl Default for Mist {
+    /// The full space: ZeRO 0–3, any number of checkpointed layers, offload ratios on a grid
+    /// of quarters, α sampled at 11 points.
+    fn default() -> Self {
+        Mist {
+            space: Space {
+                max_zero: 3,
+                ckpt: CkptSpace::Tuned,
+                // *(silent)* The paper's ratios are floats in [0, 1] (Table 2) with no stated
+                // granularity; a grid of quarters on each of the four keeps the exhaustive
+                // intra-stage search at 625 offload points per (DP, TP, ZeRO).
+                offload_steps: 4,
+                // *(silent)* "a series of α ∈ [0, 1] are sampled uniformly": 11 samples.
+                alphas: 11,
+            },
+            interference: InterferenceParams::default(),
+            ranked: 10,
+        }
+    }
+}
+
+impl Mist {
+    /// Mist's search restricted to full activation checkpointing on every stage, no ZeRO and
+    /// no offloading (Fig. 2(b): Megatron-LM's and Alpa's memory strategy, parallelism tuned).
+    pub fn full_checkpointing() -> Mist {
+        let mut m = Mist::default();
+        m.space.max_zero = 0;
+        m.space.ckpt = CkptSpace::Full;
+        m.space.offload_steps = 0;
+        m
+    }
+
+    /// Parallelism only: no ZeRO, no checkpointing, no offloading (Fig. 2(a)).
+    pub fn parallelism_only() -> Mist {
+        let mut m = Mist::default();
+        m.space.max_zero = 0;
+        m.space.ckpt = CkptSpace::Off;
+        m.space.offload_steps = 0;
+        m
+    }
+}
+
+/// Nodes that are interchangeable for Mist: same GPU type, GPUs per node and bandwidths.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeClass {
+    pub gpu_type: GpuTypeId,
+    pub per_node: u32,
+    /// Node indices, ascending.
+    pub nodes: Vec<u32>,
+}
+
+/// The node classes of a cluster, in order of first appearance.
+pub fn node_classes(cluster: &Cluster) -> Vec<NodeClass> {
+    let mut out: Vec<NodeClass> = Vec::new();
+    for (i, n) in cluster.nodes.iter().enumerate() {
+        if n.num_gpus == 0 {
+            continue;
+        }
+        let same = |c: &NodeClass| {
+            let r = &cluster.nodes[c.nodes[0] as usize];
+            r.gpu_type == n.gpu_type
+                && r.num_gpus == n.num_gpus
+                && r.intra_bandwidth == n.intra_bandwidth
+                && r.inter_bandwidth == n.inter_bandwidth
+                && !cluster
+                    .pair_bandwidth
+                    .keys()
+                    .any(|&(a, b)| a == i as u32 || b == i as u32)
+        };
+        match out.iter_mut().find(|c| same(c)) {
+            Some(c) => c.nodes.push(i as u32),
+            None => out.push(NodeClass {
+                gpu_type: n.gpu_type,
+                per_node: n.num_gpus,
+                nodes: vec![i as u32],
+            }),
+        }
+    }
+    out
+}
+
+/// A device-group shape: `nodes` whole nodes of a class, or a power-of-two slice of one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Shape {
+    pub class: usize,
+    pub nodes: u32,
+    pub per_node: u32,
+}
+
+impl Shape {
+    pub fn gpus(&self) -> u32 {
+        self.nodes * self.per_node
+    }
+}
+
+/// Alpa's submesh shapes, which Mist's (nᵢ, mᵢ) follow: (1, 2ᵏ) inside a node and (n, M)
+/// whole nodes, per node class. *(silent)* With M not a power of two, the in-node slices are
+/// the powers of two dividing M, so that the slices of a class always pack into its nodes
+/// when their GPU count allows (every size divides the next and M).
+pub fn shapes(classes: &[NodeClass]) -> Vec<Shape> {
+    let mut out = Vec::new();
+    for (ci, c) in classes.iter().enumerate() {
+        let mut m = 1;
+        while m < c.per_node {
+            if c.per_node.is_multiple_of(m) {
+                out.push(Shape {
+                    class: ci,
+                    nodes: 1,
+                    per_node: m,
+                });
+            }
+            m *= 2;
+        }
+        for n in 1..=c.nodes.len() as u32 {
+            out.push(Shape {
+                class: ci,
+                nodes: n,
+                per_node: c.per_node,
+            });
+        }
+    }
+    out
+}
+
+/// The canonical devices of a shape (its class's first nodes, first GPUs).
+fn canonical(classes: &[NodeClass], s: Shape) -> Vec<GpuId> {
+    let c = &classes[s.class];
+    c.nodes[..s.nodes as usize]
+        .iter()
+        .flat_map(|&n| (0..s.per_node).map(move |l| GpuId { node: n, local: l }))
+        .collect()
+}
+
+/// Places the chosen shapes on GPUs: whole-node groups take whole nodes in stage order, slices
+/// first-fit in decreasing size. `None` if they do not fit (cannot happen within the MILP's
+/// GPU-count constraint; see [`shapes`]).
+pub fn place(classes: &[NodeClass], picks: &[Shape]) -> Option<Vec<Vec<GpuId>>> {
+    let mut out: Vec<Vec<GpuId>> = vec![Vec::new(); picks.len()];
+    for (ci, c) in classes.iter().enumerate() {
+        let mut used = vec![0u32; c.nodes.len()];
+        for (si, s) in picks.iter().enumerate() {
+            if s.class != ci || s.per_node != c.per_node {
+                continue;
+            }
+            for _ in 0..s.nodes {
+                let k = used.iter().position(|&u| u == 0)?;
+                used[k] = c.per_node;
+                out[si].extend((0..c.per_node).map(|l| GpuId {
+                    node: c.nodes[k],
+                    local: l,
+                }));
+            }
+        }
+        let mut slices: Vec<usize> = (0..picks.len())
+            .filter(|&i| picks[i].class == ci && picks[i].per_node < c.per_node)
+            .collect();
+        slices.sort_by(|&a, &b| picks[b].per_node.cmp(&picks[a].per_node).then(a.cmp(&b)));
+        for si in slices {
+            let m = picks[si].per_node;
+            let k = used.iter().position(|&u| u + m <= c.per_node)?;
+            out[si].extend((used[k]..used[k] + m).map(|l| GpuId {
+                node: c.nodes[k],
+                local: l,
+            }));
+            used[k] += m;
+        }
+    }
+    Some(out)
+}
+
+/// One inter-stage solution: Eq. 2's value and the plan.
+struct Solution {
+    cost: f64,
+    plan: Plan,
+    /// Per stage: the intra-stage point chosen.
+    points: Vec<Point>,
+}
+
+/// Memo of intra-stage frontiers: (start, end, shape, G, in-flight, sends, tied).
+type FrontierKey = (usize, usize, Shape, u64, u64, u32, bool);
+
+impl Planner for Mist {
+    fn name(&self) -> &'static str {
+        "mist"
+    }
+
+    fn description(&self) -> &'static str {
+        "Mist (EuroSys '25): ZeRO, per-stage checkpointing and offloading co-tuned with \
+         parallelism; intra-stage Pareto frontiers joined by an imbalance-aware MILP"
+    }
+
+    fn plan(
+        &self,
+        problem: &Problem<'_>,
+        search: &mut Search<'_>,
+    ) -> Result<Outcome, PlannerError> {
+        let cluster = problem.cluster;
+        let n_layers = problem.model.layers.len();
+        let n_gpus = cluster.num_gpus();
+        if problem.global_batch == 0 {
+            return Err(PlannerError::Infeasible(
+                "the global batch is 0 samples: give at least one".into(),
+            ));
+        }
+        if n_layers == 0 {
+            return Err(PlannerError::Infeasible("the model has no layers".into()));
+        }
+        if n_gpus == 0 {
+            return Err(PlannerError::Infeasible("the cluster has no GPUs".into()));
+        }
+        if let Err(e) = crate::plan::validate::validate_seq_len(problem.model, problem.seq_len) {
+            return Err(PlannerError::Infeasible(e));
+        }
+        let classes = node_classes(cluster);
+        let caps: Vec<u32> = classes
+            .iter()
+            .map(|c| c.per_node * c.nodes.len() as u32)
+            .collect();
+        let shapes = shapes(&classes);
+        let heads = stage::attention_heads(problem);
+        let tied_all = stage::tied_params(problem);
+        let mut cache: TableCache = BTreeMap::new();
+        let mut frontiers: BTreeMap<FrontierKey, Vec<Point>> = BTreeMap::new();
+        let mut solutions: Vec<Solution> = Vec::new();
+        let mut best_cost = f64::INFINITY;
+        let (mut milps, mut cands_total, mut cut_by_bound, mut points_total) = (0u64, 0u64, 0u64, 0u64);
+        let mut stopped = false;
+        'outer: for s in 1..=n_layers.min(n_gpus) {
+            for g in common::divisors(problem.global_batch) {
+                if !search.tick() {
+                    stopped = true;
+                    break 'outer;
+                }
+                let mut stages: Vec<Vec<Cand>> = Vec::with_capacity(s);
+                let mut meta: Vec<Vec<(Shape, Point)>> = Vec::with_capacity(s);
+                for i in 0..s {
+                    let in_flight = ((s - i) as u64).min(g);
+                    let sends = (i > 0) as u32 + (i + 1 < s) as u32;
+                    let tied = if s >= 2 && (i == 0 || i + 1 == s) {
+                        tied_all
+                    } else {
+                        0.0
+                    };
+                    let lmax = n_layers + 1 - s;
+                    let mut cs = Vec::new();
+                    let mut ms = Vec::new();
+                    for l in if s == 1 { n_layers..=n_layers } else { 1..=lmax } {
+                        let (start, end) = if s == 1 {
+                            (0, n_layers)
+                        } else if i == 0 {
+                            (0, l)
+                        } else if i + 1 == s {
+                            (n_layers - l, n_layers)
+                        } else {
+                            (1, 1 + l)
+                        };
+                        for &shape in &shapes {
+                            let key = (start, end, shape, g, in_flight, sends, tied > 0.0);
+                            if !frontiers.contains_key(&key) {
+                                let gpu = &cluster.gpu_types[classes[shape.class].gpu_type.0];
+                                let ctx = stage::Ctx {
+                                    problem,
+                                    gpu,
+                                    space: self.space,
+                                    interference: &self.interference,
+                                    heads: heads.clone(),
+                                };
+                                let spec = StageSpec {
+                                    start,
+                                    end,
+                                    devices: canonical(&classes, shape),
+                                    per_node: shape.per_node,
+                                    micro_batches: g,
+                                    in_flight,
+                                    sends,
+                                    tied_params: tied,
+                                };
+                                match stage::intra_stage(&ctx, &spec, &mut cache, search) {
+                                    Some(pts) => {
+                                        points_total += pts.len() as u64;
+                                        frontiers.insert(key, pts);
+                                    }
+                                    None => {
+                                        stopped = true;
+                                        break 'outer;
+                                    }
+                                }
+                            }
+                            for p in &frontiers[&key] {
+                                // (G − 1)·max t + Σ t ≥ G·tᵢ: a point this slow cannot beat
+                                // the best solution found.
+                                if g as f64 * p.t >= best_cost {
+                                    cut_by_bound += 1;
+                                    continue;
+                                }
+                                let mut usage = vec![0u32; classes.len()];
+                                usage[shape.class] = shape.gpus();
+                                cs.push(Cand {
+                                    t: p.t,
+                                    d: p.d,
+                                    layers: l,
+                                    usage,
+                                });
+                                ms.push((shape, *p));
+                            }
+                        }
+                    }
+                    if cs.is_empty() {
+                        break;
+                    }
+                    cands_total += cs.len() as u64;
+                    stages.push(cs);
+                    meta.push(ms);
+                }
+                if stages.len() < s {
+                    continue;
+                }
+                milps += 1;
+                let Some((picks, cost)) = milp::solve(&stages, g, n_layers, &caps) else {
+                    continue;
+                };
+                let chosen: Vec<(Shape, Point)> =
+                    picks.iter().enumerate().map(|(i, &c)| meta[i][c]).collect();
+                let shapes_chosen: Vec<Shape> = chosen.iter().map(|c| c.0).collect();
+                let Some(devices) = place(&classes, &shapes_chosen) else {
+                    continue;
+                };
+                let mut start = 0;
+                let mut choices = Vec::with_capacity(s);
+                for (i, (&(_, p), devs)) in chosen.iter().zip(devices).enumerate() {
+                    let l = stages[i][picks[i]].layers;
+                    let cfg = p.config;
+                    let recompute = match cfg.ckpt as usize {
+                        0 => Recompute::None,
+                        n if n >= l => Recompute::Full,
+                        n => Recompute::Layers(n as u32),
+                    };
+                    choices.push(StageChoice {
+                        layers: LayerRange {
+                            start,
+                            end: start + l,
+                        },
+                        devices: devs,
+                        tp: cfg.tp,
+                        micro_batch_sizes: vec![cfg.micro_batch; cfg.dp as usize],
+                        zero: cfg.zero,
+                        recompute,
+                        offload: cfg.offload,
+                    });
+                    start += l;
+                }
+                let plan = common::make_plan(problem, choices, g);
+                if cost < best_cost {
+                    best_cost = cost;
+                }
+                search.offer(Seconds(cost));
+                solutions.push(Solution {
+                    cost,
+                    plan,
+                    points: chosen.iter().map(|c| c.1).collect(),
+                });
+            }
+        }
+        // Best by Eq. 2 first; ties keep the search order.
+        solutions.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+        let mut ranked = Vec::new();
+        let mut answer: Option<(usize, crate::cost::Estimate)> = None;
+        let mut notes = Vec::new();
+        for (i, sol) in solutions.iter().enumerate() {
+            let est = common::evaluate(problem, &sol.plan);
+            let (fits, est_s) = est
+                .as_ref()
+                .map_or((false, f64::NAN), |e| (e.fits, e.iteration_time_s));
+            if answer.is_none() && fits {
+                answer = Some((i, est.clone().expect("fits implies an estimate")));
+            }
+            if ranked.len() < self.ranked {
+                ranked.push(Ranked {
+                    plan: sol.plan.clone(),
+                    planner_cost_s: sol.cost,
+                    estimate_s: est_s,
+                    fits,
+                });
+            }
+        }
+        notes.push(format!(
+            "searched ZeRO 0–{}, {}, offload ratios {}, α sampled at {} points; {} inter-stage \
+             MILPs (stages × micro-batch counts) over {} candidates from {} Pareto points; {} \
+             points cut because G·t already exceeded the best solution",
+            self.space.max_zero,
+            match self.space.ckpt {
+                CkptSpace::Tuned => "any number of checkpointed layers per stage",
+                CkptSpace::Full => "full checkpointing only",
+                CkptSpace::Off => "no checkpointing",
+            },
+            if self.space.offload_steps == 0 {
+                "off".to_string()
+            } else {
+                format!("on a grid of 1/{}", self.space.offload_steps)
+            },
+            self.space.alphas,
+            milps,
+            cands_total,
+            points_total,
+            cut_by_bound
+        ));
+        match answer {
+            Some((i, estimate)) => {
+                let sol = &solutions[i];
+                if i > 0 {
+                    notes.push(format!(
+                        "the {i} solution(s) Mist ranks higher do not fit in memory by hetplan's \
+                         estimate; the best that fits is returned"
+                    ));
+                }
+                for (si, (st, p)) in sol.plan.stages.iter().zip(&sol.points).enumerate() {
+                    notes.push(format!(
+                        "stage {si}: {} GPUs dp={} tp={} b={} ZeRO-{} ckpt {}/{} offload \
+                         W{:.2} G{:.2} O{:.2} A{:.2}: Mist t={:.3}s d={:.3}s, peak {:.1} GiB",
+                        st.devices.len(),
+                        st.dp,
+                        st.tp,
+                        p.config.micro_batch,
+                        st.zero,
+                        p.config.ckpt,
+                        st.layers.len(),
+                        st.offload.weights,
+                        st.offload.gradients,
+                        st.offload.optimizer,
+                        st.offload.activations,
+                        p.t,
+                        p.d,
+                        p.memory / (1u64 << 30) as f64
+                    ));
+                }
+                Ok(Outcome {
+                    plan: sol.plan.clone(),
+                    estimate,
+                    explored: search.explored(),
+                    stop_reason: search.stop_reason(),
+                    ranked,
+                    notes,
+                })
+            }
+            None if stopped || search.stopped() => Err(PlannerError::Stopped(search.stop_reason())),
+            None => Err(PlannerError::Infeasible(format!(
+                "{} (Mist searched ZeRO 0–{}, {}, offloading {})",
+                common::infeasible_reason(problem, cluster),
+                self.space.max_zero,
+                match self.space.ckpt {
+                    CkptSpace::Tuned => "tuned checkpointing",
+                    CkptSpace::Full => "full checkpointing",
+                    CkptSpace::Off => "no checkpointing",
+                },
+                if self.space.offload_steps == 0 { "off" } else { "on" }
+            ))),
+        }
+    }
+}
