@@ -207,6 +207,178 @@ struct Solution {
 /// Memo of intra-stage frontiers: (start, end, shape, G, in-flight, sends, tied).
 type FrontierKey = (usize, usize, Shape, u64, u64, u32, bool);
 
+/// The candidates of one inter-stage MILP: per stage, Eq. 2's (t, d, l, GPUs) and what they
+/// stand for.
+pub struct StageCandidates {
+    pub cands: Vec<Vec<Cand>>,
+    pub meta: Vec<Vec<(Shape, Point)>>,
+    /// GPUs per node class: the MILP's capacity constraints.
+    pub caps: Vec<u32>,
+}
+
+/// The state of one tuning run: node classes, shapes and the memos of the intra-stage search.
+struct Tuner<'p, 'a> {
+    mist: &'p Mist,
+    problem: &'p Problem<'a>,
+    classes: Vec<NodeClass>,
+    caps: Vec<u32>,
+    shapes: Vec<Shape>,
+    heads: Vec<(u64, u64)>,
+    tied_all: f64,
+    cache: TableCache,
+    frontiers: BTreeMap<FrontierKey, Vec<Point>>,
+    points_total: u64,
+    cut_by_bound: u64,
+}
+
+impl<'p, 'a> Tuner<'p, 'a> {
+    fn new(mist: &'p Mist, problem: &'p Problem<'a>) -> Self {
+        let classes = node_classes(problem.cluster);
+        let caps = classes
+            .iter()
+            .map(|c| c.per_node * c.nodes.len() as u32)
+            .collect();
+        let shapes = shapes(&classes);
+        Tuner {
+            mist,
+            problem,
+            caps,
+            shapes,
+            classes,
+            heads: stage::attention_heads(problem),
+            tied_all: stage::tied_params(problem),
+            cache: BTreeMap::new(),
+            frontiers: BTreeMap::new(),
+            points_total: 0,
+            cut_by_bound: 0,
+        }
+    }
+
+    /// The MILP's candidates for S stages and G micro-batches: for every stage position, layer
+    /// count and shape, the sampled intra-stage frontier, without the points whose G·t reaches
+    /// `bound`. `Err(())` when the search limit stopped it; `Ok(None)` when a stage has no
+    /// candidate.
+    fn candidates(
+        &mut self,
+        s: usize,
+        g: u64,
+        bound: f64,
+        search: &mut Search<'_>,
+    ) -> Result<Option<StageCandidates>, ()> {
+        let problem = self.problem;
+        let cluster = problem.cluster;
+        let n_layers = problem.model.layers.len();
+        let mut cands: Vec<Vec<Cand>> = Vec::with_capacity(s);
+        let mut meta: Vec<Vec<(Shape, Point)>> = Vec::with_capacity(s);
+        for i in 0..s {
+            let in_flight = ((s - i) as u64).min(g);
+            let sends = (i > 0) as u32 + (i + 1 < s) as u32;
+            let tied = if s >= 2 && (i == 0 || i + 1 == s) {
+                self.tied_all
+            } else {
+                0.0
+            };
+            let lmax = n_layers + 1 - s;
+            let mut cs = Vec::new();
+            let mut ms = Vec::new();
+            for l in if s == 1 { n_layers..=n_layers } else { 1..=lmax } {
+                // *(silent)* Mist's layers are identical (§5.1, §8); a middle stage of l layers
+                // is costed on blocks 1..=l, the first stage on the first l layers (with the
+                // embedding), the last on the last l (with the head).
+                let (start, end) = if s == 1 {
+                    (0, n_layers)
+                } else if i == 0 {
+                    (0, l)
+                } else if i + 1 == s {
+                    (n_layers - l, n_layers)
+                } else {
+                    (1, 1 + l)
+                };
+                for si in 0..self.shapes.len() {
+                    let shape = self.shapes[si];
+                    let key = (start, end, shape, g, in_flight, sends, tied > 0.0);
+                    if !self.frontiers.contains_key(&key) {
+                        let gpu = &cluster.gpu_types[self.classes[shape.class].gpu_type.0];
+                        let ctx = stage::Ctx {
+                            problem,
+                            gpu,
+                            space: self.mist.space,
+                            interference: &self.mist.interference,
+                            heads: self.heads.clone(),
+                        };
+                        let spec = StageSpec {
+                            start,
+                            end,
+                            devices: canonical(&self.classes, shape),
+                            per_node: shape.per_node,
+                            micro_batches: g,
+                            in_flight,
+                            sends,
+                            tied_params: tied,
+                        };
+                        let pts = stage::intra_stage(&ctx, &spec, &mut self.cache, search)
+                            .ok_or(())?;
+                        self.points_total += pts.len() as u64;
+                        self.frontiers.insert(key, pts);
+                    }
+                    for p in &self.frontiers[&key] {
+                        // (G − 1)·max t + Σ t ≥ G·tᵢ: a point this slow cannot beat the best
+                        // solution found.
+                        if g as f64 * p.t >= bound {
+                            self.cut_by_bound += 1;
+                            continue;
+                        }
+                        let mut usage = vec![0u32; self.classes.len()];
+                        usage[shape.class] = shape.gpus();
+                        cs.push(Cand {
+                            t: p.t,
+                            d: p.d,
+                            layers: l,
+                            usage,
+                        });
+                        ms.push((shape, *p));
+                    }
+                }
+            }
+            if cs.is_empty() {
+                return Ok(None);
+            }
+            cands.push(cs);
+            meta.push(ms);
+        }
+        Ok(Some(StageCandidates {
+            cands,
+            meta,
+            caps: self.caps.clone(),
+        }))
+    }
+}
+
+impl Mist {
+    /// The inter-stage MILP's candidates for `stages` stages and `micro_batches` micro-batches
+    /// (every sampled Pareto point, no bound): what Eq. 2 chooses from. `None` when a stage has
+    /// no candidate or the search stopped.
+    pub fn stage_candidates(
+        &self,
+        problem: &Problem<'_>,
+        stages: usize,
+        micro_batches: u64,
+        search: &mut Search<'_>,
+    ) -> Option<StageCandidates> {
+        if stages == 0
+            || micro_batches == 0
+            || !problem.global_batch.is_multiple_of(micro_batches)
+            || stages > problem.model.layers.len()
+        {
+            return None;
+        }
+        Tuner::new(self, problem)
+            .candidates(stages, micro_batches, f64::INFINITY, search)
+            .ok()
+            .flatten()
+    }
+}
+
 impl Planner for Mist {
     fn name(&self) -> &'static str {
         "mist"
@@ -239,19 +411,10 @@ impl Planner for Mist {
         if let Err(e) = crate::plan::validate::validate_seq_len(problem.model, problem.seq_len) {
             return Err(PlannerError::Infeasible(e));
         }
-        let classes = node_classes(cluster);
-        let caps: Vec<u32> = classes
-            .iter()
-            .map(|c| c.per_node * c.nodes.len() as u32)
-            .collect();
-        let shapes = shapes(&classes);
-        let heads = stage::attention_heads(problem);
-        let tied_all = stage::tied_params(problem);
-        let mut cache: TableCache = BTreeMap::new();
-        let mut frontiers: BTreeMap<FrontierKey, Vec<Point>> = BTreeMap::new();
+        let mut tuner = Tuner::new(self, problem);
         let mut solutions: Vec<Solution> = Vec::new();
         let mut best_cost = f64::INFINITY;
-        let (mut milps, mut cands_total, mut cut_by_bound, mut points_total) = (0u64, 0u64, 0u64, 0u64);
+        let (mut milps, mut cands_total) = (0u64, 0u64);
         let mut stopped = false;
         'outer: for s in 1..=n_layers.min(n_gpus) {
             for g in common::divisors(problem.global_batch) {
@@ -259,90 +422,20 @@ impl Planner for Mist {
                     stopped = true;
                     break 'outer;
                 }
-                let mut stages: Vec<Vec<Cand>> = Vec::with_capacity(s);
-                let mut meta: Vec<Vec<(Shape, Point)>> = Vec::with_capacity(s);
-                for i in 0..s {
-                    let in_flight = ((s - i) as u64).min(g);
-                    let sends = (i > 0) as u32 + (i + 1 < s) as u32;
-                    let tied = if s >= 2 && (i == 0 || i + 1 == s) {
-                        tied_all
-                    } else {
-                        0.0
-                    };
-                    let lmax = n_layers + 1 - s;
-                    let mut cs = Vec::new();
-                    let mut ms = Vec::new();
-                    for l in if s == 1 { n_layers..=n_layers } else { 1..=lmax } {
-                        let (start, end) = if s == 1 {
-                            (0, n_layers)
-                        } else if i == 0 {
-                            (0, l)
-                        } else if i + 1 == s {
-                            (n_layers - l, n_layers)
-                        } else {
-                            (1, 1 + l)
-                        };
-                        for &shape in &shapes {
-                            let key = (start, end, shape, g, in_flight, sends, tied > 0.0);
-                            if !frontiers.contains_key(&key) {
-                                let gpu = &cluster.gpu_types[classes[shape.class].gpu_type.0];
-                                let ctx = stage::Ctx {
-                                    problem,
-                                    gpu,
-                                    space: self.space,
-                                    interference: &self.interference,
-                                    heads: heads.clone(),
-                                };
-                                let spec = StageSpec {
-                                    start,
-                                    end,
-                                    devices: canonical(&classes, shape),
-                                    per_node: shape.per_node,
-                                    micro_batches: g,
-                                    in_flight,
-                                    sends,
-                                    tied_params: tied,
-                                };
-                                match stage::intra_stage(&ctx, &spec, &mut cache, search) {
-                                    Some(pts) => {
-                                        points_total += pts.len() as u64;
-                                        frontiers.insert(key, pts);
-                                    }
-                                    None => {
-                                        stopped = true;
-                                        break 'outer;
-                                    }
-                                }
-                            }
-                            for p in &frontiers[&key] {
-                                // (G − 1)·max t + Σ t ≥ G·tᵢ: a point this slow cannot beat
-                                // the best solution found.
-                                if g as f64 * p.t >= best_cost {
-                                    cut_by_bound += 1;
-                                    continue;
-                                }
-                                let mut usage = vec![0u32; classes.len()];
-                                usage[shape.class] = shape.gpus();
-                                cs.push(Cand {
-                                    t: p.t,
-                                    d: p.d,
-                                    layers: l,
-                                    usage,
-                                });
-                                ms.push((shape, *p));
-                            }
-                        }
+                let sc = match tuner.candidates(s, g, best_cost, search) {
+                    Err(()) => {
+                        stopped = true;
+                        break 'outer;
                     }
-                    if cs.is_empty() {
-                        break;
-                    }
-                    cands_total += cs.len() as u64;
-                    stages.push(cs);
-                    meta.push(ms);
-                }
-                if stages.len() < s {
-                    continue;
-                }
+                    Ok(None) => continue,
+                    Ok(Some(sc)) => sc,
+                };
+                let StageCandidates {
+                    cands: stages,
+                    meta,
+                    caps,
+                } = sc;
+                cands_total += stages.iter().map(|c| c.len() as u64).sum::<u64>();
                 milps += 1;
                 let Some((picks, cost)) = milp::solve(&stages, g, n_layers, &caps) else {
                     continue;
@@ -350,7 +443,7 @@ impl Planner for Mist {
                 let chosen: Vec<(Shape, Point)> =
                     picks.iter().enumerate().map(|(i, &c)| meta[i][c]).collect();
                 let shapes_chosen: Vec<Shape> = chosen.iter().map(|c| c.0).collect();
-                let Some(devices) = place(&classes, &shapes_chosen) else {
+                let Some(devices) = place(&tuner.classes, &shapes_chosen) else {
                     continue;
                 };
                 let mut start = 0;
@@ -429,8 +522,8 @@ impl Planner for Mist {
             self.space.alphas,
             milps,
             cands_total,
-            points_total,
-            cut_by_bound
+            tuner.points_total,
+            tuner.cut_by_bound
         ));
         match answer {
             Some((i, estimate)) => {
