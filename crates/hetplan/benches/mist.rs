@@ -106,10 +106,27 @@ fn main() {
         "{:<22} {:>5} {:>10} {:>11} {:>10} {:>9} {:>9}  plan",
         "scenario", "GPUs", "nodes", "stop", "wall (ms)", "Eq.2 (s)", "est (s)"
     );
-    for name in scenario_names().into_iter().filter(|n| n.starts_with("mist-")) {
+    for name in scenario_names()
+        .into_iter()
+        .filter(|n| n.starts_with("mist-"))
+    {
         let sc = scenario(name).unwrap();
-        row(name, &sc.model, &sc.cluster, sc.global_batch, sc.seq_len, budget);
+        row(
+            name,
+            &sc.model,
+            &sc.cluster,
+            sc.global_batch,
+            sc.seq_len,
+            budget,
+        );
     }
     let model = catalog_model("gpt3-13b").unwrap();
-    row("a100+v100+t4 gpt3-13b", &model, &three_types(), 512, 2048, budget);
+    row(
+        "a100+v100+t4 gpt3-13b",
+        &model,
+        &three_types(),
+        512,
+        2048,
+        budget,
+    );
 }

@@ -6,7 +6,7 @@
 //! ([`StopReason`]). Planners are deterministic: same problem, same limits → same plan.
 //!
 //! One module per planner: `oracle` (exhaustive, the referee of the property tests), `metis`,
-//! `amp`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain data parallelism).
+//! `amp`, `mist`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain data parallelism).
 
 pub mod amp;
 pub mod baselines;

@@ -47,7 +47,12 @@ pub fn feasible(picks: &[&Cand], layers: usize, caps: &[u32]) -> bool {
 
 /// Solves Eq. 2. Returns the chosen candidate index per stage and Eq. 2's value (recomputed
 /// from the picks), or `None` when the program is infeasible.
-pub fn solve(stages: &[Vec<Cand>], g: u64, layers: usize, caps: &[u32]) -> Option<(Vec<usize>, f64)> {
+pub fn solve(
+    stages: &[Vec<Cand>],
+    g: u64,
+    layers: usize,
+    caps: &[u32],
+) -> Option<(Vec<usize>, f64)> {
     if stages.is_empty() || stages.iter().any(|s| s.is_empty()) {
         return None;
     }
@@ -58,13 +63,8 @@ pub fn solve(stages: &[Vec<Cand>], g: u64, layers: usize, caps: &[u32]) -> Optio
         .collect();
     let t_max = vars.add(variable().min(0.0));
     let tail = vars.add(variable().min(0.0));
-    let t_of = |i: usize| -> Expression {
-        stages[i]
-            .iter()
-            .zip(&x[i])
-            .map(|(c, v)| c.t * *v)
-            .sum()
-    };
+    let t_of =
+        |i: usize| -> Expression { stages[i].iter().zip(&x[i]).map(|(c, v)| c.t * *v).sum() };
     let mut obj: Expression = (g as f64 - 1.0) * t_max + tail;
     for i in 0..stages.len() {
         obj += t_of(i);
@@ -119,7 +119,11 @@ pub fn solve(stages: &[Vec<Cand>], g: u64, layers: usize, caps: &[u32]) -> Optio
             best
         })
         .collect();
-    let chosen: Vec<&Cand> = picks.iter().enumerate().map(|(i, &c)| &stages[i][c]).collect();
+    let chosen: Vec<&Cand> = picks
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| &stages[i][c])
+        .collect();
     if !feasible(&chosen, layers, caps) {
         return None;
     }
@@ -139,7 +143,11 @@ pub fn brute_force(
         return None;
     }
     loop {
-        let picks: Vec<&Cand> = idx.iter().enumerate().map(|(i, &c)| &stages[i][c]).collect();
+        let picks: Vec<&Cand> = idx
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| &stages[i][c])
+            .collect();
         if feasible(&picks, layers, caps) {
             let v = objective(g, &picks);
             if best.as_ref().is_none_or(|(_, b)| v < *b) {

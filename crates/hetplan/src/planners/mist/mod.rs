@@ -1,7 +1,110 @@
 //! Mist (Zhu et al., "Mist: Efficient Distributed Training of Large Language Models via
 //! Memory-Parallelism Co-Optimization", EuroSys '25), extended to heterogeneous clusters.
 //!
-//! DOCS_PLACEHOLDER
+//! Mist co-tunes, per pipeline stage, data and tensor parallelism, the micro-batch size, ZeRO
+//! 0–3, the number of activation-checkpointed layers and four offloading ratios (weights,
+//! gradients, optimizer states, activations), with an overlap- and imbalance-aware cost.
+//!
+//! # What is faithful (paper → code)
+//!
+//! * **Search space, Table 2 / §5.1.** Per stage (Lᵢ, bᵢ, DPᵢ, TPᵢ, ZeROᵢ, CKPTᵢ, WOᵢ, GOᵢ,
+//!   OOᵢ, AOᵢ) → [`stage::StageConfig`]; G and S are chosen by the outer loops. All layers of a
+//!   stage share the stage's configuration (stage-wise granularity). The plan carries them as
+//!   `Stage::{zero, recompute: Recompute::Layers(n), offload}`.
+//! * **Overlap schedule, Fig. 7.** [`stage::intra_stage`] costs a pass as four streams — layer
+//!   compute, NCCL (ZeRO-3 parameter all-gather in forward and backward, ZeRO-2/3 gradient
+//!   reduce-scatter in backward), host→device (swapped-in weights, activations coming back in
+//!   backward) and device→host (activations going out in forward, gradients in backward) — that
+//!   run together, each prefetched one layer ahead, so the first layer's share of each transfer
+//!   is exposed and the rest overlaps compute. TP all-reduces and pipeline sends stay serial.
+//! * **Interference, §5.2.2 and Algorithm 1.** [`interference::pred_intf`] is Algorithm 1
+//!   (`Update` over the four-, three- and two-stream combinations, then the remainder alone);
+//!   its two-stream case is `cost::overlap::co_run_with`, and the compute/NCCL factors are the
+//!   ones hetplan's estimate uses (`cost::constants`), so there is one set of numbers.
+//!   [`interference::InterferenceParams::default`] documents every default;
+//!   [`interference::fit`] refits them from measured co-run points (Mist fits them from
+//!   benchmarks of sampled kernel pairs).
+//! * **t and d, Eq. 5–6.** t = the stable micro-batch (forward and backward passes above); d =
+//!   what the first and last micro-batches add: the repositioned optimizer step (§5.1: each
+//!   layer's step before its first forward — GPU Adam on the resident share, CPU Adam on the
+//!   offloaded share, whose gradients go down and updated weights come up beside the first
+//!   forward), ZeRO-1/2's parameter all-gather in the first forward, the gradient all-reduce
+//!   (ZeRO-0) or reduce-scatter (ZeRO-1) beside the last backward, and the tied-embedding
+//!   all-reduce of the first and last stages.
+//! * **Symbolic analysis, §5.2.1.** The analogue of "one symbolic pass, then value
+//!   substitution": per (layers, group shape, TP, micro-batch size) one table of per-layer
+//!   quantities (hetplan's `ComputeTimes::layer_time`, `cost::comm`, `cost::memory`) with prefix
+//!   sums over the checkpoint count; every configuration is then a few additions. Memory is
+//!   the peak of hetplan's memory model (states sharded by ZeRO and reduced by the offload
+//!   ratios, 1F1B in-flight activations of which AO leave the GPU except the one in progress,
+//!   recompute working set, logits buffer, ZeRO-3's two gathered layers, allocator overhead
+//!   and the CUDA context), so that Mist and hetplan's estimate agree on what fits.
+//! * **Intra-stage tuning, Eq. 4.** Exhaustive ("we simply search in a brute-force way"):
+//!   every (DP, TP) of the group (b = B / (G·DP), Table 2), every ZeRO level, every point of
+//!   the offload grid and, for each, the fewest checkpointed layers that fit (exact: more
+//!   recomputation only adds time, so larger counts are dominated; found by binary search on
+//!   the prefix minimum of the memory curve). A grid point whose ratio one step lower fits
+//!   with as few checkpointed layers is dominated and not costed. The Pareto frontier of
+//!   (t, d) is sampled by sweeping α over [0, 1] in α·G·t + (1−α)·d ([`Mist::space`]`.alphas`
+//!   samples, ties to G·t + d, then to the first found).
+//! * **Inter-stage tuning, Eq. 2–3.** [`milp::solve`] linearises Eq. 2 (the two maxima by
+//!   auxiliary variables) over one binary per (stage, layer count, group shape, sampled
+//!   Pareto point) and solves it with good_lp: microlp by default, HiGHS with `--features
+//!   highs` (`#[cfg(feature = "highs")]` switches the backend). One MILP per (S, G), S =
+//!   1..=min(layers, GPUs), G every divisor of the global batch. The objective is Eq. 1 — the
+//!   same form hetplan's estimate uses — so inter-microbatch imbalance (the third term) and
+//!   pipeline bubbles in which first/last-micro-batch work hides are priced.
+//!
+//! # Heterogeneous extension *(silent: Mist's device mesh is homogeneous)*
+//!
+//! Nodes are grouped into classes (GPU type, GPUs per node, bandwidths; a node with a pair
+//! bandwidth override is a class of its own). A stage's device group is one of Alpa's submesh
+//! shapes, which Mist's (nᵢ, mᵢ) follow, inside one class: a power-of-two slice (1, 2ᵏ) of a
+//! node with 2ᵏ dividing its GPU count, or n whole nodes (n, M). Every intra-stage frontier is
+//! computed on its class's GPU type, so every stage's memory fits its own GPUs. The MILP
+//! chooses per stage a shape and a frontier point under one constraint per class: the
+//! stages' GPUs of that class ≤ the class's GPUs. Because slice sizes form a divisor chain of
+//! M, any choice within the counts packs onto the nodes ([`place`]: whole nodes first, then
+//! slices first-fit decreasing). GPUs may stay unused when that is faster by Eq. 2.
+//!
+//! # Where the paper is silent, and what is chosen here
+//!
+//! * *Offload ratio granularity*: floats in [0, 1] (Table 2) without a step; a grid of
+//!   quarters on each ratio (625 points per (DP, TP, ZeRO) before the dominance cut).
+//! * *α samples*: 11, uniform.
+//! * *Identical layers* (§5.1, §8: "its efficient tuning algorithm assumes identical
+//!   layers"): a stage's cost depends on its layer count and position only — the first stage
+//!   is costed on the first l layers (with the embedding), the last on the last l (with the
+//!   head), a middle stage on blocks 1..=l. On models whose blocks differ, the MILP's picture
+//!   is approximate; the returned plan is costed by hetplan's estimate on its real layers.
+//! * *Checkpointed layers are the stage's first ones* (hetplan's `Recompute::Layers`).
+//! * *ZeRO-2 reduces gradients every micro-batch* (DeepSpeed's behaviour, hetplan's model);
+//!   ZeRO above 0 is not searched with DP = 1 (nothing to shard).
+//! * *Pipeline sends* are costed to a GPU of another node when the cluster has several (the
+//!   neighbour's placement is not known inside a stage), else inside the node.
+//! * *Interference defaults* other than compute/NCCL (the paper fits, and prints none):
+//!   documented estimates in [`interference`]; in a combination of three or four streams a
+//!   stream is slowed by the product of its pairwise factors.
+//! * *Host memory* is not bounded (the paper states no host budget).
+//! * *The returned plan* is the best by Eq. 2 over all (S, G) that hetplan's estimate confirms
+//!   fits (Mist's memory model is hetplan's, so the first one normally does); `ranked` lists
+//!   the best MILP solution of each (S, G), by Eq. 2, with hetplan's estimate beside it.
+//! * *Schedule*: 1F1B (in-flight micro-batches min(S − i, G)); sequence parallelism off.
+//!
+//! # Bounds, cuts and determinism
+//!
+//! `Search::tick` is called per (S, G) and per intra-stage (stage, shape, TP, ZeRO) group of
+//! configurations; a stopped search returns the best solution so far. Exact cuts: dominated
+//! offload/checkpoint points are not costed; frontier points with G·t at least the best
+//! Eq. 2 value found are left out of later MILPs ((G−1)·max t + Σ t ≥ G·tᵢ). Frontiers are
+//! memoised per (layers, shape, G, in-flight count, neighbours), per-layer tables per
+//! (layers, shape, TP, b). The MILP is not interruptible; its size is what the cuts leave.
+//! Every order is fixed, ties keep the first, maps are `BTreeMap`s.
+//!
+//! Search time (`cargo bench -p hetplan --bench mist`, release, one core of a 2-core Intel
+//! Xeon VM shared with other builds, 60 s budget): 0.06–1.5 s on 2–4 GPUs, 6–8 s on 8, 23 s
+//! on 16 L4/A100, 58 s on 32 A100 (exhausted); 32 L4 and a 256-GPU A100+V100+T4 cluster
+//! (GPT-3 13B) stop at the 60 s limit with their best plan so far.
 
 pub mod interference;
 pub mod milp;
@@ -281,7 +384,11 @@ impl<'p, 'a> Tuner<'p, 'a> {
             let lmax = n_layers + 1 - s;
             let mut cs = Vec::new();
             let mut ms = Vec::new();
-            for l in if s == 1 { n_layers..=n_layers } else { 1..=lmax } {
+            for l in if s == 1 {
+                n_layers..=n_layers
+            } else {
+                1..=lmax
+            } {
                 // *(silent)* Mist's layers are identical (§5.1, §8); a middle stage of l layers
                 // is costed on blocks 1..=l, the first stage on the first l layers (with the
                 // embedding), the last on the last l (with the head).
@@ -316,8 +423,8 @@ impl<'p, 'a> Tuner<'p, 'a> {
                             sends,
                             tied_params: tied,
                         };
-                        let pts = stage::intra_stage(&ctx, &spec, &mut self.cache, search)
-                            .ok_or(())?;
+                        let pts =
+                            stage::intra_stage(&ctx, &spec, &mut self.cache, search).ok_or(())?;
                         self.points_total += pts.len() as u64;
                         self.frontiers.insert(key, pts);
                     }
@@ -573,7 +680,11 @@ impl Planner for Mist {
                     CkptSpace::Full => "full checkpointing",
                     CkptSpace::Off => "no checkpointing",
                 },
-                if self.space.offload_steps == 0 { "off" } else { "on" }
+                if self.space.offload_steps == 0 {
+                    "off"
+                } else {
+                    "on"
+                }
             ))),
         }
     }

@@ -361,16 +361,14 @@ pub fn intra_stage(
             mbs,
             spec.sends,
         );
-        if !cache.contains_key(&key) {
-            cache.insert(key, table(ctx, spec, tp, mbs));
-        }
-        let tab = &cache[&key];
+        let tab: &Table = cache
+            .entry(key)
+            .or_insert_with(|| table(ctx, spec, tp, mbs));
         let dp_group: Vec<GpuId> = (0..dp as usize)
             .map(|r| spec.devices[r * tp as usize])
             .collect();
-        let coll = |bytes: f64, kind| {
-            collective_time(cluster, &dp_group, Bytes(bytes), kind, &conc).get()
-        };
+        let coll =
+            |bytes: f64, kind| collective_time(cluster, &dp_group, Bytes(bytes), kind, &conc).get();
         let ag = coll(tab.params * pg, Collective::AllGather);
         let rs = coll(tab.params * gg, Collective::ReduceScatter);
         let ar = coll(tab.params * gg, Collective::AllReduce);
@@ -424,7 +422,13 @@ pub fn intra_stage(
                 let c_f = tab.fwd;
                 let c_b = tab.bwd + tab.recompute[n];
                 let nccl_f = if zero >= 3 { ag } else { 0.0 };
-                let nccl_b = if zero >= 3 { ag + rs } else if zero == 2 { rs } else { 0.0 };
+                let nccl_b = if zero >= 3 {
+                    ag + rs
+                } else if zero == 2 {
+                    rs
+                } else {
+                    0.0
+                };
                 let wo = off.weights * w / pcie;
                 let ao = off.activations * kept / pcie;
                 let go = off.gradients * gr / pcie;
@@ -486,8 +490,7 @@ pub fn intra_stage(
                 .collect();
             // Index into `curves[a]` of the fewest checkpointed layers that fit, if any.
             let fewest = |iw: usize, ig: usize, io: usize, ia: usize| -> Option<(usize, f64)> {
-                let states =
-                    w * (1.0 - wos[iw]) + gr * (1.0 - gos[ig]) + o * (1.0 - oos[io]);
+                let states = w * (1.0 - wos[iw]) + gr * (1.0 - gos[ig]) + o * (1.0 - oos[io]);
                 let room = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
                     - states
                     - tab.transient
@@ -497,6 +500,8 @@ pub fn intra_stage(
                 (idx < pm.len()).then_some((idx, states))
             };
             for ia in 0..aos.len() {
+                // Indices, not iterators: a point's neighbours one step lower are looked up.
+                #[allow(clippy::needless_range_loop)]
                 for iw in 0..wos.len() {
                     for ig in 0..gos.len() {
                         for io in 0..oos.len() {
