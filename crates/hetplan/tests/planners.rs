@@ -60,7 +60,9 @@ fn every_planner_is_no_better_than_the_oracle() {
         let Ok(o) = planner.plan(&p, &mut Search::unbounded()) else {
             continue;
         };
-        if o.estimate.fits {
+        // Mist's space is wider than the oracle's (ZeRO, checkpointing, offloading, idle GPUs):
+        // tests/mist.rs referees it with a brute force over its own space instead.
+        if o.estimate.fits && planner.name() != "mist" {
             assert!(
                 o.estimate.iteration_time_s >= best.estimate.iteration_time_s * (1.0 - 1e-9),
                 "{} beat the oracle: {} < {}",
