@@ -315,7 +315,7 @@ pub fn intra_stage(
     search: &mut Search<'_>,
 ) -> Option<Vec<Point>> {
     let p = ctx.problem;
-    let (model, cluster) = (p.model, p.cluster);
+    let cluster = p.cluster;
     let n_gpus = spec.devices.len() as u32;
     let g = spec.micro_batches;
     let per_mb = p.global_batch / g;
@@ -548,7 +548,6 @@ pub fn intra_stage(
             }
         }
     }
-    let _ = model;
     Some(sweep.points())
 }
 
