@@ -106,8 +106,8 @@ enum Command {
     Calibrate(CalibrateArgs),
     /// Find a plan: the best way to train the model on the cluster, by one planner.
     #[command(
-        after_help = "Planners: oracle (exhaustive, small problems), metis, amp, \
-        megatron, alpa, dp. Searches stop at --max-nodes candidates or --time-limit and say \
+        after_help = "Planners: oracle (exhaustive, small problems), metis, amp, mist, \
+        poplar, megatron, alpa, dp. Searches stop at --max-nodes candidates or --time-limit and say \
         why.\n\nExamples:\n  \
         hetplan plan --model gpt3-1.3b --cluster t4-v100 --gbs 64 --algo metis -o plan.json\n  \
         hetplan plan --scenario amp-hetero-cluster --algo amp --json\n  \

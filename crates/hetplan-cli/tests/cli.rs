@@ -1057,8 +1057,22 @@ fn compare_runs_every_planner() {
         ] {
             assert!(r.get(key).is_some(), "missing `{key}` in {r}");
         }
+        // Inside the oracle's space (all GPUs, no ZeRO, recomputation, offloading or
+        // per-replica step counts) nobody beats it; Mist and Poplar search wider spaces.
+        let stages = r["plan"]["stages"].as_array().unwrap();
+        let gpus: usize = stages
+            .iter()
+            .map(|s| s["devices"].as_array().unwrap().len())
+            .sum();
+        let in_space = gpus == 2
+            && stages.iter().all(|s| {
+                s["zero"] == 0
+                    && s["recompute"] == "none"
+                    && s.get("offload").is_none()
+                    && s.get("replica_samples").is_none()
+            });
         if let Some(t) = r["estimate"]["iteration_time_s"].as_f64() {
-            if r["fits"] == true {
+            if r["fits"] == true && in_space {
                 assert!(t >= best * (1.0 - 1e-9), "{} beat the oracle", r["algo"]);
             }
         }

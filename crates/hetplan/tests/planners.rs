@@ -3,6 +3,7 @@
 
 mod shared;
 use hetplan::cost::Analytic;
+use hetplan::plan::Recompute;
 use hetplan::planners::{self, oracle::Oracle, PlanOptions, Planner, Problem, Search};
 use hetplan::{Cluster, Model};
 use shared::{small_cluster, small_model};
@@ -60,7 +61,17 @@ fn every_planner_is_no_better_than_the_oracle() {
         let Ok(o) = planner.plan(&p, &mut Search::unbounded()) else {
             continue;
         };
-        if o.estimate.fits {
+        // Plans outside the oracle's space (ZeRO, checkpointing, offloading, per-replica step
+        // counts, idle GPUs: Mist's and Poplar's wider spaces) are refereed by brute forces
+        // over those spaces in tests/mist.rs and tests/poplar.rs; inside it, nobody beats it.
+        let in_space = o.plan.devices().len() == c.num_gpus()
+            && o.plan.stages.iter().all(|s| {
+                s.zero == 0
+                    && s.recompute == Recompute::None
+                    && s.offload.is_none()
+                    && s.replica_samples.is_empty()
+            });
+        if o.estimate.fits && in_space {
             assert!(
                 o.estimate.iteration_time_s >= best.estimate.iteration_time_s * (1.0 - 1e-9),
                 "{} beat the oracle: {} < {}",

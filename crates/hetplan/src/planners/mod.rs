@@ -6,12 +6,14 @@
 //! ([`StopReason`]). Planners are deterministic: same problem, same limits → same plan.
 //!
 //! One module per planner: `oracle` (exhaustive, the referee of the property tests), `metis`,
-//! `amp`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain data parallelism).
+//! `amp`, `mist`, `poplar`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain
+//! data parallelism).
 
 pub mod amp;
 pub mod baselines;
 pub mod common;
 pub mod metis;
+pub mod mist;
 pub mod oracle;
 pub mod poplar;
 
@@ -260,10 +262,11 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(oracle::Oracle),
         Box::new(metis::Metis::default()),
         Box::new(amp::Amp),
+        Box::new(mist::Mist::default()),
+        Box::new(poplar::Poplar::default()),
         Box::new(baselines::Megatron),
         Box::new(baselines::AlpaAverage),
         Box::new(baselines::DataParallel),
-        Box::new(poplar::Poplar::default()),
     ]
 }
 

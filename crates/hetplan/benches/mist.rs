@@ -1,0 +1,132 @@
+//! Mist's search time (tuning time, Mist §6.5 and Fig. 16: minutes for GPT-3 22B on 32 GPUs in
+//! the authors' Python) on the paper's scenarios (`scenarios/mist-*.toml`) and on a 256-GPU
+//! cluster of three GPU types. Prints a table.
+//!
+//! Run: `cargo bench -p hetplan --bench mist` (`MIST_BUDGET_S` sets the time budget per row,
+//! default 60 s; a row that reaches it reports `time limit` and the best plan found so far).
+//! Single-threaded: the search uses one core. Numbers in the module docs of
+//! `planners::mist` were taken on the development machine (2 shared cores of an x86-64 VM).
+//!
+//! The 256-GPU row: 16 nodes of 8 A100-80GB (NVLink), 8 of 8 V100-32GB (NVLink) and 8 of 8 T4
+//! (PCIe), 100 Gbps between nodes; GPT-3 13B, sequence 2048, global batch 512 (Table 4's
+//! largest batch).
+
+use hetplan::cluster::spec::parse_cluster_toml;
+use hetplan::cost::Analytic;
+use hetplan::model::catalog::catalog_model;
+use hetplan::planners::mist::Mist;
+use hetplan::planners::{Clock, Limits, NoProgress, PlanOptions, Planner, Problem, Search};
+use hetplan::scenario::{scenario, scenario_names};
+use hetplan::units::Seconds;
+use hetplan::{Cluster, Model};
+use std::time::Instant;
+
+struct Wall(Instant);
+
+impl Clock for Wall {
+    fn elapsed(&self) -> Seconds {
+        Seconds(self.0.elapsed().as_secs_f64())
+    }
+}
+
+fn three_types() -> Cluster {
+    parse_cluster_toml(
+        r#"
+name = "a100-v100-t4-256"
+[[node_group]]
+gpu = "a100-sxm4-80gb"
+gpus_per_node = 8
+nodes = 16
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "v100-sxm2-32gb"
+gpus_per_node = 8
+nodes = 8
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "t4"
+gpus_per_node = 8
+nodes = 8
+inter_node_bandwidth = "100 Gbps"
+"#,
+    )
+    .unwrap()
+}
+
+fn row(name: &str, model: &Model, cluster: &Cluster, batch: u64, seq: u64, budget: f64) {
+    let problem = Problem {
+        model,
+        cluster,
+        global_batch: batch,
+        seq_len: seq,
+        compute: &Analytic,
+        options: PlanOptions::default(),
+    };
+    let clock = Wall(Instant::now());
+    let mut search = Search::new(
+        Limits {
+            max_nodes: None,
+            time: Some(Seconds(budget)),
+        },
+        &clock,
+        &NoProgress,
+    );
+    let t = Instant::now();
+    let o = Mist::default().plan(&problem, &mut search);
+    let wall = t.elapsed().as_secs_f64();
+    match o {
+        Ok(o) => println!(
+            "{:<22} {:>5} {:>10} {:>11} {:>10.0} {:>9.3} {:>9.3}  {}",
+            name,
+            cluster.num_gpus(),
+            o.explored,
+            o.stop_reason.to_string(),
+            wall * 1e3,
+            o.ranked.first().map_or(f64::NAN, |r| r.planner_cost_s),
+            o.estimate.iteration_time_s,
+            o.plan.summary()
+        ),
+        Err(e) => println!(
+            "{:<22} {:>5} {:>10} {:>11} {:>10.0}  {e}",
+            name,
+            cluster.num_gpus(),
+            "-",
+            "-",
+            wall * 1e3
+        ),
+    }
+}
+
+fn main() {
+    let budget: f64 = std::env::var("MIST_BUDGET_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60.0);
+    println!(
+        "{:<22} {:>5} {:>10} {:>11} {:>10} {:>9} {:>9}  plan",
+        "scenario", "GPUs", "nodes", "stop", "wall (ms)", "Eq.2 (s)", "est (s)"
+    );
+    for name in scenario_names()
+        .into_iter()
+        .filter(|n| n.starts_with("mist-"))
+    {
+        let sc = scenario(name).unwrap();
+        row(
+            name,
+            &sc.model,
+            &sc.cluster,
+            sc.global_batch,
+            sc.seq_len,
+            budget,
+        );
+    }
+    let model = catalog_model("gpt3-13b").unwrap();
+    row(
+        "a100+v100+t4 gpt3-13b",
+        &model,
+        &three_types(),
+        512,
+        2048,
+        budget,
+    );
+}
