@@ -6,11 +6,13 @@
 //! ([`StopReason`]). Planners are deterministic: same problem, same limits → same plan.
 //!
 //! One module per planner: `oracle` (exhaustive, the referee of the property tests), `metis`,
-//! `amp`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain data parallelism).
+//! `amp`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain data parallelism),
+//! `ditto` (Ditto and its exhaustive baseline).
 
 pub mod amp;
 pub mod baselines;
 pub mod common;
+pub mod ditto;
 pub mod metis;
 pub mod oracle;
 
@@ -262,6 +264,8 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(baselines::Megatron),
         Box::new(baselines::AlpaAverage),
         Box::new(baselines::DataParallel),
+        Box::new(ditto::Ditto::default()),
+        Box::new(ditto::DittoExhaustive::default()),
     ]
 }
 
