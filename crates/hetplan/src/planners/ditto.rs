@@ -880,11 +880,11 @@ fn finish(
         } else if problem.model.layers.is_empty() || problem.cluster.num_gpus() == 0 {
             PlannerError::Infeasible("the model has no layers or the cluster no GPUs".into())
         } else {
-            let mut why = common::infeasible_reason(problem, problem.cluster);
-            if let Some(n) = notes.last() {
-                why = format!("{why} ({n})");
-            }
-            PlannerError::Infeasible(why)
+            PlannerError::Infeasible(format!(
+                "{}; the search: {}",
+                common::infeasible_reason(problem, problem.cluster),
+                notes.join("; ")
+            ))
         });
     };
     notes.push(format!(
@@ -987,13 +987,18 @@ impl Planner for Ditto {
                     unwind(&table, m.layers, n, 0, m.layers, &mut stages);
                     let template: Vec<(usize, usize, usize)> =
                         stages.iter().map(|&(u, vv)| (u, vv, mm)).collect();
-                    if let Some(real) = greedy(m, &template, &d, w, search) {
-                        cands.push(Candidate {
+                    match greedy(m, &template, &d, w, search) {
+                        Some(real) => cands.push(Candidate {
                             cost: m.cost(&real),
                             stages: real,
                             b: m.b,
                             how: "greedy recovery (Algorithm 1)",
-                        });
+                        }),
+                        None if !search.stopped() => notes.push(format!(
+                            "micro-batch {}: greedy recovery left stages without GPUs or memory",
+                            m.b
+                        )),
+                        None => {}
                     }
                 }
             }
@@ -1004,13 +1009,18 @@ impl Planner for Ditto {
                     if let Some(table) = homogeneous_dc(m.layers, v, 1, mm, m.nb, &lat, search) {
                         let mut stages = Vec::new();
                         unwind(&table, m.layers, v, 0, m.layers, &mut stages);
-                        if let Some(real) = dp_recovery(m, &stages, &d, search) {
-                            cands.push(Candidate {
+                        match dp_recovery(m, &stages, &d, search) {
+                            Some(real) => cands.push(Candidate {
                                 cost: m.cost(&real),
                                 stages: real,
                                 b: m.b,
                                 how: "DP recovery (Algorithm 2)",
-                            });
+                            }),
+                            None if !search.stopped() => notes.push(format!(
+                                "micro-batch {}: DP recovery found no assignment within the GPUs and their memory",
+                                m.b
+                            )),
+                            None => {}
                         }
                     }
                 } else if m.b == models[0].b {
