@@ -1054,7 +1054,8 @@ struct Radix {
     /// GPUs in `x`, and the fewest stages that can hold them (one type, ≤ M GPUs per stage).
     total: Vec<usize>,
     min_stages: Vec<usize>,
-    /// Every split `x = x' + (x − x')`: (index of x', index of x − x').
+    /// Every split `x = x' + (x − x')`: (index of x', index of x − x'), filled on first use
+    /// (all of them at once would be quadratic in the vector count).
     subs: Vec<Vec<(usize, usize)>>,
 }
 
@@ -1077,7 +1078,6 @@ impl Radix {
                     .collect()
             })
             .collect();
-        let index = |d: &[usize]| -> usize { d.iter().zip(&stride).map(|(a, s)| a * s).sum() };
         let total = digits.iter().map(|d| d.iter().sum()).collect();
         let min_stages = digits
             .iter()
@@ -1088,18 +1088,7 @@ impl Radix {
                     .sum()
             })
             .collect();
-        let subs = digits
-            .iter()
-            .map(|x| {
-                (0..count)
-                    .filter(|&li| digits[li].iter().zip(x).all(|(a, b)| a <= b))
-                    .map(|li| {
-                        let r: Vec<usize> = x.iter().zip(&digits[li]).map(|(a, b)| a - b).collect();
-                        (li, index(&r))
-                    })
-                    .collect()
-            })
-            .collect();
+        let subs = vec![Vec::new(); count];
         Radix {
             stride,
             digits,
@@ -1110,6 +1099,33 @@ impl Radix {
     }
     fn index(&self, d: &[usize]) -> usize {
         d.iter().zip(&self.stride).map(|(a, s)| a * s).sum()
+    }
+    /// Fills `subs[xi]`: every x' ≤ x, in mixed-radix order of x'.
+    fn fill_subs(&mut self, xi: usize) {
+        if !self.subs[xi].is_empty() {
+            return;
+        }
+        let x = self.digits[xi].clone();
+        let mut xl = vec![0usize; x.len()];
+        let mut out = Vec::new();
+        loop {
+            let xr: Vec<usize> = x.iter().zip(&xl).map(|(a, b)| a - b).collect();
+            out.push((self.index(&xl), self.index(&xr)));
+            let mut i = 0;
+            loop {
+                if i == x.len() {
+                    out.sort_unstable();
+                    self.subs[xi] = out;
+                    return;
+                }
+                if xl[i] < x[i] {
+                    xl[i] += 1;
+                    break;
+                }
+                xl[i] = 0;
+                i += 1;
+            }
+        }
     }
     /// `sp` stages can hold `x` exactly (each at least one GPU, at most one node of one type).
     fn feasible(&self, sp: usize, xi: usize) -> bool {
@@ -1207,6 +1223,7 @@ impl Exhaustive<'_, '_> {
                 }
             }
         } else if v - u >= sp {
+            self.radix.fill_subs(xi);
             for s in 1..sp {
                 for kk in u + s..=v - (sp - s) {
                     for j in 0..self.radix.subs[xi].len() {
@@ -1394,6 +1411,8 @@ mod tests {
         }
         // (2, 3): 3 × 4 sub-vectors; at least 1 + 2 stages, at most 5.
         let top = r.index(&[2, 3]);
+        let mut r = r;
+        r.fill_subs(top);
         assert_eq!(r.subs[top].len(), 12);
         assert!(!r.feasible(2, top) && r.feasible(3, top) && r.feasible(5, top));
         assert!(!r.feasible(6, top));
