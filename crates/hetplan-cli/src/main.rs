@@ -107,8 +107,8 @@ enum Command {
     /// Find a plan: the best way to train the model on the cluster, by one planner.
     #[command(
         after_help = "Planners: oracle (exhaustive, small problems), metis, amp, mist, \
-        poplar, megatron, alpa, dp. Searches stop at --max-nodes candidates or --time-limit and say \
-        why.\n\nExamples:\n  \
+        ditto, ditto-exhaustive, poplar, megatron, alpa, dp. Searches stop at --max-nodes \
+        candidates or --time-limit and say why.\n\nExamples:\n  \
         hetplan plan --model gpt3-1.3b --cluster t4-v100 --gbs 64 --algo metis -o plan.json\n  \
         hetplan plan --scenario amp-hetero-cluster --algo amp --json\n  \
         hetplan estimate --model gpt3-1.3b --cluster t4-v100 --plan plan.json"

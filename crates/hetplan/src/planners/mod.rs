@@ -6,12 +6,13 @@
 //! ([`StopReason`]). Planners are deterministic: same problem, same limits → same plan.
 //!
 //! One module per planner: `oracle` (exhaustive, the referee of the property tests), `metis`,
-//! `amp`, `mist`, `poplar`, `baselines` (Megatron heuristics, Alpa-style averaged GPU, plain
-//! data parallelism).
+//! `amp`, `mist`, `ditto` (Ditto and its exhaustive baseline), `poplar`, `baselines` (Megatron
+//! heuristics, Alpa-style averaged GPU, plain data parallelism).
 
 pub mod amp;
 pub mod baselines;
 pub mod common;
+pub mod ditto;
 pub mod metis;
 pub mod mist;
 pub mod oracle;
@@ -263,6 +264,8 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(metis::Metis::default()),
         Box::new(amp::Amp),
         Box::new(mist::Mist::default()),
+        Box::new(ditto::Ditto::default()),
+        Box::new(ditto::DittoExhaustive::default()),
         Box::new(poplar::Poplar::default()),
         Box::new(baselines::Megatron),
         Box::new(baselines::AlpaAverage),
