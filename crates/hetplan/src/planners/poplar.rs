@@ -88,9 +88,12 @@
 //!
 //! # What the tests and the bench measured
 //!
-//! Under hetplan's estimate Poplar takes 24–34% less time per iteration than DeepSpeed's uniform
-//! batches on cluster B and 36–37% less on cluster C, at every ZeRO stage (the simulator agrees
-//! on B). On cluster A (memory differs, compute within 6%) the gain is about 3% at every stage:
+//! Under hetplan's estimate Poplar takes 24–39% less time per iteration than DeepSpeed's uniform
+//! batches on cluster B (ZeRO-0…3: 28.7/28.6/32.1/36.9 s against 46.9/46.9/47.5/48.5 s) and
+//! 36–37% less on cluster C (5.52/5.51/5.64/5.75 s against 8.72/8.71/8.86/9.19 s), at every ZeRO
+//! stage (the simulator agrees on B). Search time (`cargo bench -p hetplan --bench poplar`,
+//! release, one thread of a shared 2-core Xeon VM): under 1 ms on Table 1's clusters, 25–52 ms
+//! on 256 GPUs of three types. On cluster A (memory differs, compute within 6%) the gain is about 3% at every stage:
 //! hetplan's analytic compute is nearly flat in the batch size at 2048 tokens a sample, so what
 //! Poplar gains is the 80 GB cards' slightly faster clock and fewer, larger steps on them (132
 //! samples each against 124 on the 40 GB cards). Poplar's additive `t + time_communication`
