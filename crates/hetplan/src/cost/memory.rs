@@ -195,6 +195,19 @@ pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, seq: u64) -> f64 
     t
 }
 
+/// Bytes of weights, gradients and optimizer state one GPU keeps for `params` parameters
+/// under ZeRO `zero` over `dp` replicas (before any offloading): ZeRO-1 shards the optimizer
+/// state, ZeRO-2 also the gradients, ZeRO-3 also the weights (Rajbhandari et al. 2020 §5).
+pub fn sharded_states(params: f64, precision: Precision, zero: u8, dp: f64) -> (f64, f64, f64) {
+    let (w, g, o) = state_bytes(precision);
+    let shard = |from: u8| if zero >= from { dp.max(1.0) } else { 1.0 };
+    (
+        params * w / shard(3),
+        params * g / shard(2),
+        params * o / shard(1),
+    )
+}
+
 /// Bytes per parameter of weights, gradients and optimizer state for a precision.
 pub fn state_bytes(p: Precision) -> (f64, f64, f64) {
     match p {

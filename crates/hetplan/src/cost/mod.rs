@@ -732,16 +732,17 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let chunks: Vec<&Stage> = plan.stages.iter().skip(p).step_by(depth).collect();
     let st = chunks[0];
     let mbs = st.micro_batch_sizes[r];
-    let (w_bytes, g_bytes, o_bytes) = memory::state_bytes(plan.precision);
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
     let params: f64 = chunks
         .iter()
         .map(|c| memory::stage_params(model, c.layers.iter(), c.tp))
         .sum();
-    let weights = params * w_bytes / if st.zero >= 3 { dp } else { 1.0 } * (1.0 - off.weights);
-    let gradients = params * g_bytes / if st.zero >= 2 { dp } else { 1.0 } * (1.0 - off.gradients);
-    let optimizer = params * o_bytes / if st.zero >= 1 { dp } else { 1.0 } * (1.0 - off.optimizer);
+    let (weights, gradients, optimizer) =
+        memory::sharded_states(params, plan.precision, st.zero, dp);
+    let weights = weights * (1.0 - off.weights);
+    let gradients = gradients * (1.0 - off.gradients);
+    let optimizer = optimizer * (1.0 - off.optimizer);
     let mut act_per_mb = 0.0;
     let mut working: f64 = 0.0;
     let mut transient: f64 = 0.0;

@@ -318,10 +318,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
         replica_samples: Vec::new(),
     };
     let params = memory::stage_params(model, 0..model.layers.len(), 1);
-    let (w, g, o) = memory::state_bytes(precision);
-    let weights = params * w / if zero >= 3 { n } else { 1.0 };
-    let gradients = params * g / if zero >= 2 { n } else { 1.0 };
-    let optimizer = params * o / if zero >= 1 { n } else { 1.0 };
+    let (weights, gradients, optimizer) = memory::sharded_states(params, precision, zero, n);
     let gathered = if zero >= 3 {
         let largest = (0..model.layers.len())
             .map(|l| memory::stage_params(model, l..l + 1, 1))
