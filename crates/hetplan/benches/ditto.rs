@@ -118,7 +118,13 @@ inter_node_bandwidth = "100 Gbps"
         4096,
         true,
     ));
+    let only: Option<Vec<String>> = std::env::var("DITTO_ROWS")
+        .ok()
+        .map(|s| s.split(',').map(|r| r.trim().to_string()).collect());
     for (name, model, cluster, gbs, seq, _) in &rows {
+        if only.as_ref().is_some_and(|o| !o.contains(name)) {
+            continue;
+        }
         let p = Problem {
             model,
             cluster,
