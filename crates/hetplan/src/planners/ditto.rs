@@ -772,11 +772,14 @@ struct Cell {
     stages: Vec<RealStage>,
 }
 
-/// Algorithm 2 on a template of `V` one-GPU virtual stages.
+/// Algorithm 2 on a template of `V` one-GPU virtual stages, each virtual GPU `unit` weakest
+/// GPUs (1 unless the cluster was folded coarser): `x` GPUs of type `i` merge
+/// `max(1, round(x·dᵢ / unit))` virtual stages.
 fn dp_recovery(
     m: &Model<'_>,
     template: &[(usize, usize)],
     d: &[usize],
+    unit: usize,
     search: &mut Search<'_>,
 ) -> Option<Vec<RealStage>> {
     let s_total = template.len();
@@ -790,7 +793,7 @@ fn dp_recovery(
         let mut best: Option<Cell> = None;
         for (ty, t) in m.types.iter().enumerate() {
             for x in 1..=t.per_node {
-                let y = x * d[ty];
+                let y = ((x * d[ty] + unit / 2) / unit).max(1);
                 if y > i {
                     continue;
                 }
@@ -880,9 +883,9 @@ fn finish(
             PlannerError::Infeasible("the model has no layers or the cluster no GPUs".into())
         } else {
             PlannerError::Infeasible(format!(
-                "{}; the search: {}",
-                common::infeasible_reason(problem, problem.cluster),
-                notes.join("; ")
+                "no pipeline template fits: {}; hint: {}",
+                notes.join("; "),
+                infeasible_hint(problem)
             ))
         });
     };
@@ -899,6 +902,29 @@ fn finish(
         ranked,
         notes,
     })
+}
+
+/// What to try when no template fits: the memory explanation when the model's states cannot
+/// fit even spread over every GPU, else what Oobleck's templates demand of each stage.
+fn infeasible_hint(problem: &Problem<'_>) -> String {
+    let (w, g, o) = memory::state_bytes(problem.options.precision);
+    let per_gpu =
+        problem.model.params() as f64 * (w + g + o) / problem.cluster.num_gpus().max(1) as f64;
+    let largest = problem
+        .cluster
+        .gpu_types
+        .iter()
+        .map(|t| t.memory.get())
+        .fold(0.0, f64::max);
+    if per_gpu > largest {
+        common::infeasible_reason(problem, problem.cluster)
+    } else {
+        "every stage is one GPU type within one node (Oobleck's templates) and holds the \
+         activations of every micro-batch in flight behind it (1F1B) without ZeRO, \
+         checkpointing or offloading; try a shorter sequence, a smaller micro-batch \
+         (`micro_batch`), fewer or larger GPUs, or a planner that shards states"
+            .into()
+    }
 }
 
 impl Planner for Ditto {
@@ -949,26 +975,42 @@ impl Planner for Ditto {
                 .map(|(t, di)| format!("{}×{}", problem.cluster.gpu_types[t.id.0].name, di))
                 .collect();
             let mm = m.types[w].per_node;
-            let v: usize = m
+            let equivalents: usize = m
                 .types
                 .iter()
                 .zip(&d)
                 .map(|(t, di)| t.gpus.len() * di)
                 .sum();
+            // (silent) §6.4: the DP needs L ≥ V (one layer per virtual stage). A bigger cluster
+            // is folded coarser: one virtual GPU is `unit` weakest GPUs, the fewest that
+            // leave no more virtual GPUs than layers.
+            let unit = equivalents.div_ceil(m.layers).max(1);
+            let v = equivalents.div_ceil(unit);
             let n = v.div_ceil(mm);
-            let cw = prefix(m.types[w].layer_cost.iter().copied());
+            let cw: Vec<f64> = prefix(m.types[w].layer_cost.iter().copied())
+                .into_iter()
+                .map(|c| c / unit as f64)
+                .collect();
             let (l_in, _) = comm_averages(m, w);
             if m.b == models[0].b {
                 notes.push(format!(
-                    "node folding ({}): {} weakest-GPU equivalents ({}), {} virtual nodes of {}",
+                    "node folding ({}): {} weakest-GPU equivalents ({}), {} virtual nodes of {}{}",
                     match self.folding {
                         Folding::IgnoreComm => "§5.3.1",
                         Folding::WithComm => "§5.3.2",
                     },
-                    v,
+                    equivalents,
                     per.join(", "),
                     n,
-                    mm
+                    mm,
+                    if unit > 1 {
+                        format!(
+                            "; folded coarser (more virtual GPUs than the {} layers, §6.4): one virtual GPU = {unit} weakest GPUs, {v} virtual GPUs",
+                            m.layers
+                        )
+                    } else {
+                        String::new()
+                    }
                 ));
             }
             // Greedy: the n-stage template, one virtual node per stage.
@@ -985,7 +1027,7 @@ impl Planner for Ditto {
                     let mut stages = Vec::new();
                     unwind(&table, m.layers, n, 0, m.layers, &mut stages);
                     let template: Vec<(usize, usize, usize)> =
-                        stages.iter().map(|&(u, vv)| (u, vv, mm)).collect();
+                        stages.iter().map(|&(u, vv)| (u, vv, mm * unit)).collect();
                     match greedy(m, &template, &d, w, search) {
                         Some(real) => cands.push(Candidate {
                             cost: m.cost(&real),
@@ -1008,7 +1050,7 @@ impl Planner for Ditto {
                     if let Some(table) = homogeneous_dc(m.layers, v, 1, mm, m.nb, &lat, search) {
                         let mut stages = Vec::new();
                         unwind(&table, m.layers, v, 0, m.layers, &mut stages);
-                        match dp_recovery(m, &stages, &d, search) {
+                        match dp_recovery(m, &stages, &d, unit, search) {
                             Some(real) => cands.push(Candidate {
                                 cost: m.cost(&real),
                                 stages: real,
@@ -1022,11 +1064,6 @@ impl Planner for Ditto {
                             None => {}
                         }
                     }
-                } else if m.b == models[0].b {
-                    notes.push(format!(
-                        "DP recovery not applicable: {} layers < {} virtual GPUs (§6.4)",
-                        m.layers, v
-                    ));
                 }
             }
         }
