@@ -1223,9 +1223,14 @@ struct Exhaustive<'m, 'p> {
     l1: usize,
     rows: Vec<Option<Box<[Slot]>>>,
     solved: usize,
+    memo_bytes: usize,
     cap: u64,
     capped: bool,
 }
+
+/// The most memory the exhaustive search's memo may take; reaching it stops the search like
+/// [`DittoExhaustive::max_nodes`] (`StopReason::NodeLimit`).
+const MAX_MEMO_BYTES: usize = 4 << 30;
 
 impl<'m, 'p> Exhaustive<'m, 'p> {
     fn new(m: &'m Model<'p>, radix: Radix, cap: u64) -> Exhaustive<'m, 'p> {
@@ -1237,6 +1242,7 @@ impl<'m, 'p> Exhaustive<'m, 'p> {
             l1,
             rows: vec![None; (max_sp + 1) * l1 * l1],
             solved: 0,
+            memo_bytes: 0,
             cap,
             capped: false,
         }
@@ -1276,6 +1282,14 @@ impl<'m, 'p> Exhaustive<'m, 'p> {
                 return Ok(());
             }
         } else {
+            // The dense rows' memory is capped like the node count (the 256-GPU cluster has
+            // 545k count vectors: 22 MB a row).
+            let bytes = self.radix.digits.len() * std::mem::size_of::<Slot>();
+            if self.memo_bytes + bytes > MAX_MEMO_BYTES {
+                self.capped = true;
+                return Err(());
+            }
+            self.memo_bytes += bytes;
             self.rows[r] = Some(vec![Slot::EMPTY; self.radix.digits.len()].into_boxed_slice());
         }
         let m = self.m;
@@ -1322,19 +1336,26 @@ impl<'m, 'p> Exhaustive<'m, 'p> {
                 }
                 for kk in u + s..=v - (sp - s) {
                     // Every candidate ticks and has both halves solved, in the original order.
+                    let (rl, rr) = (self.row(s, u, kk), self.row(sp - s, kk, v));
+                    let state = |rows: &[Option<Box<[Slot]>>], r: usize, i: usize| {
+                        rows[r].as_deref().map_or(UNSOLVED, |row| row[i].state)
+                    };
                     for &li in &lis {
                         if !self.tick(search) {
                             return Err(());
                         }
-                        self.solve(s, u, kk, li, search)?;
-                        if self.slot(s, u, kk, li).state == SOME {
+                        let mut left = state(&self.rows, rl, li);
+                        if left == UNSOLVED {
+                            self.solve(s, u, kk, li, search)?;
+                            left = state(&self.rows, rl, li);
+                        }
+                        if left == SOME && state(&self.rows, rr, xi - li) == UNSOLVED {
                             self.solve(sp - s, kk, v, xi - li, search)?;
                         }
                     }
-                    let (Some(lrow), Some(rrow)) = (
-                        self.rows[self.row(s, u, kk)].as_deref(),
-                        self.rows[self.row(sp - s, kk, v)].as_deref(),
-                    ) else {
+                    let (Some(lrow), Some(rrow)) =
+                        (self.rows[rl].as_deref(), self.rows[rr].as_deref())
+                    else {
                         continue;
                     };
                     for &li in &lis {
