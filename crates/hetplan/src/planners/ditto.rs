@@ -72,8 +72,13 @@
 //!    `x·dᵢ` virtual stages into one real stage on `x` GPUs of type `i`, skipped when it exceeds
 //!    the type's GPUs or memory; an infeasible `dp[i − y]` propagates. *(silent)* The cost
 //!    compared is the merged template's `T` (Algorithm 2 lines 13–14; Eq. 6's sum of costs would
-//!    ignore the critical path that §6.2 merges stages to shorten). Not applicable when
-//!    `L < V` (§6.4); the note says so and greedy answers.
+//!    ignore the critical path that §6.2 merges stages to shorten).
+//!    *(silent)* §6.4 states that the DP needs `L ≥ n·M` (one layer per virtual stage) and
+//!    leaves bigger clusters there. We fold coarser: one virtual GPU is `unit = ⌈V/L⌉` weakest
+//!    GPUs (1 whenever `V ≤ L`, so Ex1–Ex5 are unchanged), giving `⌈V/unit⌉ ≤ L` virtual GPUs;
+//!    virtual stage costs are divided by `unit`, greedy grants `⌈stage devices·unit / dᵢ⌉`
+//!    GPUs and a DP choice of `x` GPUs of type `i` merges `max(1, round(x·dᵢ/unit))` virtual
+//!    stages. The 256-GPU bench cluster (1024 equivalents, 82 layers) folds at 13.
 //! 5. **The answer**: with [`Recovery::Best`] (default) the better of the two by the planner's
 //!    cost (the notes say which); [`Recovery::Greedy`] / [`Recovery::Dp`] force one.
 //!
@@ -89,6 +94,28 @@
 //! clusters: [`DittoExhaustive::max_nodes`] caps it (besides the caller's `Search`) so that
 //! `hetplan compare` stays fast on big scenarios, and it then answers its best so far with
 //! `StopReason::NodeLimit`.
+//!
+//! Implementation: the memo is dense, one row of slots per `(S', u, v)` indexed by the count
+//! vector `x` in mixed radix (`index(x − x') = index(x) − index(x')`, so both halves of a split
+//! are walks of two rows), allocated when first reached and capped at 4 GiB (reaching it stops
+//! like the node cap); the sub-vectors both halves can hold are filtered once per `s`. The
+//! recursion, its candidate order, the strict-`<` tie-breaking and the ticks are those of the
+//! first hash-map version, kept as a reference in a unit test that checks every memo entry and
+//! the explored count are identical. Release, shared 2-core container, `DITTO_BUDGET_S=60
+//! cargo bench -p hetplan --bench ditto` (nodes are exact, wall times vary with load):
+//!
+//! | cluster | Ditto: wall, nodes | exhaustive: wall, nodes | nodes ratio | wall ratio | T gap |
+//! |---|---|---|---|---|---|
+//! | Ex1 (8 GPUs, 2 types) | 0.11 s, 2.77 M | 0.50 s, 19.5 M (was 4.9 s) | 7× | 4.6× | +0.6% |
+//! | Ex2 (12 GPUs, 3 types) | 0.15 s, 9.24 M | 45.3 s, 1.06 G | 115× | 310× | +4.1% |
+//! | Ex3 (22 GPUs, 4 types) | 0.26 s, 12.3 M | not finished in 60 s | — | > 230× | — |
+//! | Ex4 (24 GPUs, 3 types) | 0.18 s, 8.38 M | not finished in 60 s | — | > 330× | — |
+//! | Ex5 (20 GPUs, 3 types) | 0.16 s, 15.9 M | not finished in 60 s | — | > 370× | — |
+//! | 256 GPUs, 3 types (bench) | 0.18 s, 8.88 M (greedy; folded at 13) | no plan: 4 GiB memo cap at 4.5 s | — | — | — |
+//!
+//! So the issue's "within 10% with at least 100× less search" is measured on Ex2 (4.1%, 115×
+//! fewer nodes, 310× less wall time); Ex1 is too small for 100× (7× nodes: its exhaustive space
+//! is only (4+1)² splits of x); Ex3–Ex5 are bounded from below only.
 //!
 //! # Effort, bounds and determinism
 //!
@@ -107,7 +134,6 @@ use crate::cost::{memory, LayerShape};
 use crate::model::OpKind;
 use crate::plan::Recompute;
 use crate::units::{Bytes, Seconds};
-use std::collections::HashMap;
 
 /// Which node folding (§5.3.1 or §5.3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -773,11 +799,14 @@ struct Cell {
     stages: Vec<RealStage>,
 }
 
-/// Algorithm 2 on a template of `V` one-GPU virtual stages.
+/// Algorithm 2 on a template of `V` one-GPU virtual stages, each virtual GPU `unit` weakest
+/// GPUs (1 unless the cluster was folded coarser): `x` GPUs of type `i` merge
+/// `max(1, round(x·dᵢ / unit))` virtual stages.
 fn dp_recovery(
     m: &Model<'_>,
     template: &[(usize, usize)],
     d: &[usize],
+    unit: usize,
     search: &mut Search<'_>,
 ) -> Option<Vec<RealStage>> {
     let s_total = template.len();
@@ -791,7 +820,7 @@ fn dp_recovery(
         let mut best: Option<Cell> = None;
         for (ty, t) in m.types.iter().enumerate() {
             for x in 1..=t.per_node {
-                let y = x * d[ty];
+                let y = ((x * d[ty] + unit / 2) / unit).max(1);
                 if y > i {
                     continue;
                 }
@@ -881,9 +910,9 @@ fn finish(
             PlannerError::Infeasible("the model has no layers or the cluster no GPUs".into())
         } else {
             PlannerError::Infeasible(format!(
-                "{}; the search: {}",
-                common::infeasible_reason(problem, problem.cluster),
-                notes.join("; ")
+                "no pipeline template fits: {}; hint: {}",
+                notes.join("; "),
+                infeasible_hint(problem)
             ))
         });
     };
@@ -900,6 +929,29 @@ fn finish(
         ranked,
         notes,
     })
+}
+
+/// What to try when no template fits: the memory explanation when the model's states cannot
+/// fit even spread over every GPU, else what Oobleck's templates demand of each stage.
+fn infeasible_hint(problem: &Problem<'_>) -> String {
+    let (w, g, o) = memory::state_bytes(problem.options.precision);
+    let per_gpu =
+        problem.model.params() as f64 * (w + g + o) / problem.cluster.num_gpus().max(1) as f64;
+    let largest = problem
+        .cluster
+        .gpu_types
+        .iter()
+        .map(|t| t.memory.get())
+        .fold(0.0, f64::max);
+    if per_gpu > largest {
+        common::infeasible_reason(problem, problem.cluster)
+    } else {
+        "every stage is one GPU type within one node (Oobleck's templates) and holds the \
+         activations of every micro-batch in flight behind it (1F1B) without ZeRO, \
+         checkpointing or offloading; try a shorter sequence, a smaller micro-batch \
+         (`micro_batch`), fewer or larger GPUs, or a planner that shards states"
+            .into()
+    }
 }
 
 impl Planner for Ditto {
@@ -950,26 +1002,42 @@ impl Planner for Ditto {
                 .map(|(t, di)| format!("{}×{}", problem.cluster.gpu_types[t.id.0].name, di))
                 .collect();
             let mm = m.types[w].per_node;
-            let v: usize = m
+            let equivalents: usize = m
                 .types
                 .iter()
                 .zip(&d)
                 .map(|(t, di)| t.gpus.len() * di)
                 .sum();
+            // (silent) §6.4: the DP needs L ≥ V (one layer per virtual stage). A bigger cluster
+            // is folded coarser: one virtual GPU is `unit` weakest GPUs, the fewest that
+            // leave no more virtual GPUs than layers.
+            let unit = equivalents.div_ceil(m.layers).max(1);
+            let v = equivalents.div_ceil(unit);
             let n = v.div_ceil(mm);
-            let cw = prefix(m.types[w].layer_cost.iter().copied());
+            let cw: Vec<f64> = prefix(m.types[w].layer_cost.iter().copied())
+                .into_iter()
+                .map(|c| c / unit as f64)
+                .collect();
             let (l_in, _) = comm_averages(m, w);
             if m.b == models[0].b {
                 notes.push(format!(
-                    "node folding ({}): {} weakest-GPU equivalents ({}), {} virtual nodes of {}",
+                    "node folding ({}): {} weakest-GPU equivalents ({}), {} virtual nodes of {}{}",
                     match self.folding {
                         Folding::IgnoreComm => "§5.3.1",
                         Folding::WithComm => "§5.3.2",
                     },
-                    v,
+                    equivalents,
                     per.join(", "),
                     n,
-                    mm
+                    mm,
+                    if unit > 1 {
+                        format!(
+                            "; folded coarser (more virtual GPUs than the {} layers, §6.4): one virtual GPU = {unit} weakest GPUs, {v} virtual GPUs",
+                            m.layers
+                        )
+                    } else {
+                        String::new()
+                    }
                 ));
             }
             // Greedy: the n-stage template, one virtual node per stage.
@@ -986,7 +1054,7 @@ impl Planner for Ditto {
                     let mut stages = Vec::new();
                     unwind(&table, m.layers, n, 0, m.layers, &mut stages);
                     let template: Vec<(usize, usize, usize)> =
-                        stages.iter().map(|&(u, vv)| (u, vv, mm)).collect();
+                        stages.iter().map(|&(u, vv)| (u, vv, mm * unit)).collect();
                     match greedy(m, &template, &d, w, search) {
                         Some(real) => cands.push(Candidate {
                             cost: m.cost(&real),
@@ -1003,31 +1071,24 @@ impl Planner for Ditto {
                 }
             }
             // DP: the V-stage template, one virtual GPU per stage (§6.4: needs L ≥ V).
-            if self.recovery != Recovery::Greedy {
-                if v <= m.layers {
-                    let lat = |u: usize, vv: usize| cw[vv] - cw[u];
-                    if let Some(table) = homogeneous_dc(m.layers, v, 1, mm, m.nb, &lat, search) {
-                        let mut stages = Vec::new();
-                        unwind(&table, m.layers, v, 0, m.layers, &mut stages);
-                        match dp_recovery(m, &stages, &d, search) {
-                            Some(real) => cands.push(Candidate {
-                                cost: m.cost(&real),
-                                stages: real,
-                                b: m.b,
-                                how: "DP recovery (Algorithm 2)",
-                            }),
-                            None if !search.stopped() => notes.push(format!(
-                                "micro-batch {}: DP recovery found no assignment within the GPUs and their memory",
-                                m.b
-                            )),
-                            None => {}
-                        }
+            if self.recovery != Recovery::Greedy && v <= m.layers {
+                let lat = |u: usize, vv: usize| cw[vv] - cw[u];
+                if let Some(table) = homogeneous_dc(m.layers, v, 1, mm, m.nb, &lat, search) {
+                    let mut stages = Vec::new();
+                    unwind(&table, m.layers, v, 0, m.layers, &mut stages);
+                    match dp_recovery(m, &stages, &d, unit, search) {
+                        Some(real) => cands.push(Candidate {
+                            cost: m.cost(&real),
+                            stages: real,
+                            b: m.b,
+                            how: "DP recovery (Algorithm 2)",
+                        }),
+                        None if !search.stopped() => notes.push(format!(
+                            "micro-batch {}: DP recovery found no assignment within the GPUs and their memory",
+                            m.b
+                        )),
+                        None => {}
                     }
-                } else if m.b == models[0].b {
-                    notes.push(format!(
-                        "DP recovery not applicable: {} layers < {} virtual GPUs (§6.4)",
-                        m.layers, v
-                    ));
                 }
             }
         }
@@ -1133,54 +1194,96 @@ impl Radix {
     }
 }
 
-/// A small multiplicative hasher for the memo (a cache, never iterated).
-#[derive(Default)]
-struct MemoHasher(u64);
+/// One memo cell of §3's divide and conquer, `T(sp, u, v, x)`: its summary (Eq. 1–3; the stage
+/// count is `sp`) and how it was split (`s = 0`: one stage on type `xl`, config `cfg`;
+/// otherwise `s` left stages ending at layer `k` on the left sub-vector `xl`).
+#[derive(Clone, Copy)]
+struct Slot {
+    t1: f64,
+    t3: f64,
+    klat: f64,
+    kstar: u32,
+    xl: u32,
+    k: u16,
+    s: u16,
+    cfg: u16,
+    state: u8,
+}
 
-impl std::hash::Hasher for MemoHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
+const UNSOLVED: u8 = 0;
+const NONE: u8 = 1;
+const SOME: u8 = 2;
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        t1: 0.0,
+        t3: 0.0,
+        klat: 0.0,
+        kstar: 0,
+        xl: 0,
+        k: 0,
+        s: 0,
+        cfg: 0,
+        state: UNSOLVED,
+    };
+
+    fn summary(&self, sp: usize) -> Summary {
+        Summary {
+            t1: self.t1,
+            t3: self.t3,
+            kstar: self.kstar as usize,
+            klat: self.klat,
+            stages: sp,
         }
     }
-    fn write_u64(&mut self, i: u64) {
-        // SplitMix64's finaliser (Steele, Lea and Flood, OOPSLA 2014): every key bit reaches
-        // the low bits the table indexes with.
-        let mut z = (self.0 ^ i).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        self.0 = z ^ (z >> 31);
-    }
 }
 
-type Memo = HashMap<u64, Option<XEntry>, std::hash::BuildHasherDefault<MemoHasher>>;
-
-/// Memo entry of §3's divide and conquer: summary, split (`s = 0`: one stage of type `xl`).
-#[derive(Clone, Copy)]
-struct XEntry {
-    sum: Summary,
-    k: usize,
-    s: usize,
-    xl: usize,
-    cfg: usize,
-}
-
+/// The exhaustive search's state. The memo is dense: one row of `radix.digits.len()` slots per
+/// `(sp, u, v)`, allocated when first reached, indexed by the count vector `x`. Because the
+/// vectors are in mixed radix, `index(x − x') = index(x) − index(x')`, so the right half of a
+/// split is found by a subtraction and both halves are contiguous walks of their rows.
 struct Exhaustive<'m, 'p> {
     m: &'m Model<'p>,
     radix: Radix,
-    memo: Memo,
+    l1: usize,
+    rows: Vec<Option<Box<[Slot]>>>,
+    solved: usize,
+    memo_bytes: usize,
     cap: u64,
     capped: bool,
 }
 
-fn key(sp: usize, u: usize, v: usize, xi: usize) -> u64 {
-    ((sp as u64) << 56) | ((u as u64) << 44) | ((v as u64) << 32) | xi as u64
-}
+/// The most memory the exhaustive search's memo may take; reaching it stops the search like
+/// [`DittoExhaustive::max_nodes`] (`StopReason::NodeLimit`).
+const MAX_MEMO_BYTES: usize = 4 << 30;
 
-impl Exhaustive<'_, '_> {
+impl<'m, 'p> Exhaustive<'m, 'p> {
+    fn new(m: &'m Model<'p>, radix: Radix, cap: u64) -> Exhaustive<'m, 'p> {
+        let l1 = m.layers + 1;
+        let max_sp = m.gpus.min(m.layers);
+        Exhaustive {
+            m,
+            radix,
+            l1,
+            rows: vec![None; (max_sp + 1) * l1 * l1],
+            solved: 0,
+            memo_bytes: 0,
+            cap,
+            capped: false,
+        }
+    }
+
+    fn row(&self, sp: usize, u: usize, v: usize) -> usize {
+        (sp * self.l1 + u) * self.l1 + v
+    }
+
+    fn slot(&self, sp: usize, u: usize, v: usize, xi: usize) -> &Slot {
+        match &self.rows[self.row(sp, u, v)] {
+            Some(r) => &r[xi],
+            None => &Slot::EMPTY,
+        }
+    }
+
     fn tick(&mut self, search: &mut Search<'_>) -> bool {
         if search.explored() >= self.cap {
             self.capped = true;
@@ -1189,7 +1292,7 @@ impl Exhaustive<'_, '_> {
         search.tick()
     }
 
-    /// `T(sp, u, v, x)`; `Err(())` when the search stopped.
+    /// Solves `T(sp, u, v, x)` into its slot; `Err(())` when the search stopped.
     fn solve(
         &mut self,
         sp: usize,
@@ -1197,90 +1300,139 @@ impl Exhaustive<'_, '_> {
         v: usize,
         xi: usize,
         search: &mut Search<'_>,
-    ) -> Result<Option<XEntry>, ()> {
-        if let Some(e) = self.memo.get(&key(sp, u, v, xi)) {
-            return Ok(*e);
+    ) -> Result<(), ()> {
+        let r = self.row(sp, u, v);
+        if let Some(row) = &self.rows[r] {
+            if row[xi].state != UNSOLVED {
+                return Ok(());
+            }
+        } else {
+            // The dense rows' memory is capped like the node count (the 256-GPU cluster has
+            // 545k count vectors: 22 MB a row).
+            let bytes = self.radix.digits.len() * std::mem::size_of::<Slot>();
+            if self.memo_bytes + bytes > MAX_MEMO_BYTES {
+                self.capped = true;
+                return Err(());
+            }
+            self.memo_bytes += bytes;
+            self.rows[r] = Some(vec![Slot::EMPTY; self.radix.digits.len()].into_boxed_slice());
         }
         let m = self.m;
-        let mut best: Option<(f64, XEntry)> = None;
+        let mut out = Slot {
+            state: NONE,
+            ..Slot::EMPTY
+        };
         if sp == 1 {
             let x = &self.radix.digits[xi];
-            let nz: Vec<usize> = (0..x.len()).filter(|&i| x[i] > 0).collect();
-            if nz.len() == 1 {
-                let ty = nz[0];
+            let mut nz = (0..x.len()).filter(|&i| x[i] > 0);
+            if let (Some(ty), None) = (nz.next(), nz.next()) {
                 let left = (m.layers - v).min(m.gpus - x[ty]);
                 if let Some((lat, cfg)) = m.stage(ty, x[ty], u, v, m.inflight(left)) {
-                    best = Some((
-                        0.0,
-                        XEntry {
-                            sum: Summary::base(lat),
-                            k: 0,
-                            s: 0,
-                            xl: ty,
-                            cfg,
-                        },
-                    ));
+                    out = Slot {
+                        t1: lat,
+                        t3: 0.0,
+                        klat: lat,
+                        kstar: 1,
+                        xl: ty as u32,
+                        k: 0,
+                        s: 0,
+                        cfg: cfg as u16,
+                        state: SOME,
+                    };
                 }
             }
         } else if v - u >= sp {
             self.radix.fill_subs(xi);
+            let mut best = f64::INFINITY;
+            let mut lis: Vec<usize> = Vec::new();
             for s in 1..sp {
+                // The sub-vectors both halves can hold, once per s (the original order: x').
+                lis.clear();
+                lis.extend(
+                    self.radix.subs[xi]
+                        .iter()
+                        .filter(|&&(li, ri)| {
+                            self.radix.feasible(s, li) && self.radix.feasible(sp - s, ri)
+                        })
+                        .map(|&(li, _)| li),
+                );
+                if lis.is_empty() {
+                    continue;
+                }
                 for kk in u + s..=v - (sp - s) {
-                    for j in 0..self.radix.subs[xi].len() {
-                        let (li, ri) = self.radix.subs[xi][j];
-                        if !self.radix.feasible(s, li) || !self.radix.feasible(sp - s, ri) {
-                            continue;
-                        }
+                    // Every candidate ticks and has both halves solved, in the original order.
+                    let (rl, rr) = (self.row(s, u, kk), self.row(sp - s, kk, v));
+                    let state = |rows: &[Option<Box<[Slot]>>], r: usize, i: usize| {
+                        rows[r].as_deref().map_or(UNSOLVED, |row| row[i].state)
+                    };
+                    for &li in &lis {
                         if !self.tick(search) {
                             return Err(());
                         }
-                        let Some(l) = self.solve(s, u, kk, li, search)? else {
+                        let mut left = state(&self.rows, rl, li);
+                        if left == UNSOLVED {
+                            self.solve(s, u, kk, li, search)?;
+                            left = state(&self.rows, rl, li);
+                        }
+                        if left == SOME && state(&self.rows, rr, xi - li) == UNSOLVED {
+                            self.solve(sp - s, kk, v, xi - li, search)?;
+                        }
+                    }
+                    let (Some(lrow), Some(rrow)) =
+                        (self.rows[rl].as_deref(), self.rows[rr].as_deref())
+                    else {
+                        continue;
+                    };
+                    for &li in &lis {
+                        let (l, r) = (&lrow[li], &rrow[xi - li]);
+                        if l.state != SOME || r.state != SOME {
                             continue;
-                        };
-                        let Some(r) = self.solve(sp - s, kk, v, ri, search)? else {
-                            continue;
-                        };
-                        let sum = Summary::combine(&l.sum, &r.sum);
+                        }
+                        let sum = Summary::combine(&l.summary(s), &r.summary(sp - s));
                         let t = sum.total(m.nb);
-                        if best.as_ref().is_none_or(|(b, _)| t < *b) {
-                            best = Some((
-                                t,
-                                XEntry {
-                                    sum,
-                                    k: kk,
-                                    s,
-                                    xl: li,
-                                    cfg: 0,
-                                },
-                            ));
+                        if t < best {
+                            best = t;
+                            out = Slot {
+                                t1: sum.t1,
+                                t3: sum.t3,
+                                klat: sum.klat,
+                                kstar: sum.kstar as u32,
+                                xl: li as u32,
+                                k: kk as u16,
+                                s: s as u16,
+                                cfg: 0,
+                                state: SOME,
+                            };
                         }
                     }
                 }
             }
         }
-        let e = best.map(|(_, e)| e);
-        self.memo.insert(key(sp, u, v, xi), e);
-        Ok(e)
+        self.solved += 1;
+        if let Some(row) = self.rows[r].as_deref_mut() {
+            row[xi] = out;
+        }
+        Ok(())
     }
 
     fn unwind(&self, sp: usize, u: usize, v: usize, xi: usize, out: &mut Vec<RealStage>) {
-        let Some(Some(e)) = self.memo.get(&key(sp, u, v, xi)) else {
+        let e = self.slot(sp, u, v, xi);
+        if e.state != SOME {
             return;
-        };
-        if e.s == 0 {
+        }
+        let (s, k, xl) = (e.s as usize, e.k as usize, e.xl as usize);
+        if s == 0 {
             out.push(RealStage {
                 u,
                 v,
-                ty: e.xl,
-                x: self.radix.digits[xi][e.xl],
-                cfg: e.cfg,
-                lat: e.sum.klat,
+                ty: xl,
+                x: self.radix.digits[xi][xl],
+                cfg: e.cfg as usize,
+                lat: e.klat,
             });
         } else {
-            let (x, xl) = (&self.radix.digits[xi], &self.radix.digits[e.xl]);
-            let xr: Vec<usize> = x.iter().zip(xl).map(|(a, b)| a - b).collect();
-            self.unwind(e.s, u, e.k, e.xl, out);
-            self.unwind(sp - e.s, e.k, v, self.radix.index(&xr), out);
+            self.unwind(s, u, k, xl, out);
+            self.unwind(sp - s, k, v, xi - xl, out);
         }
     }
 }
@@ -1326,19 +1478,13 @@ impl Planner for DittoExhaustive {
             let per_node: Vec<usize> = m.types.iter().map(|t| t.per_node).collect();
             let radix = Radix::new(&full, &per_node);
             let top = radix.index(&full);
-            let mut ex = Exhaustive {
-                m,
-                radix,
-                memo: Memo::default(),
-                cap: self.max_nodes,
-                capped: false,
-            };
+            let mut ex = Exhaustive::new(m, radix, self.max_nodes);
             for sp in 1..=m.gpus.min(m.layers) {
                 if !ex.radix.feasible(sp, top) {
                     continue;
                 }
                 match ex.solve(sp, 0, m.layers, top, search) {
-                    Ok(Some(_)) => {
+                    Ok(()) if ex.slot(sp, 0, m.layers, top).state == SOME => {
                         let mut stages = Vec::new();
                         ex.unwind(sp, 0, m.layers, top, &mut stages);
                         cands.push(Candidate {
@@ -1348,15 +1494,15 @@ impl Planner for DittoExhaustive {
                             how: "exhaustive heterogeneous divide and conquer (§3)",
                         });
                     }
-                    Ok(None) => {}
+                    Ok(()) => {}
                     Err(()) => {
                         capped |= ex.capped;
-                        states += ex.memo.len();
+                        states += ex.solved;
                         break 'outer;
                     }
                 }
             }
-            states += ex.memo.len();
+            states += ex.solved;
         }
         for c in &cands {
             search.offer(Seconds(c.cost));
@@ -1416,5 +1562,245 @@ mod tests {
         assert_eq!(r.subs[top].len(), 12);
         assert!(!r.feasible(2, top) && r.feasible(3, top) && r.feasible(5, top));
         assert!(!r.feasible(6, top));
+    }
+
+    // The exhaustive search as first written (a hash-map memo, one candidate at a time): the
+    // reference the dense search must reproduce exactly.
+    use std::collections::HashMap;
+    /// A small multiplicative hasher for the memo (a cache, never iterated).
+    #[derive(Default)]
+    struct MemoHasher(u64);
+
+    impl std::hash::Hasher for MemoHasher {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.write_u64(b as u64);
+            }
+        }
+        fn write_u64(&mut self, i: u64) {
+            // SplitMix64's finaliser (Steele, Lea and Flood, OOPSLA 2014): every key bit reaches
+            // the low bits the table indexes with.
+            let mut z = (self.0 ^ i).wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            self.0 = z ^ (z >> 31);
+        }
+    }
+
+    type Memo = HashMap<u64, Option<XEntry>, std::hash::BuildHasherDefault<MemoHasher>>;
+
+    /// Memo entry of §3's divide and conquer: summary, split (`s = 0`: one stage of type `xl`).
+    #[derive(Clone, Copy)]
+    struct XEntry {
+        sum: Summary,
+        k: usize,
+        s: usize,
+        xl: usize,
+        cfg: usize,
+    }
+
+    struct RefExhaustive<'m, 'p> {
+        m: &'m Model<'p>,
+        radix: Radix,
+        memo: Memo,
+        cap: u64,
+        capped: bool,
+    }
+
+    fn key(sp: usize, u: usize, v: usize, xi: usize) -> u64 {
+        ((sp as u64) << 56) | ((u as u64) << 44) | ((v as u64) << 32) | xi as u64
+    }
+
+    impl RefExhaustive<'_, '_> {
+        fn tick(&mut self, search: &mut Search<'_>) -> bool {
+            if search.explored() >= self.cap {
+                self.capped = true;
+                return false;
+            }
+            search.tick()
+        }
+
+        /// `T(sp, u, v, x)`; `Err(())` when the search stopped.
+        fn solve(
+            &mut self,
+            sp: usize,
+            u: usize,
+            v: usize,
+            xi: usize,
+            search: &mut Search<'_>,
+        ) -> Result<Option<XEntry>, ()> {
+            if let Some(e) = self.memo.get(&key(sp, u, v, xi)) {
+                return Ok(*e);
+            }
+            let m = self.m;
+            let mut best: Option<(f64, XEntry)> = None;
+            if sp == 1 {
+                let x = &self.radix.digits[xi];
+                let nz: Vec<usize> = (0..x.len()).filter(|&i| x[i] > 0).collect();
+                if nz.len() == 1 {
+                    let ty = nz[0];
+                    let left = (m.layers - v).min(m.gpus - x[ty]);
+                    if let Some((lat, cfg)) = m.stage(ty, x[ty], u, v, m.inflight(left)) {
+                        best = Some((
+                            0.0,
+                            XEntry {
+                                sum: Summary::base(lat),
+                                k: 0,
+                                s: 0,
+                                xl: ty,
+                                cfg,
+                            },
+                        ));
+                    }
+                }
+            } else if v - u >= sp {
+                self.radix.fill_subs(xi);
+                for s in 1..sp {
+                    for kk in u + s..=v - (sp - s) {
+                        for j in 0..self.radix.subs[xi].len() {
+                            let (li, ri) = self.radix.subs[xi][j];
+                            if !self.radix.feasible(s, li) || !self.radix.feasible(sp - s, ri) {
+                                continue;
+                            }
+                            if !self.tick(search) {
+                                return Err(());
+                            }
+                            let Some(l) = self.solve(s, u, kk, li, search)? else {
+                                continue;
+                            };
+                            let Some(r) = self.solve(sp - s, kk, v, ri, search)? else {
+                                continue;
+                            };
+                            let sum = Summary::combine(&l.sum, &r.sum);
+                            let t = sum.total(m.nb);
+                            if best.as_ref().is_none_or(|(b, _)| t < *b) {
+                                best = Some((
+                                    t,
+                                    XEntry {
+                                        sum,
+                                        k: kk,
+                                        s,
+                                        xl: li,
+                                        cfg: 0,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            let e = best.map(|(_, e)| e);
+            self.memo.insert(key(sp, u, v, xi), e);
+            Ok(e)
+        }
+
+        fn unwind(&self, sp: usize, u: usize, v: usize, xi: usize, out: &mut Vec<RealStage>) {
+            let Some(Some(e)) = self.memo.get(&key(sp, u, v, xi)) else {
+                return;
+            };
+            if e.s == 0 {
+                out.push(RealStage {
+                    u,
+                    v,
+                    ty: e.xl,
+                    x: self.radix.digits[xi][e.xl],
+                    cfg: e.cfg,
+                    lat: e.sum.klat,
+                });
+            } else {
+                let (x, xl) = (&self.radix.digits[xi], &self.radix.digits[e.xl]);
+                let xr: Vec<usize> = x.iter().zip(xl).map(|(a, b)| a - b).collect();
+                self.unwind(e.s, u, e.k, e.xl, out);
+                self.unwind(sp - e.s, e.k, v, self.radix.index(&xr), out);
+            }
+        }
+    }
+
+    #[test]
+    fn dense_exhaustive_equals_the_hash_map_reference() {
+        use crate::cluster::spec::parse_cluster_toml;
+        let model = crate::model::TransformerConfig::gpt("tiny-gpt-6", 6, 1024, 16, 1024).build();
+        let cluster = parse_cluster_toml(
+            r#"
+name = "three-types"
+[[node_group]]
+gpu = "v100-sxm2-32gb"
+gpus_per_node = 2
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "t4"
+gpus_per_node = 2
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "a100-sxm4-80gb"
+gpus_per_node = 1
+nodes = 2
+inter_node_bandwidth = "100 Gbps"
+"#,
+        )
+        .unwrap();
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 16,
+            seq_len: 1024,
+            compute: &crate::cost::Analytic,
+            options: Default::default(),
+        };
+        for b in [1, 4] {
+            let m = Model::new(&problem, b);
+            let full: Vec<usize> = m.types.iter().map(|t| t.gpus.len()).collect();
+            let per_node: Vec<usize> = m.types.iter().map(|t| t.per_node).collect();
+            let top = Radix::new(&full, &per_node).index(&full);
+            let mut dense = Exhaustive::new(&m, Radix::new(&full, &per_node), u64::MAX);
+            let mut reference = RefExhaustive {
+                m: &m,
+                radix: Radix::new(&full, &per_node),
+                memo: Memo::default(),
+                cap: u64::MAX,
+                capped: false,
+            };
+            let (mut s1, mut s2) = (Search::unbounded(), Search::unbounded());
+            let mut answers = 0;
+            for sp in 1..=m.gpus.min(m.layers) {
+                if !dense.radix.feasible(sp, top) {
+                    continue;
+                }
+                dense.solve(sp, 0, m.layers, top, &mut s1).unwrap();
+                let r = reference.solve(sp, 0, m.layers, top, &mut s2).unwrap();
+                let (mut a, mut c) = (Vec::new(), Vec::new());
+                dense.unwind(sp, 0, m.layers, top, &mut a);
+                reference.unwind(sp, 0, m.layers, top, &mut c);
+                assert_eq!(a, c, "b {b}, {sp} stages");
+                answers += usize::from(r.is_some());
+            }
+            assert!(answers > 2, "b {b}: {answers}");
+            // Same candidates evaluated, same subproblems, and every memo entry identical.
+            assert_eq!(s1.explored(), s2.explored());
+            assert_eq!(dense.solved, reference.memo.len());
+            for (&key, e) in &reference.memo {
+                let (sp, u, v, xi) = (
+                    (key >> 56) as usize,
+                    ((key >> 44) & 0xfff) as usize,
+                    ((key >> 32) & 0xfff) as usize,
+                    (key & 0xffff_ffff) as usize,
+                );
+                let d = dense.slot(sp, u, v, xi);
+                match e {
+                    None => assert_eq!(d.state, NONE),
+                    Some(e) => {
+                        assert_eq!(d.state, SOME);
+                        assert_eq!(d.summary(sp), e.sum);
+                        let split = (d.s as usize, d.k as usize, d.xl as usize);
+                        assert_eq!(split, (e.s, if e.s == 0 { 0 } else { e.k }, e.xl));
+                    }
+                }
+            }
+        }
     }
 }
