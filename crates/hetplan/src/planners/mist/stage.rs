@@ -335,6 +335,19 @@ pub fn intra_stage(
     let gpn = devices_per_node(&spec.devices);
     let conc = |n: u32| gpn.get(&n).copied().unwrap_or(0);
     let ratios = grid(ctx.space.offload_steps);
+    let zero_off = [0.0];
+    let (wos, gos, oos, aos): (&[f64], &[f64], &[f64], &[f64]) = if ctx.space.offload_steps == 0 {
+        (&zero_off, &zero_off, &zero_off, &zero_off)
+    } else {
+        (&ratios, &ratios, &ratios, &ratios)
+    };
+    let (nw, ng, no, na) = (wos.len(), gos.len(), oos.len(), aos.len());
+    let ckpt_range: (usize, usize) = match ctx.space.ckpt {
+        CkptSpace::Tuned => (0, nl as usize),
+        CkptSpace::Full => (nl as usize, nl as usize),
+        CkptSpace::Off => (0, 0),
+    };
+    let mut fits: Vec<Option<(usize, f64)>> = Vec::with_capacity(nw * ng * no * na);
     for tp in (1..=spec.per_node).filter(|t| spec.per_node.is_multiple_of(*t)) {
         if tp > p.options.max_tp
             || !ctx.heads.iter().all(|&(h, kv)| {
@@ -394,6 +407,23 @@ pub fn intra_stage(
         } else {
             0.0
         };
+        // The activation curve per AO ratio, and its prefix minimum over the allowed
+        // checkpoint counts: the fewest checkpointed layers that fit in a room is one binary
+        // search. They do not depend on the ZeRO level.
+        let curves: Vec<(Vec<f64>, Vec<f64>)> = aos
+            .iter()
+            .map(|&ao| {
+                let mult = 1.0 + (spec.in_flight.max(1) - 1) as f64 * (1.0 - ao);
+                let curve: Vec<f64> = (ckpt_range.0..=ckpt_range.1)
+                    .map(|n| tab.kept[n] * mult + tab.working[n])
+                    .collect();
+                let mut pm = curve.clone();
+                for i in 1..pm.len() {
+                    pm[i] = pm[i].min(pm[i - 1]);
+                }
+                (curve, pm)
+            })
+            .collect();
         let max_zero = if dp > 1 { ctx.space.max_zero.min(3) } else { 0 };
         for zero in 0..=max_zero {
             if !search.tick() {
@@ -460,62 +490,41 @@ pub fn intra_stage(
                     + off_p / k::CPU_ADAM_PARAMS_PER_S;
                 (t, (first - fwd) + (last - bwd) + adam + tied)
             };
-            let zero_off = [0.0];
-            let (wos, gos, oos, aos): (&[f64], &[f64], &[f64], &[f64]) =
-                if ctx.space.offload_steps == 0 {
-                    (&zero_off, &zero_off, &zero_off, &zero_off)
-                } else {
-                    (&ratios, &ratios, &ratios, &ratios)
-                };
-            let ckpt_range: (usize, usize) = match ctx.space.ckpt {
-                CkptSpace::Tuned => (0, nl as usize),
-                CkptSpace::Full => (nl as usize, nl as usize),
-                CkptSpace::Off => (0, 0),
-            };
-            // The activation curve per AO ratio, and its prefix minimum over the allowed
-            // checkpoint counts: the fewest checkpointed layers that fit in a room is one
-            // binary search.
-            let curves: Vec<(Vec<f64>, Vec<f64>)> = aos
-                .iter()
-                .map(|&ao| {
-                    let mult = 1.0 + (spec.in_flight.max(1) - 1) as f64 * (1.0 - ao);
-                    let curve: Vec<f64> = (ckpt_range.0..=ckpt_range.1)
-                        .map(|n| tab.kept[n] * mult + tab.working[n])
-                        .collect();
-                    let mut pm = curve.clone();
-                    for i in 1..pm.len() {
-                        pm[i] = pm[i].min(pm[i - 1]);
+            // Whether each offload grid point fits, and with how few checkpointed layers
+            // (computed once per point; the dominance test below looks its neighbours up).
+            fits.clear();
+            for ia in 0..na {
+                for &wr in wos {
+                    for &gr_r in gos {
+                        for &or in oos {
+                            let states = w * (1.0 - wr) + gr * (1.0 - gr_r) + o * (1.0 - or);
+                            let room = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
+                                - states
+                                - tab.transient
+                                - gathered;
+                            let pm = &curves[ia].1;
+                            let idx = pm.partition_point(|v| *v > room);
+                            fits.push((idx < pm.len()).then_some((idx, states)));
+                        }
                     }
-                    (curve, pm)
-                })
-                .collect();
-            // Index into `curves[a]` of the fewest checkpointed layers that fit, if any.
-            let fewest = |iw: usize, ig: usize, io: usize, ia: usize| -> Option<(usize, f64)> {
-                let states = w * (1.0 - wos[iw]) + gr * (1.0 - gos[ig]) + o * (1.0 - oos[io]);
-                let room = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
-                    - states
-                    - tab.transient
-                    - gathered;
-                let pm = &curves[ia].1;
-                let idx = pm.partition_point(|v| *v > room);
-                (idx < pm.len()).then_some((idx, states))
-            };
-            for ia in 0..aos.len() {
-                // Indices, not iterators: a point's neighbours one step lower are looked up.
-                #[allow(clippy::needless_range_loop)]
-                for iw in 0..wos.len() {
-                    for ig in 0..gos.len() {
-                        for io in 0..oos.len() {
-                            let Some((idx, states)) = fewest(iw, ig, io, ia) else {
+                }
+            }
+            let at =
+                |iw: usize, ig: usize, io: usize, ia: usize| ((ia * nw + iw) * ng + ig) * no + io;
+            for ia in 0..na {
+                for iw in 0..nw {
+                    for ig in 0..ng {
+                        for io in 0..no {
+                            let Some((idx, states)) = fits[at(iw, ig, io, ia)] else {
                                 continue;
                             };
                             // Dominated: one ratio a step lower fits with as few checkpointed
                             // layers (t and d never decrease with a ratio or a layer).
                             let same = |r: Option<(usize, f64)>| r.is_some_and(|(j, _)| j == idx);
-                            if (iw > 0 && same(fewest(iw - 1, ig, io, ia)))
-                                || (ig > 0 && same(fewest(iw, ig - 1, io, ia)))
-                                || (io > 0 && same(fewest(iw, ig, io - 1, ia)))
-                                || (ia > 0 && same(fewest(iw, ig, io, ia - 1)))
+                            if (iw > 0 && same(fits[at(iw - 1, ig, io, ia)]))
+                                || (ig > 0 && same(fits[at(iw, ig - 1, io, ia)]))
+                                || (io > 0 && same(fits[at(iw, ig, io - 1, ia)]))
+                                || (ia > 0 && same(fits[at(iw, ig, io, ia - 1)]))
                             {
                                 continue;
                             }
