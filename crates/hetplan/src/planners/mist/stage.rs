@@ -512,8 +512,8 @@ pub fn intra_stage(
             // (more offloading leaves more room: `states` is a sum of non-negative products
             // of (1 − ratio), and `curves` shrinks with AO; IEEE rounding is monotone), so
             // the lower neighbours' smallest index `u` bounds it: it is `u` exactly when
-            // `pm[u − 1]` does not fit either, and then the point is dominated; else the
-            // binary search runs on `pm[..u]`. Same answers as a full search everywhere
+            // `pm[u − 1]` does not fit either (the point is then dominated, or with `u = len`
+            // does not fit at all); else the binary search runs on `pm[..u]`. Same answers as a full search everywhere
             // (checked against one in debug builds).
             let len = curves[0].1.len();
             fits.clear();
@@ -546,8 +546,9 @@ pub fn intra_stage(
                             }
                             // Dominated: one ratio a step lower fits with as few checkpointed
                             // layers (t and d never decrease with a ratio or a layer).
-                            let dominated = u < len && (u == 0 || pm[u - 1] > room);
-                            let idx = if dominated {
+                            let at_u = u == 0 || pm[u - 1] > room;
+                            let dominated = at_u && u < len;
+                            let idx = if at_u {
                                 u
                             } else {
                                 pm[..u].partition_point(|v| *v > room)
