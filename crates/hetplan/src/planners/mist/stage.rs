@@ -516,6 +516,16 @@ pub fn intra_stage(
             // does not fit at all); else the binary search runs on `pm[..u]`. Same answers as a full search everywhere
             // (checked against one in debug builds).
             let len = curves[0].1.len();
+            // Exact cut: with every ratio at its top and AO's smallest curve, the most room and
+            // the least activation memory; if even that does not fit, by the same monotonicity
+            // no grid point of this ZeRO level does, and none would be costed.
+            let room_top = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
+                - (w * (1.0 - wos[nw - 1]) + gr * (1.0 - gos[ng - 1]) + o * (1.0 - oos[no - 1]))
+                - tab.transient
+                - gathered;
+            if curves[na - 1].1[len - 1] > room_top {
+                continue;
+            }
             fits.clear();
             fits.resize(nw * ng * no * na, len);
             let at =
