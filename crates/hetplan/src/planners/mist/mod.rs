@@ -109,8 +109,8 @@
 //! is skipped; the first/last passes reuse the stable ones when their inputs are the same.
 //!
 //! Search time (release, one core of a 2-core x86-64 VM shared with other builds, 60 s
-//! budget), standalone `hetplan plan --scenario … --algo mist`: 16 A100 19.4 s → 7.3 s, 8 A100
-//! 5.3 → 1.8 s, 8 L4 5.6 → 1.9 s, fig3-l4 6.7 → 2.4 s, 4 L4 1.2 → 0.45 s. `cargo bench -p
+//! budget), standalone `hetplan plan --scenario … --algo mist`: 16 A100 19.4 s → 5.4 s, 8 A100
+//! 5.3 → 1.4 s, 4 L4 1.2 → 0.30 s, fig2-l4 0.51 → 0.12 s. `cargo bench -p
 //! hetplan --bench mist` (run beside a test build, so slower): 0.04–1.1 s on 2–4 GPUs, 2.4–5 s
 //! on 8, 10–17 s on 16, 45 s on 32 A100 (exhausted); 32 L4 and the 256-GPU A100+V100+T4
 //! cluster (GPT-3 13B) stop at the time limit with their best plan so far.
