@@ -4,8 +4,9 @@
 //!
 //! Run: `cargo bench -p hetplan --bench mist` (`MIST_BUDGET_S` sets the time budget per row,
 //! default 60 s; a row that reaches it reports `time limit` and the best plan found so far).
-//! Single-threaded: the search uses one core. Numbers in the module docs of
-//! `planners::mist` were taken on the development machine (2 shared cores of an x86-64 VM).
+//! Single-threaded: the search uses one core. Numbers (before and after the exact speed-ups)
+//! are in the module docs of `planners::mist`, taken on the development machine (2 shared
+//! cores of an x86-64 VM, 1 core used).
 //!
 //! The 256-GPU row: 16 nodes of 8 A100-80GB (NVLink), 8 of 8 V100-32GB (NVLink) and 8 of 8 T4
 //! (PCIe), 100 Gbps between nodes; GPT-3 13B, sequence 2048, global batch 512 (Table 4's

@@ -252,6 +252,11 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
     t
 }
 
+/// Whether two inputs are the same floats, bit for bit.
+fn same_bits(a: [f64; 4], b: [f64; 4]) -> bool {
+    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 /// Offload ratio grid.
 fn grid(steps: u32) -> Vec<f64> {
     if steps == 0 {
@@ -335,6 +340,19 @@ pub fn intra_stage(
     let gpn = devices_per_node(&spec.devices);
     let conc = |n: u32| gpn.get(&n).copied().unwrap_or(0);
     let ratios = grid(ctx.space.offload_steps);
+    let zero_off = [0.0];
+    let (wos, gos, oos, aos): (&[f64], &[f64], &[f64], &[f64]) = if ctx.space.offload_steps == 0 {
+        (&zero_off, &zero_off, &zero_off, &zero_off)
+    } else {
+        (&ratios, &ratios, &ratios, &ratios)
+    };
+    let (nw, ng, no, na) = (wos.len(), gos.len(), oos.len(), aos.len());
+    let ckpt_range: (usize, usize) = match ctx.space.ckpt {
+        CkptSpace::Tuned => (0, nl as usize),
+        CkptSpace::Full => (nl as usize, nl as usize),
+        CkptSpace::Off => (0, 0),
+    };
+    let mut fits: Vec<usize> = Vec::with_capacity(nw * ng * no * na);
     for tp in (1..=spec.per_node).filter(|t| spec.per_node.is_multiple_of(*t)) {
         if tp > p.options.max_tp
             || !ctx.heads.iter().all(|&(h, kv)| {
@@ -394,6 +412,23 @@ pub fn intra_stage(
         } else {
             0.0
         };
+        // The activation curve per AO ratio, and its prefix minimum over the allowed
+        // checkpoint counts: the fewest checkpointed layers that fit in a room is one binary
+        // search. They do not depend on the ZeRO level.
+        let curves: Vec<(Vec<f64>, Vec<f64>)> = aos
+            .iter()
+            .map(|&ao| {
+                let mult = 1.0 + (spec.in_flight.max(1) - 1) as f64 * (1.0 - ao);
+                let curve: Vec<f64> = (ckpt_range.0..=ckpt_range.1)
+                    .map(|n| tab.kept[n] * mult + tab.working[n])
+                    .collect();
+                let mut pm = curve.clone();
+                for i in 1..pm.len() {
+                    pm[i] = pm[i].min(pm[i - 1]);
+                }
+                (curve, pm)
+            })
+            .collect();
         let max_zero = if dp > 1 { ctx.space.max_zero.min(3) } else { 0 };
         for zero in 0..=max_zero {
             if !search.tick() {
@@ -443,80 +478,94 @@ pub fn intra_stage(
                 // reduce-scatter (ZeRO-1) beside the last backward.
                 let off_p = opt_params * off.optimizer;
                 let gather = if zero == 1 || zero == 2 { ag } else { 0.0 };
-                let first = pass(
+                // `pass` is a function of its four inputs: where the first (last) micro-batch
+                // adds nothing to the stable forward (backward), its value is reused.
+                let first_in = [
                     c_f,
                     nccl_f + gather,
                     wo + off_p * w_b / pcie,
                     ao + off_p * g_b / pcie,
-                );
+                ];
+                let first = if same_bits(first_in, [c_f, nccl_f, wo, ao]) {
+                    fwd
+                } else {
+                    pass(first_in[0], first_in[1], first_in[2], first_in[3])
+                };
                 let reduce = match zero {
                     0 => ar,
                     1 => rs,
                     _ => 0.0,
                 };
-                let last = pass(c_b, nccl_b + reduce, wo + ao, go);
+                let last = if (nccl_b + reduce).to_bits() == nccl_b.to_bits() {
+                    bwd
+                } else {
+                    pass(c_b, nccl_b + reduce, wo + ao, go)
+                };
                 let adam = (opt_params - off_p) * k::ADAM_BYTES_PER_PARAM
                     / (hbm * k::HBM_EFFICIENCY)
                     + off_p / k::CPU_ADAM_PARAMS_PER_S;
                 (t, (first - fwd) + (last - bwd) + adam + tied)
             };
-            let zero_off = [0.0];
-            let (wos, gos, oos, aos): (&[f64], &[f64], &[f64], &[f64]) =
-                if ctx.space.offload_steps == 0 {
-                    (&zero_off, &zero_off, &zero_off, &zero_off)
-                } else {
-                    (&ratios, &ratios, &ratios, &ratios)
-                };
-            let ckpt_range: (usize, usize) = match ctx.space.ckpt {
-                CkptSpace::Tuned => (0, nl as usize),
-                CkptSpace::Full => (nl as usize, nl as usize),
-                CkptSpace::Off => (0, 0),
-            };
-            // The activation curve per AO ratio, and its prefix minimum over the allowed
-            // checkpoint counts: the fewest checkpointed layers that fit in a room is one
-            // binary search.
-            let curves: Vec<(Vec<f64>, Vec<f64>)> = aos
-                .iter()
-                .map(|&ao| {
-                    let mult = 1.0 + (spec.in_flight.max(1) - 1) as f64 * (1.0 - ao);
-                    let curve: Vec<f64> = (ckpt_range.0..=ckpt_range.1)
-                        .map(|n| tab.kept[n] * mult + tab.working[n])
-                        .collect();
-                    let mut pm = curve.clone();
-                    for i in 1..pm.len() {
-                        pm[i] = pm[i].min(pm[i - 1]);
-                    }
-                    (curve, pm)
-                })
-                .collect();
-            // Index into `curves[a]` of the fewest checkpointed layers that fit, if any.
-            let fewest = |iw: usize, ig: usize, io: usize, ia: usize| -> Option<(usize, f64)> {
-                let states = w * (1.0 - wos[iw]) + gr * (1.0 - gos[ig]) + o * (1.0 - oos[io]);
-                let room = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
-                    - states
-                    - tab.transient
-                    - gathered;
+            // Per offload grid point, the fewest checkpointed layers that fit (an index into
+            // `curves[ia]`; `len` when none does), in one pass in loop order so that the points
+            // one ratio step lower are already known. That index never increases with a ratio
+            // (more offloading leaves more room: `states` is a sum of non-negative products
+            // of (1 − ratio), and `curves` shrinks with AO; IEEE rounding is monotone), so
+            // the lower neighbours' smallest index `u` bounds it: it is `u` exactly when
+            // `pm[u − 1]` does not fit either (the point is then dominated, or with `u = len`
+            // does not fit at all); else the binary search runs on `pm[..u]`. Same answers as a full search everywhere
+            // (checked against one in debug builds).
+            let len = curves[0].1.len();
+            // Exact cut: with every ratio at its top and AO's smallest curve, the most room and
+            // the least activation memory; if even that does not fit, by the same monotonicity
+            // no grid point of this ZeRO level does, and none would be costed.
+            let room_top = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
+                - (w * (1.0 - wos[nw - 1]) + gr * (1.0 - gos[ng - 1]) + o * (1.0 - oos[no - 1]))
+                - tab.transient
+                - gathered;
+            if curves[na - 1].1[len - 1] > room_top {
+                continue;
+            }
+            fits.clear();
+            fits.resize(nw * ng * no * na, len);
+            let at =
+                |iw: usize, ig: usize, io: usize, ia: usize| ((ia * nw + iw) * ng + ig) * no + io;
+            for ia in 0..na {
                 let pm = &curves[ia].1;
-                let idx = pm.partition_point(|v| *v > room);
-                (idx < pm.len()).then_some((idx, states))
-            };
-            for ia in 0..aos.len() {
-                // Indices, not iterators: a point's neighbours one step lower are looked up.
-                #[allow(clippy::needless_range_loop)]
-                for iw in 0..wos.len() {
-                    for ig in 0..gos.len() {
-                        for io in 0..oos.len() {
-                            let Some((idx, states)) = fewest(iw, ig, io, ia) else {
-                                continue;
-                            };
+                for iw in 0..nw {
+                    for ig in 0..ng {
+                        for io in 0..no {
+                            let states =
+                                w * (1.0 - wos[iw]) + gr * (1.0 - gos[ig]) + o * (1.0 - oos[io]);
+                            let room = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
+                                - states
+                                - tab.transient
+                                - gathered;
+                            let mut u = len;
+                            if iw > 0 {
+                                u = u.min(fits[at(iw - 1, ig, io, ia)]);
+                            }
+                            if ig > 0 {
+                                u = u.min(fits[at(iw, ig - 1, io, ia)]);
+                            }
+                            if io > 0 {
+                                u = u.min(fits[at(iw, ig, io - 1, ia)]);
+                            }
+                            if ia > 0 {
+                                u = u.min(fits[at(iw, ig, io, ia - 1)]);
+                            }
                             // Dominated: one ratio a step lower fits with as few checkpointed
                             // layers (t and d never decrease with a ratio or a layer).
-                            let same = |r: Option<(usize, f64)>| r.is_some_and(|(j, _)| j == idx);
-                            if (iw > 0 && same(fewest(iw - 1, ig, io, ia)))
-                                || (ig > 0 && same(fewest(iw, ig - 1, io, ia)))
-                                || (io > 0 && same(fewest(iw, ig, io - 1, ia)))
-                                || (ia > 0 && same(fewest(iw, ig, io, ia - 1)))
-                            {
+                            let at_u = u == 0 || pm[u - 1] > room;
+                            let dominated = at_u && u < len;
+                            let idx = if at_u {
+                                u
+                            } else {
+                                pm[..u].partition_point(|v| *v > room)
+                            };
+                            debug_assert_eq!(idx, pm.partition_point(|v| *v > room));
+                            fits[at(iw, ig, io, ia)] = idx;
+                            if dominated || idx == len {
                                 continue;
                             }
                             let n = ckpt_range.0 + idx;
