@@ -968,26 +968,7 @@ impl Planner for Ditto {
         problem: &Problem<'_>,
         search: &mut Search<'_>,
     ) -> Result<Outcome, PlannerError> {
-        if problem.model.layers.is_empty()
-            || problem.cluster.num_gpus() == 0
-            || problem.global_batch == 0
-        {
-            return Err(PlannerError::Infeasible(
-                "the model has no layers, the cluster no GPUs or the global batch is 0".into(),
-            ));
-        }
-        let bs = micro_batch_sizes(problem, self.micro_batch);
-        if bs.is_empty() {
-            return Err(PlannerError::Infeasible(format!(
-                "no micro-batch size divides the global batch {} within max_micro_batch {}",
-                problem.global_batch, problem.options.max_micro_batch
-            )));
-        }
-        // SAFETY of lifetimes: models borrow the problem.
-        let models: Vec<Model<'_>> = bs
-            .iter()
-            .map(|&b| Model::new(reborrow(problem), b))
-            .collect();
+        let models = stage_models(problem, self.micro_batch)?;
         let mut cands = Vec::new();
         let mut notes = Vec::new();
         for m in &models {
@@ -1100,10 +1081,29 @@ impl Planner for Ditto {
     }
 }
 
-/// Shortens the problem borrow to the call (models live only inside `plan`).
-fn reborrow<'a>(p: &'a Problem<'_>) -> &'a Problem<'a> {
-    // Problem is covariant in its lifetime.
-    p
+/// Both planners' stage models, one per micro-batch size they try; the inputs they refuse.
+fn stage_models<'a>(
+    problem: &'a Problem<'_>,
+    micro_batch: Option<u64>,
+) -> Result<Vec<Model<'a>>, PlannerError> {
+    if problem.model.layers.is_empty()
+        || problem.cluster.num_gpus() == 0
+        || problem.global_batch == 0
+    {
+        return Err(PlannerError::Infeasible(
+            "the model has no layers, the cluster no GPUs or the global batch is 0".into(),
+        ));
+    }
+    let bs = micro_batch_sizes(problem, micro_batch);
+    if bs.is_empty() {
+        return Err(PlannerError::Infeasible(format!(
+            "no micro-batch size divides the global batch {} within max_micro_batch {}",
+            problem.global_batch, problem.options.max_micro_batch
+        )));
+    }
+    // `Problem` is covariant in its lifetime: the models borrow it for this call only.
+    let problem: &'a Problem<'a> = problem;
+    Ok(bs.iter().map(|&b| Model::new(problem, b)).collect())
 }
 
 // ---------------------------------------------------------------------------- exhaustive
@@ -1451,25 +1451,7 @@ impl Planner for DittoExhaustive {
         problem: &Problem<'_>,
         search: &mut Search<'_>,
     ) -> Result<Outcome, PlannerError> {
-        if problem.model.layers.is_empty()
-            || problem.cluster.num_gpus() == 0
-            || problem.global_batch == 0
-        {
-            return Err(PlannerError::Infeasible(
-                "the model has no layers, the cluster no GPUs or the global batch is 0".into(),
-            ));
-        }
-        let bs = micro_batch_sizes(problem, self.micro_batch);
-        if bs.is_empty() {
-            return Err(PlannerError::Infeasible(format!(
-                "no micro-batch size divides the global batch {} within max_micro_batch {}",
-                problem.global_batch, problem.options.max_micro_batch
-            )));
-        }
-        let models: Vec<Model<'_>> = bs
-            .iter()
-            .map(|&b| Model::new(reborrow(problem), b))
-            .collect();
+        let models = stage_models(problem, self.micro_batch)?;
         let mut cands = Vec::new();
         let mut capped = false;
         let mut states = 0usize;
