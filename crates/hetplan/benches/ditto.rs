@@ -18,7 +18,8 @@
 //! The 256-GPU cluster: 16 nodes × 8 a100-sxm4-80gb, 8 × 8 v100-sxm2-32gb, 8 × 8 t4, 100 Gbps
 //! between nodes; LLaMA-2 70B (80 layers), global batch 1024, sequence 4096.
 
-use hetplan::cluster::spec::parse_cluster_toml;
+mod common;
+
 use hetplan::cost::Analytic;
 use hetplan::model::catalog::catalog_model;
 use hetplan::planners::ditto::{Ditto, DittoExhaustive};
@@ -27,20 +28,12 @@ use hetplan::planners::{PlannerError, Search};
 use hetplan::units::Seconds;
 use std::time::Instant;
 
-struct Wall(Instant);
-
-impl Clock for Wall {
-    fn elapsed(&self) -> Seconds {
-        Seconds(self.0.elapsed().as_secs_f64())
-    }
-}
-
 fn run(
     planner: &dyn Planner,
     p: &Problem<'_>,
     budget: Option<f64>,
 ) -> (Result<Outcome, PlannerError>, f64) {
-    let clock = Wall(Instant::now());
+    let clock = common::Wall(Instant::now());
     let mut s = Search::new(
         Limits {
             max_nodes: None,
@@ -96,27 +89,7 @@ fn main() {
             )
         })
         .collect();
-    let big = parse_cluster_toml(
-        r#"
-name = "a100-v100-t4-256"
-[[node_group]]
-gpu = "a100-sxm4-80gb"
-gpus_per_node = 8
-nodes = 16
-inter_node_bandwidth = "100 Gbps"
-[[node_group]]
-gpu = "v100-sxm2-32gb"
-gpus_per_node = 8
-nodes = 8
-inter_node_bandwidth = "100 Gbps"
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 8
-nodes = 8
-inter_node_bandwidth = "100 Gbps"
-"#,
-    )
-    .unwrap();
+    let big = common::three_types_256();
     rows.push((
         "256-gpu".into(),
         catalog_model("llama2-70b").unwrap(),

@@ -11,22 +11,16 @@
 //! paper's (var 0.5, permutation length 10); the last rows use the released code's example
 //! length, 4.
 
+mod common;
+
 use hetplan::cluster::spec::parse_cluster_toml;
 use hetplan::cost::Analytic;
 use hetplan::model::catalog::catalog_model;
 use hetplan::plan::Precision;
 use hetplan::planners::metis::Metis;
-use hetplan::planners::{Clock, Limits, NoProgress, PlanOptions, Planner, Problem, Search};
+use hetplan::planners::{Limits, NoProgress, PlanOptions, Planner, Problem, Search};
 use hetplan::units::Seconds;
 use std::time::Instant;
-
-struct Wall(Instant);
-
-impl Clock for Wall {
-    fn elapsed(&self) -> Seconds {
-        Seconds(self.0.elapsed().as_secs_f64())
-    }
-}
 
 fn t4_v100(gpus: u32) -> hetplan::Cluster {
     let nodes = gpus / 8;
@@ -97,7 +91,7 @@ fn main() {
             max_permute_len: perm,
             ..Metis::default()
         };
-        let clock = Wall(Instant::now());
+        let clock = common::Wall(Instant::now());
         let mut search = Search::new(
             Limits {
                 max_nodes: None,

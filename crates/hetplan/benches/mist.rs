@@ -12,47 +12,16 @@
 //! (PCIe), 100 Gbps between nodes; GPT-3 13B, sequence 2048, global batch 512 (Table 4's
 //! largest batch).
 
-use hetplan::cluster::spec::parse_cluster_toml;
+mod common;
+
 use hetplan::cost::Analytic;
 use hetplan::model::catalog::catalog_model;
 use hetplan::planners::mist::Mist;
-use hetplan::planners::{Clock, Limits, NoProgress, PlanOptions, Planner, Problem, Search};
+use hetplan::planners::{Limits, NoProgress, PlanOptions, Planner, Problem, Search};
 use hetplan::scenario::{scenario, scenario_names};
 use hetplan::units::Seconds;
 use hetplan::{Cluster, Model};
 use std::time::Instant;
-
-struct Wall(Instant);
-
-impl Clock for Wall {
-    fn elapsed(&self) -> Seconds {
-        Seconds(self.0.elapsed().as_secs_f64())
-    }
-}
-
-fn three_types() -> Cluster {
-    parse_cluster_toml(
-        r#"
-name = "a100-v100-t4-256"
-[[node_group]]
-gpu = "a100-sxm4-80gb"
-gpus_per_node = 8
-nodes = 16
-inter_node_bandwidth = "100 Gbps"
-[[node_group]]
-gpu = "v100-sxm2-32gb"
-gpus_per_node = 8
-nodes = 8
-inter_node_bandwidth = "100 Gbps"
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 8
-nodes = 8
-inter_node_bandwidth = "100 Gbps"
-"#,
-    )
-    .unwrap()
-}
 
 fn row(name: &str, model: &Model, cluster: &Cluster, batch: u64, seq: u64, budget: f64) {
     let problem = Problem {
@@ -63,7 +32,7 @@ fn row(name: &str, model: &Model, cluster: &Cluster, batch: u64, seq: u64, budge
         compute: &Analytic,
         options: PlanOptions::default(),
     };
-    let clock = Wall(Instant::now());
+    let clock = common::Wall(Instant::now());
     let mut search = Search::new(
         Limits {
             max_nodes: None,
@@ -125,7 +94,7 @@ fn main() {
     row(
         "a100+v100+t4 gpt3-13b",
         &model,
-        &three_types(),
+        &common::three_types_256(),
         512,
         2048,
         budget,

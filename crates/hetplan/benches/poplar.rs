@@ -11,7 +11,8 @@
 //! the module's report were taken on a 2-core Intel Xeon VM shared with other builds (release
 //! profile, one thread: the planner is single-threaded).
 
-use hetplan::cluster::spec::parse_cluster_toml;
+mod common;
+
 use hetplan::cost::Analytic;
 use hetplan::model::catalog::catalog_model;
 use hetplan::planners::poplar::Poplar;
@@ -19,30 +20,6 @@ use hetplan::planners::{Limits, NoClock, NoProgress, PlanOptions, Planner, Probl
 use hetplan::scenario::scenario;
 use hetplan::{Cluster, Model};
 use std::time::Instant;
-
-fn big_cluster() -> Cluster {
-    parse_cluster_toml(
-        r#"
-name = "a100-v100-t4-256"
-[[node_group]]
-gpu = "a100-sxm4-80gb"
-gpus_per_node = 8
-nodes = 16
-inter_node_bandwidth = "100 Gbps"
-[[node_group]]
-gpu = "v100-sxm2-32gb"
-gpus_per_node = 8
-nodes = 8
-inter_node_bandwidth = "100 Gbps"
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 8
-nodes = 8
-inter_node_bandwidth = "100 Gbps"
-"#,
-    )
-    .expect("the 256-GPU cluster parses")
-}
 
 fn row(label: &str, model: &Model, cluster: &Cluster, gbs: u64, seq: u64) {
     let problem = Problem {
@@ -121,5 +98,11 @@ fn main() {
         row(name, &s.model, &s.cluster, s.global_batch, s.seq_len);
     }
     let model = catalog_model("gpt3-1.3b").expect("catalog model");
-    row("256 GPUs, 1.3B", &model, &big_cluster(), 2048, 2048);
+    row(
+        "256 GPUs, 1.3B",
+        &model,
+        &common::three_types_256(),
+        2048,
+        2048,
+    );
 }
