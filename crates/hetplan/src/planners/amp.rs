@@ -256,15 +256,7 @@ pub fn amp_plan(problem: &Problem<'_>, c: Candidate, lengths: &[usize]) -> Plan 
     let stages = common::ranges(lengths)
         .into_iter()
         .zip(devices)
-        .map(|(layers, devices)| StageChoice {
-            layers,
-            devices,
-            tp: c.tp,
-            micro_batch_sizes: vec![c.mbs; c.dp as usize],
-            zero: 0,
-            recompute: Recompute::None,
-            offload: Default::default(),
-        })
+        .map(|(layers, devices)| StageChoice::uniform(layers, devices, c.tp, c.mbs))
         .collect();
     common::make_plan(problem, stages, c.micro_batches(problem.global_batch))
 }

@@ -23,6 +23,23 @@ pub struct StageChoice {
     pub offload: Offload,
 }
 
+impl StageChoice {
+    /// A stage whose `devices.len() / tp` replicas all take `mbs` samples a micro-batch, with
+    /// nothing sharded, recomputed or offloaded (the space of Metis, AMP, Ditto and the oracle).
+    pub fn uniform(layers: LayerRange, devices: Vec<GpuId>, tp: u32, mbs: u64) -> StageChoice {
+        let dp = devices.len() / tp.max(1) as usize;
+        StageChoice {
+            layers,
+            devices,
+            tp,
+            micro_batch_sizes: vec![mbs; dp],
+            zero: 0,
+            recompute: Recompute::None,
+            offload: Offload::default(),
+        }
+    }
+}
+
 /// A complete plan from stage choices (1F1B, the problem's engine and precision).
 pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches: u64) -> Plan {
     Plan {

@@ -132,7 +132,6 @@ use crate::cost::comm::{collective_time, Collective};
 use crate::cost::constants as k;
 use crate::cost::{memory, LayerShape};
 use crate::model::OpKind;
-use crate::plan::Recompute;
 use crate::units::{Bytes, Seconds};
 
 /// Which node folding (§5.3.1 or §5.3.2).
@@ -249,8 +248,8 @@ pub fn oobleck_time(latencies: &[f64], micro_batches: u64) -> f64 {
 
 /// One intra-stage plan of `x` GPUs of a type: prefix sums over layers.
 struct Config {
+    /// TP degree (the DP degree is the stage's GPU count over it).
     tp: u32,
-    dp: u32,
     mbs: u64,
     /// Latency prefix (seconds): compute + TP all-reduces per micro-batch.
     lat: Vec<f64>,
@@ -398,7 +397,6 @@ impl<'p> Model<'p> {
                     let tokens = mbs as f64 * tokens_per_sample;
                     cs.push(Config {
                         tp,
-                        dp: dp as u32,
                         mbs,
                         lat: prefix((0..layers).map(|l| time(l, mbs, tp))),
                         states: prefix(
@@ -501,18 +499,11 @@ impl<'p> Model<'p> {
                 let c = &t.configs[s.x - 1][s.cfg];
                 let devices = t.gpus[taken[s.ty]..taken[s.ty] + s.x].to_vec();
                 taken[s.ty] += s.x;
-                StageChoice {
-                    layers: crate::plan::LayerRange {
-                        start: s.u,
-                        end: s.v,
-                    },
-                    devices,
-                    tp: c.tp,
-                    micro_batch_sizes: vec![c.mbs; c.dp as usize],
-                    zero: 0,
-                    recompute: Recompute::None,
-                    offload: Default::default(),
-                }
+                let layers = crate::plan::LayerRange {
+                    start: s.u,
+                    end: s.v,
+                };
+                StageChoice::uniform(layers, devices, c.tp, c.mbs)
             })
             .collect();
         common::make_plan(self.problem, choices, self.nb)
