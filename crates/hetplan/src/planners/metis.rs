@@ -17,7 +17,8 @@
 //!
 //! 1. **Stage counts and micro-batch counts** (§4.1, Algorithm 1 line 4): every stage count
 //!    `S = 1..=min(GPUs, layers)` and every number of micro-batches `B` dividing the global
-//!    batch (the global batch is never changed).
+//!    batch (the global batch is never changed). *(silent)* The order: stage counts from half
+//!    the GPU count outward (see "Search time" below).
 //! 2. **Device-group sizes** (§4.2.2, first pruning knob): multisets of `S` group sizes summing
 //!    to the cluster's GPU count ("all stages fully use the entire GPUs"), each at least
 //!    `N_GPUs / S · (1 − var)`, `var = 0.5` (Table 4's caption). *(silent)* Which sizes a group
@@ -123,9 +124,11 @@
 //! about 5 million distinct placements (× 8 micro-batch counts), and the best plans have many
 //! stages (32 of them at 64 GPUs, 18 at 32), within a few percent of plans with half as many, so
 //! no lower bound cuts them; the cuts above keep the answer exact but cannot make the
-//! exhaustive search fast. Under a time limit the search returns its best plan so far (at 64
-//! GPUs after 60 s: 9.85 s by Eq. 1, 42% above the optimum, because stage counts are visited in
-//! increasing order).
+//! exhaustive search fast. Under a time limit the search returns its best plan so far; stage
+//! counts are visited from half the GPU count outward, which finds the many-stage plans early:
+//! at 64 GPUs after 60 s, 8.70 s by Eq. 1 (25% above the optimum; 9.85 s visiting stage counts
+//! in increasing order), and with permutation length 4 the optimum of that space, 6.99 s
+//! (8.33 s in increasing order).
 
 use super::common::{self, StageChoice};
 use super::{Outcome, Planner, PlannerError, Problem, Ranked, Search};
@@ -1578,7 +1581,13 @@ impl Metis {
         let batches = common::divisors(ctx.p.global_batch);
         ctx.bound_constants();
         let max_stages = (n as usize).min(ctx.layers);
-        for s in 1..=max_stages {
+        // Stage counts from half the GPU count outward: the best plans have many stages (32 of
+        // 64 GPUs, 18 of 32), so under a time limit this order finds them early; exhausted, the
+        // search keeps the same best Eq. 1 whatever the order.
+        let mut stage_counts: Vec<usize> = (1..=max_stages).collect();
+        let mid = (n as usize / 2).clamp(1, max_stages);
+        stage_counts.sort_by_key(|&s| (s.abs_diff(mid), s));
+        for s in stage_counts {
             let lb = n as f64 / s as f64 * (1.0 - self.var);
             let allowed: Vec<u32> = sizes
                 .iter()
