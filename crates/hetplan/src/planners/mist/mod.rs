@@ -110,10 +110,11 @@
 //!
 //! Search time (release, one core of a 2-core x86-64 VM shared with other builds, 60 s
 //! budget), standalone `hetplan plan --scenario … --algo mist`: 16 A100 19.4 s → 5.4 s, 8 A100
-//! 5.3 → 1.4 s, 4 L4 1.2 → 0.30 s, fig2-l4 0.51 → 0.12 s. `cargo bench -p
-//! hetplan --bench mist` (run beside a test build, so slower): 0.04–1.1 s on 2–4 GPUs, 2.4–5 s
-//! on 8, 10–17 s on 16, 45 s on 32 A100 (exhausted); 32 L4 and the 256-GPU A100+V100+T4
-//! cluster (GPT-3 13B) stop at the time limit with their best plan so far.
+//! 5.3 → 1.4 s, 4 L4 1.2 → 0.30 s, fig2-l4 0.51 → 0.12 s. `MIST_BUDGET_S=60 cargo bench -p
+//! hetplan --bench mist` (one core busy beside it): 0.02–0.4 s on 2–4 GPUs, 1.9–2.5 s on 8,
+//! 7.9–8.3 s on 16, 23 s on 32 A100 (exhausted); 32 L4 and the 256-GPU A100+V100+T4 cluster
+//! (GPT-3 13B) stop at the time limit with their best plan so far (60.2 s and 66.5 s: the MILP
+//! running when the limit passes is not interrupted).
 
 pub mod interference;
 pub mod milp;
