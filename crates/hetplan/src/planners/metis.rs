@@ -916,50 +916,67 @@ impl<'a, 'p> Ctx<'a, 'p> {
 
     /// Metis's Eq. 1 for a complete plan.
     fn eq1(&mut self, groups: &[Group], st: &State, b: u64) -> f64 {
-        let s = groups.len();
-        let model = self.p.model;
-        let cluster = self.cluster();
         let mut sum = 0.0;
         let mut max: f64 = 0.0;
         let mut dp_all: f64 = 0.0;
-        for i in 0..s {
-            let g = &groups[i];
-            let tp = st.tp[i];
-            let tpu = tp as usize;
-            let (lo, hi) = (st.bounds[i], st.bounds[i + 1]);
-            let conc = |node: u32| g.on_node(node);
-            let mut ti: f64 = 0.0;
-            for (r, &m) in st.mbs[i].iter().enumerate() {
-                let c = self.replica_class(g, tp, r);
-                let mut t = self.time(c, tp, m, lo, hi);
-                let tokens = m as f64 * self.tokens_per_sample;
-                let from = g.devices[r * tpu];
+        for i in 0..groups.len() {
+            let own = self.replica_times(groups, st, i, false);
+            let next = self.replica_times(groups, st, i, true);
+            let ti = own
+                .iter()
+                .zip(&next)
+                .map(|(a, b)| a + b)
+                .fold(0.0, f64::max);
+            sum += ti;
+            max = max.max(ti);
+            let sync = self.stage_dp(&groups[i], st, i) + self.stage_tied(groups, st, i);
+            dp_all = dp_all.max(sync);
+        }
+        sum + (b as f64 - 1.0) * max + dp_all
+    }
+
+    /// Per replica of stage i: its compute and TP time plus its send to the previous stage, or
+    /// (`next`) its send to the next stage. Eq. 1's tᵢ of a replica is the sum of the two.
+    fn replica_times(&mut self, groups: &[Group], st: &State, i: usize, next: bool) -> Vec<f64> {
+        let s = groups.len();
+        let model = self.p.model;
+        let cluster = self.cluster();
+        let g = &groups[i];
+        let tp = st.tp[i];
+        let tpu = tp as usize;
+        let (lo, hi) = (st.bounds[i], st.bounds[i + 1]);
+        let conc = |node: u32| g.on_node(node);
+        let mut out = Vec::with_capacity(st.mbs[i].len());
+        for (r, &m) in st.mbs[i].iter().enumerate() {
+            let tokens = m as f64 * self.tokens_per_sample;
+            let from = g.devices[r * tpu];
+            let mut t = 0.0;
+            if next {
                 if i + 1 < s {
                     let nx = &groups[i + 1];
                     let ntp = st.tp[i + 1] as usize;
                     let ndp = nx.devices.len() / ntp;
-                    let out = model.layers[hi - 1].output_bytes_per_token;
-                    let bytes = Bytes(tokens * out * self.elem / 2.0 / tp as f64);
+                    let out_b = model.layers[hi - 1].output_bytes_per_token;
+                    let bytes = Bytes(tokens * out_b * self.elem / 2.0 / tp as f64);
                     let to = nx.devices[(r % ndp) * ntp];
                     t += p2p_time(cluster, from, to, bytes, conc(from.node)).get();
                 }
+            } else {
+                let c = self.replica_class(g, tp, r);
+                t += self.time(c, tp, m, lo, hi);
                 if i > 0 {
                     let pv = &groups[i - 1];
                     let ptp = st.tp[i - 1] as usize;
                     let pdp = pv.devices.len() / ptp;
-                    let out = model.layers[lo - 1].output_bytes_per_token;
-                    let bytes = Bytes(tokens * out * self.elem / 2.0 / tp as f64);
+                    let out_b = model.layers[lo - 1].output_bytes_per_token;
+                    let bytes = Bytes(tokens * out_b * self.elem / 2.0 / tp as f64);
                     let to = pv.devices[(r % pdp) * ptp];
                     t += p2p_time(cluster, from, to, bytes, conc(from.node)).get();
                 }
-                ti = ti.max(t);
             }
-            sum += ti;
-            max = max.max(ti);
-            let sync = self.stage_dp(g, st, i) + self.stage_tied(groups, st, i);
-            dp_all = dp_all.max(sync);
+            out.push(t);
         }
-        sum + (b as f64 - 1.0) * max + dp_all
+        out
     }
 }
 
@@ -1296,48 +1313,10 @@ struct Dfs<'g> {
 }
 
 impl Dfs<'_> {
-    /// Replica r of stage i: (compute + TP, send to the previous stage, send to the next).
+    /// Replica r of stage i: compute + TP + send to the previous stage, or (`next`) the send to
+    /// the next stage.
     fn sends(&self, ctx: &mut Ctx<'_, '_>, st: &State, i: usize, next: bool) -> Vec<f64> {
-        let groups = self.groups;
-        let s = groups.len();
-        let model = ctx.p.model;
-        let cluster = ctx.cluster();
-        let g = &groups[i];
-        let tp = st.tp[i];
-        let tpu = tp as usize;
-        let (lo, hi) = (st.bounds[i], st.bounds[i + 1]);
-        let conc = |node: u32| g.on_node(node);
-        let mut out = Vec::with_capacity(st.mbs[i].len());
-        for (r, &m) in st.mbs[i].iter().enumerate() {
-            let tokens = m as f64 * ctx.tokens_per_sample;
-            let from = g.devices[r * tpu];
-            let mut t = 0.0;
-            if next {
-                if i + 1 < s {
-                    let nx = &groups[i + 1];
-                    let ntp = st.tp[i + 1] as usize;
-                    let ndp = nx.devices.len() / ntp;
-                    let out_b = model.layers[hi - 1].output_bytes_per_token;
-                    let bytes = Bytes(tokens * out_b * ctx.elem / 2.0 / tp as f64);
-                    let to = nx.devices[(r % ndp) * ntp];
-                    t += p2p_time(cluster, from, to, bytes, conc(from.node)).get();
-                }
-            } else {
-                let c = ctx.replica_class(g, tp, r);
-                t += ctx.time(c, tp, m, lo, hi);
-                if i > 0 {
-                    let pv = &groups[i - 1];
-                    let ptp = st.tp[i - 1] as usize;
-                    let pdp = pv.devices.len() / ptp;
-                    let out_b = model.layers[lo - 1].output_bytes_per_token;
-                    let bytes = Bytes(tokens * out_b * ctx.elem / 2.0 / tp as f64);
-                    let to = pv.devices[(r % pdp) * ptp];
-                    t += p2p_time(cluster, from, to, bytes, conc(from.node)).get();
-                }
-            }
-            out.push(t);
-        }
-        out
+        ctx.replica_times(self.groups, st, i, next)
     }
 
     /// Algorithm 1's `DFS(i, ...)`.
