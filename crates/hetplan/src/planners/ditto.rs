@@ -74,8 +74,9 @@
 //!    compared is the merged template's `T` (Algorithm 2 lines 13–14; Eq. 6's sum of costs would
 //!    ignore the critical path that §6.2 merges stages to shorten).
 //!    *(silent)* §6.4 states that the DP needs `L ≥ n·M` (one layer per virtual stage) and
-//!    leaves bigger clusters there. We fold coarser: one virtual GPU is `unit = ⌈V/L⌉` weakest
-//!    GPUs (1 whenever `V ≤ L`, so Ex1–Ex5 are unchanged), giving `⌈V/unit⌉ ≤ L` virtual GPUs;
+//!    leaves bigger clusters there. When the paper's folding yields no plan, a second pass
+//!    folds coarser: one virtual GPU is `unit = ⌈V/L⌉` weakest GPUs (clusters where the first
+//!    pass answers — Ex1–Ex5, AMP's — are unchanged), giving `⌈V/unit⌉ ≤ L` virtual GPUs;
 //!    virtual stage costs are divided by `unit`, greedy grants `⌈stage devices·unit / dᵢ⌉`
 //!    GPUs and a DP choice of `x` GPUs of type `i` merges `max(1, round(x·dᵢ/unit))` virtual
 //!    stages. The 256-GPU bench cluster (1024 equivalents, 82 layers) folds at 13.
@@ -961,94 +962,110 @@ impl Planner for Ditto {
     ) -> Result<Outcome, PlannerError> {
         let models = stage_models(problem, self.micro_batch)?;
         let mut cands = Vec::new();
-        let mut notes = Vec::new();
-        for m in &models {
-            if search.stopped() {
+        let mut notes: Vec<String> = Vec::new();
+        let mut folding_noted = [false; 2];
+        // (silent) §6.4: each template needs at least one layer per stage — the DP's V one-GPU
+        // stages, greedy's n one-node stages — and the paper stops there. Where the first pass
+        // finds no plan (no template fits, or neither recovery finds GPUs for it), a second pass
+        // folds coarser: one virtual GPU is `unit` weakest GPUs, the fewest that leave no more
+        // virtual GPUs than layers.
+        for coarse in [false, true] {
+            if coarse && !cands.is_empty() {
                 break;
             }
-            let (d, w) = fold(m, self.folding);
-            let per: Vec<String> = m
-                .types
-                .iter()
-                .zip(&d)
-                .map(|(t, di)| format!("{}×{}", problem.cluster.gpu_types[t.id.0].name, di))
-                .collect();
-            let mm = m.types[w].per_node;
-            let equivalents: usize = m
-                .types
-                .iter()
-                .zip(&d)
-                .map(|(t, di)| t.gpus.len() * di)
-                .sum();
-            // (silent) §6.4: the DP needs L ≥ V (one layer per virtual stage). A bigger cluster
-            // is folded coarser: one virtual GPU is `unit` weakest GPUs, the fewest that
-            // leave no more virtual GPUs than layers.
-            let unit = equivalents.div_ceil(m.layers).max(1);
-            let v = equivalents.div_ceil(unit);
-            let n = v.div_ceil(mm);
-            let cw: Vec<f64> = prefix(m.types[w].layer_cost.iter().copied())
-                .into_iter()
-                .map(|c| c / unit as f64)
-                .collect();
-            let (l_in, _) = comm_averages(m, w);
-            if m.b == models[0].b {
-                notes.push(format!(
-                    "node folding ({}): {} weakest-GPU equivalents ({}), {} virtual nodes of {}{}",
-                    match self.folding {
+            for m in &models {
+                if search.stopped() {
+                    break;
+                }
+                let (d, w) = fold(m, self.folding);
+                let per: Vec<String> = m
+                    .types
+                    .iter()
+                    .zip(&d)
+                    .map(|(t, di)| format!("{}×{}", problem.cluster.gpu_types[t.id.0].name, di))
+                    .collect();
+                let mm = m.types[w].per_node;
+                let equivalents: usize = m
+                    .types
+                    .iter()
+                    .zip(&d)
+                    .map(|(t, di)| t.gpus.len() * di)
+                    .sum();
+                // One unit for both templates: with it the DP's V ≤ L, and so greedy's n ≤ L.
+                let unit = if coarse {
+                    equivalents.div_ceil(m.layers).max(1)
+                } else {
+                    1
+                };
+                if coarse && unit == 1 {
+                    continue; // the first pass tried exactly this
+                }
+                let v = equivalents.div_ceil(unit);
+                let n = v.div_ceil(mm);
+                let cw: Vec<f64> = prefix(m.types[w].layer_cost.iter().copied())
+                    .into_iter()
+                    .map(|c| c / unit as f64)
+                    .collect();
+                let (l_in, _) = comm_averages(m, w);
+                if !folding_noted[usize::from(coarse)] {
+                    let how = match self.folding {
                         Folding::IgnoreComm => "§5.3.1",
                         Folding::WithComm => "§5.3.2",
-                    },
-                    equivalents,
-                    per.join(", "),
-                    n,
-                    mm,
+                    };
+                    let mut note = format!(
+                        "node folding ({how}): {equivalents} weakest-GPU equivalents ({}), {} \
+                         virtual nodes of {mm}",
+                        per.join(", "),
+                        equivalents.div_ceil(mm)
+                    );
                     if unit > 1 {
-                        format!(
-                            "; folded coarser (more virtual GPUs than the {} layers, §6.4): one virtual GPU = {unit} weakest GPUs, {v} virtual GPUs",
+                        note.push_str(&format!(
+                            "; no plan with those, so folded coarser (§6.4: more virtual GPUs \
+                             than the {} layers): one virtual GPU = {unit} weakest GPUs, {v} \
+                             virtual GPUs",
                             m.layers
-                        )
-                    } else {
-                        String::new()
+                        ));
                     }
-                ));
-            }
-            // Greedy: the n-stage template, one virtual node per stage.
-            if self.recovery != Recovery::Dp && n <= m.layers {
-                let lat = |u: usize, vv: usize| {
-                    (cw[vv] - cw[u]) / mm as f64
-                        + if mm > 1 {
-                            l_in[mm] * (vv - u) as f64
-                        } else {
-                            0.0
-                        }
-                };
-                if let Some(table) = homogeneous_dc(m.layers, n, mm, mm, m.nb, &lat, search) {
-                    let mut stages = Vec::new();
-                    unwind(&table, m.layers, n, 0, m.layers, &mut stages);
-                    let template: Vec<(usize, usize, usize)> =
-                        stages.iter().map(|&(u, vv)| (u, vv, mm * unit)).collect();
-                    match greedy(m, &template, &d, w, search) {
-                        Some(real) => cands.push(Candidate {
-                            cost: m.cost(&real),
-                            stages: real,
-                            b: m.b,
-                            how: "greedy recovery (Algorithm 1)",
-                        }),
-                        None if !search.stopped() => notes.push(format!(
+                    notes.push(note);
+                    folding_noted[usize::from(coarse)] = true;
+                }
+                // Greedy: the n-stage template, one virtual node per stage.
+                if self.recovery != Recovery::Dp && n <= m.layers {
+                    let lat = |u: usize, vv: usize| {
+                        (cw[vv] - cw[u]) / mm as f64
+                            + if mm > 1 {
+                                l_in[mm] * (vv - u) as f64
+                            } else {
+                                0.0
+                            }
+                    };
+                    if let Some(table) = homogeneous_dc(m.layers, n, mm, mm, m.nb, &lat, search) {
+                        let mut stages = Vec::new();
+                        unwind(&table, m.layers, n, 0, m.layers, &mut stages);
+                        let template: Vec<(usize, usize, usize)> =
+                            stages.iter().map(|&(u, vv)| (u, vv, mm * unit)).collect();
+                        match greedy(m, &template, &d, w, search) {
+                            Some(real) => cands.push(Candidate {
+                                cost: m.cost(&real),
+                                stages: real,
+                                b: m.b,
+                                how: "greedy recovery (Algorithm 1)",
+                            }),
+                            None if !search.stopped() => notes.push(format!(
                             "micro-batch {}: greedy recovery left stages without GPUs or memory",
                             m.b
                         )),
-                        None => {}
+                            None => {}
+                        }
                     }
                 }
-            }
-            // DP: the V-stage template, one virtual GPU per stage (§6.4: needs L ≥ V).
-            if self.recovery != Recovery::Greedy && v <= m.layers {
-                let lat = |u: usize, vv: usize| cw[vv] - cw[u];
-                if let Some(table) = homogeneous_dc(m.layers, v, 1, mm, m.nb, &lat, search) {
-                    let mut stages = Vec::new();
-                    unwind(&table, m.layers, v, 0, m.layers, &mut stages);
-                    match dp_recovery(m, &stages, &d, unit, search) {
+                // DP: the V-stage template, one virtual GPU per stage (§6.4: needs L ≥ V).
+                if self.recovery != Recovery::Greedy && v <= m.layers {
+                    let lat = |u: usize, vv: usize| cw[vv] - cw[u];
+                    if let Some(table) = homogeneous_dc(m.layers, v, 1, mm, m.nb, &lat, search) {
+                        let mut stages = Vec::new();
+                        unwind(&table, m.layers, v, 0, m.layers, &mut stages);
+                        match dp_recovery(m, &stages, &d, unit, search) {
                         Some(real) => cands.push(Candidate {
                             cost: m.cost(&real),
                             stages: real,
@@ -1060,6 +1077,7 @@ impl Planner for Ditto {
                             m.b
                         )),
                         None => {}
+                    }
                     }
                 }
             }
