@@ -326,7 +326,7 @@ pub fn intra_stage(
     let g = spec.micro_batches;
     let per_mb = p.global_batch / g;
     let mut sweep = Sweep::new(ctx.space.alphas, g as f64);
-    let (w_b, g_b, o_b) = memory::state_bytes(p.options.precision);
+    let (w_b, g_b, _) = memory::state_bytes(p.options.precision);
     let (pg, gg) = {
         let e = p.options.precision.element_bytes();
         (e, e)
@@ -434,11 +434,9 @@ pub fn intra_stage(
             if !search.tick() {
                 return None;
             }
-            let shard = |on: bool| if on { dp as f64 } else { 1.0 };
-            let w = tab.params * w_b / shard(zero >= 3);
-            let gr = tab.params * g_b / shard(zero >= 2);
-            let o = tab.params * o_b / shard(zero >= 1);
-            let opt_params = tab.params / shard(zero >= 1);
+            let (w, gr, o) =
+                memory::sharded_states(tab.params, p.options.precision, zero, dp as f64);
+            let opt_params = tab.params / if zero >= 1 { dp as f64 } else { 1.0 };
             let gathered = if zero >= 3 {
                 2.0 * tab.largest_layer * pg
             } else {
