@@ -110,7 +110,7 @@
 //! | Ex1 (8 GPUs, 2 types) | 0.11 s, 2.77 M | 0.50 s, 19.5 M (was 4.9 s) | 7× | 4.6× | +0.6% |
 //! | Ex2 (12 GPUs, 3 types) | 0.15 s, 9.24 M | 45.3 s, 1.06 G | 115× | 310× | +4.1% |
 //! | Ex3 (22 GPUs, 4 types) | 0.14–0.26 s, 12.3 M | not finished in 1500 s (41.4 G nodes); best so far T 5.416 s | > 3,300× | > 5,700× | ≥ +15.9% |
-//! | Ex4 (24 GPUs, 3 types) | 0.18 s, 8.38 M | not finished in 60 s | — | > 330× | — |
+//! | Ex4 (24 GPUs, 3 types) | 0.18–0.20 s, 8.38 M | not finished in 1500 s (63.5 G nodes); best so far T 5.642 s | > 7,500× | > 7,500× | ≥ +2.2% |
 //! | Ex5 (20 GPUs, 3 types) | 0.16 s, 15.9 M | not finished in 60 s | — | > 370× | — |
 //! | 256 GPUs, 3 types (bench) | 0.18 s, 8.88 M (greedy; folded at 13) | no plan: 4 GiB memo cap at 4.5 s | — | — | — |
 //!
@@ -119,7 +119,9 @@
 //! is only (4+1)² splits of x). On Ex3 the exhaustive search, stopped after 1500 s
 //! (`DITTO_ROWS=ex3 DITTO_BUDGET_S=1500`), already holds a plan with T = 5.416 s against Ditto's
 //! 6.276 s: Ditto is at least 15.9% above the optimum there (hetplan's estimate: 6.83 s against
-//! 5.94 s), outside the 10%. Ex4–Ex5 are bounded from below only.
+//! 5.94 s), outside the 10%. On Ex4 (same 1500 s) the exhaustive incumbent is T 5.642 s against
+//! Ditto's 5.766 s (+2.2%; by hetplan's estimate Ditto's plan is as fast, 6.205 s against
+//! 6.208 s); the optimum may be lower. Ex5 is bounded from below only.
 //!
 //! # Effort, bounds and determinism
 //!
