@@ -1313,12 +1313,6 @@ struct Dfs<'g> {
 }
 
 impl Dfs<'_> {
-    /// Replica r of stage i: compute + TP + send to the previous stage, or (`next`) the send to
-    /// the next stage.
-    fn sends(&self, ctx: &mut Ctx<'_, '_>, st: &State, i: usize, next: bool) -> Vec<f64> {
-        ctx.replica_times(self.groups, st, i, next)
-    }
-
     /// Algorithm 1's `DFS(i, ...)`.
     fn stage(
         &mut self,
@@ -1384,7 +1378,7 @@ impl Dfs<'_> {
         let saved = self.prefix.clone();
         if i > 0 {
             // Stage i − 1's sends to stage i are known now.
-            let next = self.sends(ctx, &st, i - 1, true);
+            let next = ctx.replica_times(self.groups, &st, i - 1, true);
             let t = saved
                 .last
                 .iter()
@@ -1394,7 +1388,7 @@ impl Dfs<'_> {
             self.prefix.sum += t;
             self.prefix.max = self.prefix.max.max(t);
         }
-        self.prefix.last = self.sends(ctx, &st, i, false);
+        self.prefix.last = ctx.replica_times(self.groups, &st, i, false);
         let sync = ctx.stage_dp(&self.groups[i], &st, i) + ctx.stage_tied(self.groups, &st, i);
         self.prefix.sync = self.prefix.sync.max(sync);
         let p = &self.prefix;
