@@ -4,7 +4,7 @@
 //! experiments with 4 and 8 GPUs, Metis outputs the same parallel plan as Oracle").
 
 use hetplan::cluster::spec::parse_cluster_toml;
-use hetplan::cost::Analytic;
+use hetplan::cost::{Analytic, Workload};
 use hetplan::model::catalog::catalog_model;
 use hetplan::model::TransformerConfig;
 use hetplan::plan::Precision;
@@ -14,6 +14,7 @@ use hetplan::planners::{
     Limits, NoClock, NoProgress, Outcome, PlanOptions, Planner, PlannerError, Problem, Search,
     StopReason,
 };
+use hetplan::sim::{simulate, SimOptions};
 use hetplan::{Cluster, Model};
 
 /// Node groups `(gpu, gpus per node, nodes)`, in order, `bandwidth` between nodes.
@@ -394,23 +395,35 @@ fn an_impossible_problem_is_infeasible_with_a_reason() {
 }
 
 #[test]
-fn eq1_follows_hetplan_estimate_on_its_plans() {
-    // Eq. 1 and hetplan's estimate share per-layer times and collectives; on a compute-bound
-    // problem they agree within a few per cent for the plans Metis keeps.
+fn eq1_follows_the_simulation_on_its_plans() {
+    // Eq. 1 uses hetplan's per-layer times and collectives; on this compute-bound problem it
+    // follows the simulated step within 10% for the plans Metis keeps. (hetplan's estimate
+    // parts from both by up to 17% here: it assumes that sends of different stages crossing one
+    // node's network meet in the 1F1B steady state, which the simulation shows only partly.)
     let c = cluster(&[("v100-sxm2-16gb", 4, 1), ("t4", 4, 1)], "25 Gbps");
     let m = gpt(4, 2048, 8192);
     let p = problem(&m, &c, 32);
     let o = metis(&p);
-    for r in &o.ranked {
-        let rel = (r.planner_cost_s - r.estimate_s).abs() / r.estimate_s;
+    let w = Workload {
+        model: &m,
+        cluster: &c,
+        seq_len: p.seq_len,
+    };
+    let mut checked = 0;
+    for r in o.ranked.iter().take(20) {
+        let sim = simulate(w, &r.plan, &Analytic, &SimOptions::default())
+            .unwrap()
+            .iteration_time_s;
+        let rel = (r.planner_cost_s - sim).abs() / sim;
         assert!(
             rel < 0.10,
-            "{} Eq. 1 {} vs estimate {}",
+            "{} Eq. 1 {} vs simulation {sim}",
             r.plan.summary(),
             r.planner_cost_s,
-            r.estimate_s
         );
         let again = Metis::cost(&p, &r.plan).unwrap();
         assert!((again - r.planner_cost_s).abs() <= 1e-9 * again);
+        checked += 1;
     }
+    assert!(checked >= 3, "only {checked} plans ranked");
 }

@@ -1,11 +1,12 @@
 //! Collective and point-to-point communication times (α–β model, docs/cost-model.md §3).
 //!
-//! A collective inside one node is a ring over the node's GPU links. A collective that spans
-//! nodes is hierarchical, as NCCL's ring/tree over rail-connected nodes behaves for large
-//! messages: an intra-node reduce-scatter, an inter-node collective between the members with the
-//! same local rank (each carrying 1/k of the buffer, all k in parallel), an intra-node
-//! all-gather. A node's network bandwidth is shared by every GPU of the node communicating
-//! across nodes at the same time (`concurrent`), so the slowest node sets the pace.
+//! Collectives are NCCL's ring (docs/cost-model.md §3 says why ring): the members form one ring
+//! that visits each node's GPUs in turn, and every edge of the ring carries `passes·(n−1)/n` of
+//! the buffer at the same time (NCCL pipelines the buffer in chunks through all edges), so the
+//! slowest edge sets the pace. Inside a node an edge is a GPU's link; between nodes it is the
+//! node's network, which every ring of the node that crosses nodes at the same time shares
+//! (`concurrent`: the GPUs of that node communicating across nodes; a ring with k members on
+//! the node uses k of them and one crossing).
 
 use super::constants as k;
 use crate::cluster::{Cluster, GpuId};
@@ -19,8 +20,18 @@ pub enum Collective {
     ReduceScatter,
 }
 
-/// Members of a group per node, node-ordered.
-fn members_per_node(group: &[GpuId]) -> BTreeMap<u32, usize> {
+impl Collective {
+    /// Times a ring moves the buffer: an all-reduce is a reduce-scatter then an all-gather.
+    pub fn passes(self) -> f64 {
+        match self {
+            Collective::AllReduce => 2.0,
+            Collective::AllGather | Collective::ReduceScatter => 1.0,
+        }
+    }
+}
+
+/// Members of a group (or a stage's devices) per node, node-ordered.
+pub(crate) fn members_per_node(group: &[GpuId]) -> BTreeMap<u32, usize> {
     let mut m = BTreeMap::new();
     for g in group {
         *m.entry(g.node).or_insert(0) += 1;
@@ -42,69 +53,49 @@ pub fn collective_time(
     if n <= 1 || bytes.get() <= 0.0 {
         return Seconds::ZERO;
     }
-    // An all-reduce moves twice the data of an all-gather or a reduce-scatter.
-    let passes = match kind {
-        Collective::AllReduce => 2.0,
-        Collective::AllGather | Collective::ReduceScatter => 1.0,
-    };
+    let steps = kind.passes() * (n as f64 - 1.0);
+    // What every edge of the ring carries.
+    let volume = steps / n as f64 * bytes.get();
     let per_node = members_per_node(group);
-    let s = bytes.get();
-    if per_node.len() == 1 {
-        let node = &cluster.nodes[group[0].node as usize];
-        let bw = node.intra_bandwidth.get() * k::COLLECTIVE_EFFICIENCY;
-        let steps = passes * (n as f64 - 1.0);
-        return Seconds(steps / n as f64 * s / bw + steps * cluster.intra_latency.get());
-    }
-    // Intra-node phase: on the node with the most members (slowest ring of the phase).
-    let mut intra = 0.0f64;
-    let mut intra_steps = 0.0f64;
-    for (&node, &kk) in &per_node {
-        if kk > 1 {
-            let bw = cluster.nodes[node as usize].intra_bandwidth.get() * k::COLLECTIVE_EFFICIENCY;
-            let kf = kk as f64;
-            // reduce-scatter and/or all-gather inside the node on the whole buffer.
-            let t = passes * (kf - 1.0) / kf * s / bw;
-            intra = intra.max(t);
-            intra_steps = intra_steps.max(passes * (kf - 1.0));
+    // The slowest edge: a GPU link inside a node with two members or more, and each crossing
+    // from a node to the next, on the node's share of the network at both ends.
+    let mut bw = f64::INFINITY;
+    for (&node, &members) in &per_node {
+        if members > 1 {
+            bw = bw.min(cluster.nodes[node as usize].intra_bandwidth.get());
         }
     }
-    // Inter-node phase: each member exchanges its 1/k share with its peers on the other nodes,
-    // over its share of the node's network. The pair bandwidth of adjacent ring nodes (AMP's
-    // matrix) bounds it too.
     let nodes: Vec<u32> = per_node.keys().copied().collect();
-    let nn = nodes.len() as f64;
-    let mut inter = 0.0f64;
-    for (i, &a) in nodes.iter().enumerate() {
-        let b = nodes[(i + 1) % nodes.len()];
-        let pair = cluster.node_pair_bandwidth(a, b).get();
-        let kk = per_node[&a] as f64;
-        let share = kk / (concurrent(a).max(per_node[&a]) as f64);
-        let bw = pair * share * k::COLLECTIVE_EFFICIENCY;
-        // The node sends passes·(N−1)/N of the buffer through its network in total.
-        let t = passes * (nn - 1.0) / nn * s / bw;
-        inter = inter.max(t);
+    if nodes.len() > 1 {
+        let share = |node: u32| {
+            let members = per_node[&node];
+            members as f64 / concurrent(node).max(members) as f64
+        };
+        for (i, &a) in nodes.iter().enumerate() {
+            let b = nodes[(i + 1) % nodes.len()];
+            let pair = cluster.node_pair_bandwidth(a, b).get();
+            bw = bw.min(pair * share(a).min(share(b)));
+        }
     }
-    let latency = intra_steps * cluster.intra_latency.get()
-        + passes * (nn - 1.0) * cluster.inter_latency.get();
-    Seconds(intra + inter + latency)
+    let latency = if nodes.len() > 1 {
+        cluster.inter_latency
+    } else {
+        cluster.intra_latency
+    };
+    Seconds(volume / (bw * k::COLLECTIVE_EFFICIENCY) + steps * latency.get())
 }
 
-/// Time to send `bytes` from `from` to `to`, when `concurrent` GPUs of the sending node send
-/// across nodes at the same time (sharing the node's network).
-pub fn p2p_time(
-    cluster: &Cluster,
-    from: GpuId,
-    to: GpuId,
-    bytes: Bytes,
-    concurrent: usize,
-) -> Seconds {
+/// Time to send `bytes` from `from` to `to` when the network between them carries `load` times
+/// the traffic of this send (e.g. the number of GPUs of the sending node that send across nodes
+/// at the same time, each as much); `load` does not apply inside a node.
+pub fn p2p_time(cluster: &Cluster, from: GpuId, to: GpuId, bytes: Bytes, load: f64) -> Seconds {
     if from == to || bytes.get() <= 0.0 {
         return Seconds::ZERO;
     }
     let bw = if from.node == to.node {
         cluster.node(from).intra_bandwidth.get()
     } else {
-        cluster.node_pair_bandwidth(from.node, to.node).get() / concurrent.max(1) as f64
+        cluster.node_pair_bandwidth(from.node, to.node).get() / load.max(1.0)
     };
     Seconds(bytes.get() / (bw * k::P2P_EFFICIENCY) + cluster.link_latency(from, to).get())
 }
@@ -146,13 +137,13 @@ mod tests {
     }
 
     #[test]
-    fn hierarchical_all_reduce_across_nodes() {
-        // 2 nodes × 2 GPUs; intra 100 GB/s, network 10 GB/s per node; 1 GB.
-        // intra: 2·(1/2)·1 GB / 80 GB/s = 12.5 ms; inter: 2·(1/2)·1 GB / (10·0.8) = 125 ms.
+    fn ring_all_reduce_across_nodes() {
+        // 2 nodes × 2 GPUs; intra 100 GB/s, network 10 GB/s per node; 1 GB. Every ring edge
+        // carries 2·(3/4)·1 GB = 1.5 GB; the crossing is the slowest: 1.5 GB / (10·0.8) GB/s.
         let c = cluster(2, 2, 100e9, 10e9);
         let g = c.gpus();
         let t = collective_time(&c, &g, Bytes(1e9), Collective::AllReduce, &|_| 0);
-        assert!((t.get() - 0.1375).abs() < 1e-9, "{t:?}");
+        assert!((t.get() - 0.1875).abs() < 1e-9, "{t:?}");
         // If the other GPUs of each node also use the network at the same time, it halves.
         let t2 = collective_time(
             &c,
@@ -171,7 +162,7 @@ mod tests {
     fn p2p_uses_the_link() {
         let c = cluster(2, 1, 100e9, 10e9);
         let g = c.gpus();
-        let t = p2p_time(&c, g[0], g[1], Bytes(1e9), 1);
+        let t = p2p_time(&c, g[0], g[1], Bytes(1e9), 1.0);
         assert!((t.get() - 1.0 / 8.5).abs() < 1e-9);
     }
 }

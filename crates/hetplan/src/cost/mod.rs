@@ -19,7 +19,7 @@ use crate::cluster::{Cluster, GpuId};
 use crate::model::Model;
 use crate::plan::{Engine, LayerRange, Plan, Recompute, Schedule, Stage};
 use crate::units::{Bytes, Seconds};
-use comm::{collective_time, p2p_time, Collective};
+use comm::{collective_time, members_per_node, p2p_time, Collective};
 use constants as k;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -95,15 +95,6 @@ pub struct Estimate {
     pub notes: Vec<String>,
 }
 
-/// Number of stage devices on each node: they share the node's network.
-fn devices_per_node(devs: &[GpuId]) -> BTreeMap<u32, usize> {
-    let mut m = BTreeMap::new();
-    for d in devs {
-        *m.entry(d.node).or_insert(0) += 1;
-    }
-    m
-}
-
 /// The GPUs of TP rank `k` in every DP replica of a stage: one data-parallel group.
 fn dp_group(st: &Stage, k: usize) -> Vec<GpuId> {
     (0..st.dp as usize).map(|r| st.replica(r)[k]).collect()
@@ -130,6 +121,136 @@ impl ReplicaTime {
     }
 }
 
+/// One pipeline send of a micro-batch: its stage, which way, its bytes.
+#[derive(Clone, Copy)]
+struct Send {
+    stage: usize,
+    forward: bool,
+    bytes: f64,
+}
+
+/// The transfers of the whole plan that cross each node's network at once, per direction: every
+/// pipeline boundary's forward and backward sends (one per TP rank of each sending replica, to
+/// the replica that consumes them) are in flight together in the steady state, so a node that
+/// holds GPUs of several stages carries one stage's activations beside the next one's
+/// gradients — but only in the steady state: a stage's sends meet the other stages' while all of
+/// them run one forward and one backward per micro-batch, which with S stages and m
+/// micro-batches is `(m − S + 1)` of the m cycles (1F1B's warm-up and cool-down send alone). The
+/// tied embedding's pairs all-reduce at once too.
+#[derive(Default)]
+struct NicLoad {
+    /// (node, outgoing?) → each pipeline send crossing it per micro-batch.
+    sends: BTreeMap<(u32, bool), Vec<Send>>,
+    /// The share of micro-batch cycles in the steady state.
+    steady: f64,
+    /// node → tied-embedding pairs crossing it.
+    tied: BTreeMap<u32, usize>,
+    /// node → rings of the end-of-iteration DP synchronisation (every physical stage's, one per
+    /// TP rank) crossing it: the stages' syncs run together after the pipeline drains.
+    dp_rings: BTreeMap<u32, usize>,
+}
+
+impl NicLoad {
+    fn of(model: &Model, plan: &Plan, tokens_per_sample: f64, elem: f64) -> NicLoad {
+        let depth = plan.pipeline_depth().max(1) as f64;
+        let m = plan.micro_batches.max(1) as f64;
+        let mut load = NicLoad {
+            steady: ((m - depth + 1.0) / m).max(0.0),
+            ..NicLoad::default()
+        };
+        for si in 0..plan.stages.len().saturating_sub(1) {
+            let (a, z) = (&plan.stages[si], &plan.stages[si + 1]);
+            let out = model.layers[a.layers.end - 1].output_bytes_per_token;
+            for (from_si, forward) in [(si, true), (si + 1, false)] {
+                let from_st = &plan.stages[from_si];
+                let to_st = if forward { z } else { a };
+                let send = |bytes| Send {
+                    stage: from_si,
+                    forward,
+                    bytes,
+                };
+                for r in 0..from_st.dp as usize {
+                    let to = to_st.replica(r % to_st.dp.max(1) as usize);
+                    let bytes =
+                        from_st.micro_batch_sizes[r] as f64 * tokens_per_sample * out * elem
+                            / 2.0
+                            / from_st.tp.max(1) as f64;
+                    for (k, &g) in from_st.replica(r).iter().enumerate() {
+                        let t = to[k % to.len()];
+                        if g.node != t.node {
+                            load.sends
+                                .entry((g.node, true))
+                                .or_default()
+                                .push(send(bytes));
+                            load.sends
+                                .entry((t.node, false))
+                                .or_default()
+                                .push(send(bytes));
+                        }
+                    }
+                }
+            }
+        }
+        // Per physical stage: a device's chunks (interleaving) sync one after the other, as
+        // the estimate sums them.
+        let physical = plan.pipeline_depth().max(1);
+        for st in plan.stages[..physical]
+            .iter()
+            .filter(|st| st.dp > 1 && st.zero <= 2)
+        {
+            for k in 0..st.tp.max(1) as usize {
+                let mut nodes: Vec<u32> = dp_group(st, k).iter().map(|g| g.node).collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                if nodes.len() > 1 {
+                    for n in nodes {
+                        *load.dp_rings.entry(n).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+        if tied_params_across_stages(model, plan) > 0.0 {
+            let (fs, ls) = (&plan.stages[0], &plan.stages[plan.stages.len() - 1]);
+            for r in 0..fs.dp as usize {
+                let z = ls.replica(r % ls.dp.max(1) as usize);
+                for (k, &a) in fs.replica(r).iter().enumerate() {
+                    let b = z[k % z.len()];
+                    if a.node != b.node {
+                        *load.tied.entry(a.node).or_insert(0) += 1;
+                        *load.tied.entry(b.node).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+        load
+    }
+
+    /// How many times longer than alone a send of `bytes` from stage `si` (`forward` or
+    /// backward) from `from` to `to` takes, on average over the micro-batches. Sends that start
+    /// together share the network fairly: the send of `b` bytes ends after
+    /// `b + Σ_others min(bᵧ, b)` bytes have crossed (processor sharing), on the busier side. The
+    /// stage's own sends (its TP ranks, its replicas) always start together, its sends the other
+    /// way never (they follow its other pass); the other stages' meet it in the steady state.
+    fn slowdown(&self, si: usize, forward: bool, from: GpuId, to: GpuId, bytes: f64) -> f64 {
+        if from.node == to.node || bytes <= 0.0 {
+            return 1.0;
+        }
+        let side = |k| {
+            let (mut own, mut others) = (0.0, 0.0);
+            for y in self.sends.get(&k).into_iter().flatten() {
+                if y.stage != si {
+                    others += y.bytes.min(bytes);
+                } else if y.forward == forward {
+                    own += y.bytes.min(bytes);
+                }
+                // The stage's sends the other way come after its other pass: never together.
+            }
+            (own.max(bytes) + others * self.steady) / bytes
+        };
+        side((from.node, true)).max(side((to.node, false)))
+    }
+}
+
 /// Everything the per-stage computations share.
 struct Ctx<'a> {
     w: Workload<'a>,
@@ -140,6 +261,7 @@ struct Ctx<'a> {
     elem: f64,
     pg_bytes: f64,
     gg_bytes: f64,
+    nic: NicLoad,
 }
 
 impl<'a> Ctx<'a> {
@@ -153,6 +275,12 @@ impl<'a> Ctx<'a> {
             elem: plan.precision.element_bytes(),
             pg_bytes,
             gg_bytes,
+            nic: NicLoad::of(
+                w.model,
+                plan,
+                w.model.tokens_per_sample(w.seq_len) as f64,
+                plan.precision.element_bytes(),
+            ),
         }
     }
 }
@@ -183,11 +311,20 @@ pub struct LayerCost {
     pub forward: f64,
     /// Backward compute, without recomputation.
     pub backward: f64,
-    /// Forward work repeated in backward by activation checkpointing (with its TP all-reduces).
+    /// Forward compute repeated in backward by activation checkpointing (its TP all-reduces are
+    /// in `tp_recompute`).
     pub recompute: f64,
-    /// Blocking tensor-parallel all-reduces in forward and in backward.
+    /// Blocking tensor-parallel all-reduces in forward, in backward and in the recomputed
+    /// forward, as the estimate prices them (`comm::collective_time`).
     pub tp_forward: f64,
     pub tp_backward: f64,
+    pub tp_recompute: f64,
+    /// What the simulator executes instead: the buffer of one TP all-reduce of this layer (0
+    /// when the layer's measured time already includes them) and how many each pass issues
+    /// (backward counts the recomputed forward's).
+    pub tp_allreduce_bytes: Bytes,
+    pub tp_allreduces_forward: u32,
+    pub tp_allreduces_backward: u32,
     pub source: TimeSource,
 }
 
@@ -201,7 +338,7 @@ pub fn layer_costs(
     r: usize,
 ) -> Vec<LayerCost> {
     let ctx = Ctx::new(w, plan, compute);
-    let gpn = devices_per_node(&plan.stages[si].devices);
+    let gpn = members_per_node(&plan.stages[si].devices);
     let conc = |node: u32| gpn.get(&node).copied().unwrap_or(0);
     layer_costs_in(&ctx, si, r, &conc)
 }
@@ -231,15 +368,16 @@ fn layer_costs_in(
         .map(|(j, li)| {
             let lt = slowest_layer_time(ctx, devs, li, shape);
             let layer = &model.layers[li];
-            let tp_c = if st.tp > 1 && !lt.includes_tp_comm {
-                let bytes = Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0);
-                collective_time(cluster, devs, bytes, Collective::AllReduce, conc).get()
+            let tp_bytes = if st.tp > 1 && !lt.includes_tp_comm {
+                Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0)
             } else {
-                0.0
+                Bytes(0.0)
             };
+            let tp_c = collective_time(cluster, devs, tp_bytes, Collective::AllReduce, conc).get();
             let tp_forward = tp_c * layer.tp_allreduces_fwd as f64;
-            let recompute = if j < n_ckpt {
-                lt.forward.get() + tp_forward
+            let full = j < n_ckpt;
+            let recompute = if full {
+                lt.forward.get()
             } else if st.recompute == Recompute::Selective {
                 lt.selective_forward.get()
             } else {
@@ -251,6 +389,11 @@ fn layer_costs_in(
                 recompute,
                 tp_forward,
                 tp_backward: tp_c * layer.tp_allreduces_bwd as f64,
+                tp_recompute: if full { tp_forward } else { 0.0 },
+                tp_allreduce_bytes: tp_bytes,
+                tp_allreduces_forward: layer.tp_allreduces_fwd,
+                tp_allreduces_backward: layer.tp_allreduces_bwd
+                    + if full { layer.tp_allreduces_fwd } else { 0 },
                 source: lt.source,
             }
         })
@@ -311,7 +454,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         }
         rt.forward += c.forward;
         rt.backward += c.backward;
-        rt.recompute += c.recompute;
+        rt.recompute += c.recompute + c.tp_recompute;
         rt.tp_comm += c.tp_forward + c.tp_backward;
     }
     // Pipeline sends: this replica's activations to the next stage and its input gradients to
@@ -322,14 +465,16 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         let out = model.layers[st.layers.end - 1].output_bytes_per_token;
         let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
         let to = nx.replica(r % nx.dp.max(1) as usize)[0];
-        rt.p2p += p2p_time(cluster, devs[0], to, bytes, conc(devs[0].node)).get();
+        let load = ctx.nic.slowdown(si, true, devs[0], to, bytes.get());
+        rt.p2p += p2p_time(cluster, devs[0], to, bytes, load).get();
     }
     if si > 0 {
         let pv = &plan.stages[si - 1];
         let out = model.layers[st.layers.start - 1].output_bytes_per_token;
         let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
         let to = pv.replica(r % pv.dp.max(1) as usize)[0];
-        rt.p2p += p2p_time(cluster, devs[0], to, bytes, conc(devs[0].node)).get();
+        let load = ctx.nic.slowdown(si, false, devs[0], to, bytes.get());
+        rt.p2p += p2p_time(cluster, devs[0], to, bytes, load).get();
     }
     let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
     let nlayers = st.layers.len().max(1) as f64;
@@ -447,7 +592,15 @@ fn end_of_iteration(
     let group = dp_group(st, 0);
     let g = Bytes(params_local * ctx.gg_bytes);
     let p = Bytes(params_local * ctx.pg_bytes);
-    let time = |b: Bytes, c: Collective| collective_time(cluster, &group, b, c, conc).get();
+    // The node's network is shared by every DP ring crossing it at the end of the iteration,
+    // this stage's TP ranks' and the other stages': as `concurrent` GPUs, the group's members
+    // on the node once per ring.
+    let members = members_per_node(&group);
+    let rings = |node: u32| {
+        let here = members.get(&node).copied().unwrap_or(0);
+        (here * ctx.nic.dp_rings.get(&node).copied().unwrap_or(0)).max(conc(node))
+    };
+    let time = |b: Bytes, c: Collective| collective_time(cluster, &group, b, c, &rings).get();
     // Gradient reduction after the last backward, bucketed so that it overlaps that backward
     // (Megatron overlap-grad-reduce, DDP, DeepSpeed overlap_comm); ZeRO-2/3 reduced per
     // micro-batch already.
@@ -480,7 +633,8 @@ fn end_of_iteration(
         let other = &plan.stages[if si == 0 { last } else { 0 }];
         let pair = [st.replica(0)[0], other.replica(0)[0]];
         let bytes = Bytes(tied_params / st.tp.max(1) as f64 * ctx.gg_bytes);
-        collective_time(cluster, &pair, bytes, Collective::AllReduce, conc).get()
+        let pairs = |node: u32| ctx.nic.tied.get(&node).copied().unwrap_or(0);
+        collective_time(cluster, &pair, bytes, Collective::AllReduce, &pairs).get()
     } else {
         0.0
     };
@@ -510,7 +664,7 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
     let mut uneven_span: Option<f64> = None;
 
     for (si, st) in plan.stages.iter().enumerate() {
-        let gpn = devices_per_node(&st.devices);
+        let gpn = members_per_node(&st.devices);
         let conc = |node: u32| gpn.get(&node).copied().unwrap_or(0);
         let replicas: Vec<ReplicaTime> = (0..st.dp as usize)
             .map(|r| replica_time(&ctx, si, r, &conc))

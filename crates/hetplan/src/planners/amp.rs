@@ -309,7 +309,13 @@ pub fn layer_times(problem: &Problem<'_>, tp: u32, mbs: u64) -> Option<Vec<f64>>
         let costs = cost::layer_costs(common::workload(problem), &probe, problem.compute, 0, 0);
         let w = count as f64 / total;
         for (a, c) in acc.iter_mut().zip(&costs) {
-            *a += w * (c.forward + c.backward + c.recompute + c.tp_forward + c.tp_backward);
+            *a += w
+                * (c.forward
+                    + c.backward
+                    + c.recompute
+                    + c.tp_recompute
+                    + c.tp_forward
+                    + c.tp_backward);
         }
     }
     Some(acc)

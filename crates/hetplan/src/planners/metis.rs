@@ -959,7 +959,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                     let out_b = model.layers[hi - 1].output_bytes_per_token;
                     let bytes = Bytes(tokens * out_b * self.elem / 2.0 / tp as f64);
                     let to = nx.devices[(r % ndp) * ntp];
-                    t += p2p_time(cluster, from, to, bytes, conc(from.node)).get();
+                    t += p2p_time(cluster, from, to, bytes, conc(from.node) as f64).get();
                 }
             } else {
                 let c = self.replica_class(g, tp, r);
@@ -971,7 +971,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                     let out_b = model.layers[lo - 1].output_bytes_per_token;
                     let bytes = Bytes(tokens * out_b * self.elem / 2.0 / tp as f64);
                     let to = pv.devices[(r % pdp) * ptp];
-                    t += p2p_time(cluster, from, to, bytes, conc(from.node)).get();
+                    t += p2p_time(cluster, from, to, bytes, conc(from.node) as f64).get();
                 }
             }
             out.push(t);

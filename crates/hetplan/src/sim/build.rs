@@ -5,15 +5,22 @@
 //! operations in order — GPipe, 1F1B or Megatron's interleaved 1F1B — as compute tasks, one per
 //! micro-batch pass, split into one task per layer where layer-level timing matters (ZeRO-2/3
 //! transfers, the gradient buckets of the last backward). Transfers are flows: pipeline sends
-//! (blocking for the sender, as Megatron's batched send/recv), gradient buckets, ZeRO gathers
-//! and reduce-scatters, offload copies on the host link, the tied-embedding all-reduce.
+//! (blocking for the sender, as Megatron's batched send/recv), tensor-parallel all-reduces,
+//! gradient buckets, ZeRO gathers and reduce-scatters, offload copies on the host link, the
+//! tied-embedding all-reduce.
+//!
+//! The builder takes from the cost model only what is measured or counted — per-layer compute
+//! times, the optimizer step, byte counts — never a communication time: a transfer is bytes on
+//! the resources it crosses, and a collective is executed as NCCL's ring (one edge per hop, every
+//! hop carrying `passes·(n−1)/n` of the buffer, docs/cost-model.md §3), so the engine finds how
+//! long it takes from the capacities of the links and NICs and from whatever else uses them.
 
-use super::engine::{Graph, TaskId, Work};
+use super::engine::{Edge, Graph, TaskId, Work};
 use crate::cluster::GpuId;
-use crate::cost::comm::{collective_time, p2p_time, Collective};
+use crate::cost::comm::Collective;
+use crate::cost::constants as k;
 use crate::cost::{self, ComputeTimes, LayerCost, Workload};
 use crate::plan::{Plan, Schedule, Stage};
-use crate::units::Bytes;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -71,7 +78,15 @@ pub enum Label {
         mb: u64,
         layer: usize,
     },
-    /// Offload traffic over a replica's host link for one pass.
+    /// Tensor-parallel all-reduces of a pass (or of one layer of it), inside a replica.
+    TpAllReduce {
+        stage: usize,
+        replica: usize,
+        mb: u64,
+        pass: Pass,
+        layer: Option<usize>,
+    },
+    /// Offload traffic over a replica's host links for one pass.
     Offload {
         stage: usize,
         replica: usize,
@@ -104,8 +119,11 @@ pub enum Resource {
     GpuLink { gpu: GpuId, direction: Direction },
     /// A node's network (all its NICs), one direction.
     Nic { node: u32, direction: Direction },
-    /// A replica's host link (PCIe to the CPU), for offloading.
-    HostLink { stage: usize, replica: usize },
+    /// The route from one node to another where the cluster sets a per-pair bandwidth (AMP's
+    /// matrix), one direction.
+    Route { from: u32, to: u32 },
+    /// A GPU's host link (PCIe to the CPU), for offloading.
+    HostLink { gpu: GpuId },
 }
 
 /// One executor: a DP replica of a physical stage.
@@ -130,6 +148,8 @@ struct Builder<'a> {
     graph: Graph,
     labels: Vec<Label>,
     resources: Vec<Resource>,
+    /// Capacity of each resource, bytes per second.
+    capacity: Vec<f64>,
     resource_ids: BTreeMap<String, usize>,
     /// (physical stage, replica) → executor.
     exec_of: BTreeMap<(usize, usize), usize>,
@@ -148,12 +168,15 @@ struct Op {
     pass: Pass,
 }
 
-/// The tasks of one pass: first and last compute task, and the per-layer tasks if split.
+/// The tasks of one pass: its first compute task, its last task (compute or the TP all-reduces
+/// after it), and, if split per layer, each layer's compute task and last task.
 #[derive(Clone, Debug)]
 struct PassTasks {
     first: TaskId,
     last: TaskId,
+    last_compute: TaskId,
     layers: Vec<TaskId>,
+    layer_ends: Vec<TaskId>,
 }
 
 /// Megatron's order of operations on physical stage `p` of `s` for `m` micro-batches and `v`
@@ -227,8 +250,26 @@ impl<'a> Builder<'a> {
         if let Some(&id) = self.resource_ids.get(&key) {
             return id;
         }
+        let cluster = self.w.cluster;
+        let capacity = match &r {
+            Resource::GpuLink { gpu, .. } => cluster.node(*gpu).intra_bandwidth.get(),
+            // A per-pair bandwidth may exceed the NICs' (AMP's matrix states what the pair
+            // achieves): the NIC then carries at least that.
+            Resource::Nic { node, .. } => cluster
+                .pair_bandwidth
+                .iter()
+                .filter(|((a, b), _)| a == node || b == node)
+                .map(|(_, bw)| bw.get())
+                .fold(
+                    cluster.nodes[*node as usize].inter_bandwidth.get(),
+                    f64::max,
+                ),
+            Resource::Route { from, to } => cluster.node_pair_bandwidth(*from, *to).get(),
+            Resource::HostLink { gpu } => cluster.gpu(*gpu).pcie_bandwidth.get(),
+        };
         let id = self.resources.len();
         self.resources.push(r);
+        self.capacity.push(capacity);
         self.resource_ids.insert(key, id);
         id
     }
@@ -239,10 +280,11 @@ impl<'a> Builder<'a> {
         id
     }
 
-    /// The resources a transfer between two GPUs crosses: the sender's outgoing and the
-    /// receiver's incoming side of their links (inside a node) or networks (across nodes).
-    fn path(&mut self, from: GpuId, to: GpuId) -> Vec<usize> {
-        if from.node == to.node {
+    /// `bytes` from one GPU to another: the sender's outgoing and the receiver's incoming side
+    /// of their links (inside a node) or networks (across nodes, and the route between the two
+    /// where the cluster sets its bandwidth).
+    fn hop(&mut self, from: GpuId, to: GpuId, bytes: f64) -> Edge {
+        let resources = if from.node == to.node {
             vec![
                 self.resource(Resource::GpuLink {
                     gpu: from,
@@ -254,7 +296,7 @@ impl<'a> Builder<'a> {
                 }),
             ]
         } else {
-            vec![
+            let mut r = vec![
                 self.resource(Resource::Nic {
                     node: from.node,
                     direction: Direction::Out,
@@ -263,34 +305,86 @@ impl<'a> Builder<'a> {
                     node: to.node,
                     direction: Direction::In,
                 }),
-            ]
-        }
-    }
-
-    /// The resources a collective over `group` occupies: the members' links inside one node,
-    /// or the networks of the nodes it spans.
-    fn group_resources(&mut self, group: &[GpuId]) -> Vec<usize> {
-        let mut nodes: Vec<u32> = group.iter().map(|g| g.node).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        // A ring sends and receives on every member: both directions.
-        let mut ids = Vec::new();
-        for direction in [Direction::Out, Direction::In] {
-            if nodes.len() <= 1 {
-                for g in group {
-                    ids.push(self.resource(Resource::GpuLink { gpu: *g, direction }));
-                }
-            } else {
-                for &n in &nodes {
-                    ids.push(self.resource(Resource::Nic { node: n, direction }));
-                }
+            ];
+            let key = (from.node.min(to.node), from.node.max(to.node));
+            if self.w.cluster.pair_bandwidth.contains_key(&key) {
+                r.push(self.resource(Resource::Route {
+                    from: from.node,
+                    to: to.node,
+                }));
             }
-        }
-        ids
+            r
+        };
+        Edge { bytes, resources }
     }
 
-    /// A collective over the DP group of stage `si` (TP rank 0 stands for all TP ranks, which
-    /// run theirs at the same time over the same links: `collective_time` counts them sharing).
+    /// A pipeline send of `bytes` from one replica to another: each TP rank sends its `1/tp`
+    /// share to its counterpart (Megatron's scatter-gather), all at once.
+    fn send(&mut self, from: &[GpuId], to: &[GpuId], bytes: f64, execs: Vec<usize>) -> Work {
+        let share = bytes / from.len() as f64;
+        let edges = from
+            .iter()
+            .enumerate()
+            .map(|(i, &f)| self.hop(f, to[i % to.len()], share))
+            .collect();
+        // Nothing to send is no message.
+        let latency = if bytes > 0.0 {
+            self.w.cluster.link_latency(from[0], to[0]).get()
+        } else {
+            0.0
+        };
+        Work::Flow {
+            edges,
+            latency,
+            efficiency: k::P2P_EFFICIENCY,
+            execs,
+        }
+    }
+
+    /// `messages` collectives of `kind` on a buffer of `bytes` over each of `groups` at once, as
+    /// NCCL's ring: the members in topology order (node by node), every hop carrying
+    /// `passes·(n−1)/n` of the buffer, `passes·(n−1)` message latencies per collective.
+    fn ring(
+        &mut self,
+        groups: &[Vec<GpuId>],
+        bytes: f64,
+        kind: Collective,
+        messages: u32,
+        execs: Vec<usize>,
+    ) -> Work {
+        let mut edges = Vec::new();
+        let mut latency = 0.0f64;
+        for group in groups {
+            let mut ring = group.clone();
+            ring.sort_unstable();
+            ring.dedup();
+            let n = ring.len();
+            if n < 2 || bytes <= 0.0 {
+                continue;
+            }
+            let steps = kind.passes() * (n - 1) as f64;
+            let volume = steps / n as f64 * bytes * messages as f64;
+            for i in 0..n {
+                edges.push(self.hop(ring[i], ring[(i + 1) % n], volume));
+            }
+            let spans = ring.iter().any(|g| g.node != ring[0].node);
+            let cl = self.w.cluster;
+            let alpha = if spans {
+                cl.inter_latency
+            } else {
+                cl.intra_latency
+            };
+            latency = latency.max(steps * messages as f64 * alpha.get());
+        }
+        Work::Flow {
+            edges,
+            latency,
+            efficiency: k::COLLECTIVE_EFFICIENCY,
+            execs,
+        }
+    }
+
+    /// A collective over the DP groups of stage `si` — one per TP rank, all running at once.
     fn dp_collective(
         &mut self,
         si: usize,
@@ -300,25 +394,13 @@ impl<'a> Builder<'a> {
         label: Label,
     ) -> TaskId {
         let st = &self.plan.stages[si];
-        let group: Vec<GpuId> = (0..st.dp as usize).map(|r| st.replica(r)[0]).collect();
-        let mut per_node: BTreeMap<u32, usize> = BTreeMap::new();
-        for d in &st.devices {
-            *per_node.entry(d.node).or_insert(0) += 1;
-        }
-        let conc = |n: u32| per_node.get(&n).copied().unwrap_or(0);
-        let t = collective_time(self.w.cluster, &group, Bytes(bytes), kind, &conc).get();
-        let resources = self.group_resources(&group);
+        let groups: Vec<Vec<GpuId>> = (0..st.tp.max(1) as usize)
+            .map(|k| (0..st.dp as usize).map(|r| st.replica(r)[k]).collect())
+            .collect();
         let p = si % self.depth;
         let execs: Vec<usize> = (0..st.dp as usize).map(|r| self.exec_of[&(p, r)]).collect();
-        self.task(
-            Work::Flow {
-                resources,
-                duration: t,
-                execs,
-            },
-            deps,
-            label,
-        )
+        let work = self.ring(&groups, bytes, kind, 1, execs);
+        self.task(work, deps, label)
     }
 
     /// Adds a compute task to executor `e`, after its previous one and its pending sends.
@@ -329,6 +411,27 @@ impl<'a> Builder<'a> {
         deps.append(&mut self.pending_sends[e]);
         let t = self.task(Work::Compute { exec: e, duration }, deps, label);
         self.last[e] = Some(t);
+        t
+    }
+
+    /// The blocking TP all-reduces that follow compute task `after` of executor `e` (`count` of
+    /// `bytes` each, over the replica's GPUs); the executor's next compute waits for them.
+    /// Returns the task that ends the work: the all-reduces, or `after` when there are none.
+    fn tp_allreduces(
+        &mut self,
+        e: usize,
+        after: TaskId,
+        bytes: f64,
+        count: u32,
+        label: Label,
+    ) -> TaskId {
+        if bytes <= 0.0 || count == 0 || self.executors[e].devices.len() < 2 {
+            return after;
+        }
+        let devs = self.executors[e].devices.clone();
+        let work = self.ring(&[devs], bytes, Collective::AllReduce, count, vec![e]);
+        let t = self.task(work, vec![after], label);
+        self.pending_sends[e].push(t);
         t
     }
 }
@@ -346,9 +449,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         w,
         plan,
         depth,
-        graph: Graph::new(0, 0),
+        graph: Graph::new(0, Vec::new()),
         labels: Vec::new(),
         resources: Vec::new(),
+        capacity: Vec::new(),
         resource_ids: BTreeMap::new(),
         exec_of: BTreeMap::new(),
         executors: Vec::new(),
@@ -396,8 +500,15 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 .collect()
         })
         .collect();
-    let fwd_of = |c: &LayerCost| c.forward + c.tp_forward;
-    let bwd_of = |c: &LayerCost| c.backward + c.recompute + c.tp_backward;
+    // Compute only: the TP all-reduces are flows of their own.
+    let compute_of = |c: &LayerCost, pass: Pass| match pass {
+        Pass::Forward => c.forward,
+        Pass::Backward => c.backward + c.recompute,
+    };
+    let tp_count = |c: &LayerCost, pass: Pass| match pass {
+        Pass::Forward => c.tp_allreduces_forward,
+        Pass::Backward => c.tp_allreduces_backward,
+    };
 
     // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), and the last
     // micro-batch's backward when its gradients are reduced in buckets after it.
@@ -444,6 +555,13 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 pass: op.pass,
                 layer,
             };
+            let tp_label = |layer: Option<usize>| Label::TpAllReduce {
+                stage: op.chunk,
+                replica: r,
+                mb: op.mb,
+                pass: op.pass,
+                layer,
+            };
             let tasks = if split(op.chunk, r, op.mb, op.pass) {
                 let order: Vec<usize> = match op.pass {
                     Pass::Forward => (0..lc.len()).collect(),
@@ -451,31 +569,45 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 };
                 let start = plan.stages[op.chunk].layers.start;
                 let mut layers = vec![0; lc.len()];
+                let mut layer_ends = vec![0; lc.len()];
                 for &l in &order {
-                    let d = match op.pass {
-                        Pass::Forward => fwd_of(&lc[l]),
-                        Pass::Backward => bwd_of(&lc[l]),
-                    };
-                    layers[l] = b.compute(e, d, vec![], label(Some(start + l)));
+                    let c = &lc[l];
+                    let t = b.compute(e, compute_of(c, op.pass), vec![], label(Some(start + l)));
+                    layers[l] = t;
+                    layer_ends[l] = b.tp_allreduces(
+                        e,
+                        t,
+                        c.tp_allreduce_bytes.get(),
+                        tp_count(c, op.pass),
+                        tp_label(Some(start + l)),
+                    );
                 }
+                let final_layer = *order.last().expect("a stage has layers");
                 PassTasks {
                     first: layers[order[0]],
-                    last: layers[*order.last().expect("a stage has layers")],
+                    last: layer_ends[final_layer],
+                    last_compute: layers[final_layer],
                     layers,
+                    layer_ends,
                 }
             } else {
-                let d: f64 = lc
-                    .iter()
-                    .map(|c| match op.pass {
-                        Pass::Forward => fwd_of(c),
-                        Pass::Backward => bwd_of(c),
-                    })
-                    .sum();
+                let d: f64 = lc.iter().map(|c| compute_of(c, op.pass)).sum();
                 let t = b.compute(e, d, vec![], label(None));
+                // One all-reduce flow for the pass: the layers' buffers (equal within a stage
+                // of one kind of layer) as their total, with every message's latency.
+                let count: u32 = lc.iter().map(|c| tp_count(c, op.pass)).sum();
+                let bytes: f64 = lc
+                    .iter()
+                    .map(|c| c.tp_allreduce_bytes.get() * tp_count(c, op.pass) as f64)
+                    .sum();
+                let per_message = if count > 0 { bytes / count as f64 } else { 0.0 };
+                let end = b.tp_allreduces(e, t, per_message, count, tp_label(None));
                 PassTasks {
                     first: t,
-                    last: t,
+                    last: end,
+                    last_compute: t,
                     layers: vec![],
+                    layer_ends: vec![],
                 }
             };
             // Offloading: the pass's host-link traffic runs beside it; the next pass waits.
@@ -486,20 +618,21 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                     Pass::Forward => fwd_b,
                     Pass::Backward => bwd_b,
                 };
-                let pcie = b.executors[e]
-                    .devices
+                // Each GPU moves its own shard over its own host link.
+                let devices = b.executors[e].devices.clone();
+                let edges = devices
                     .iter()
-                    .map(|g| w.cluster.gpu(*g).pcie_bandwidth.get())
-                    .fold(f64::INFINITY, f64::min);
-                let res = b.resource(Resource::HostLink {
-                    stage: op.chunk % depth,
-                    replica: r,
-                });
+                    .map(|&gpu| Edge {
+                        bytes,
+                        resources: vec![b.resource(Resource::HostLink { gpu })],
+                    })
+                    .collect();
                 let deps = b.graph.tasks[tasks.first].deps.clone();
                 let f = b.task(
                     Work::Flow {
-                        resources: vec![res],
-                        duration: bytes / pcie,
+                        edges,
+                        latency: 0.0,
+                        efficiency: 1.0,
                         execs: vec![e],
                     },
                     deps,
@@ -548,10 +681,8 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                             Pass::Forward => (si, x, si + 1, y),
                             Pass::Backward => (si + 1, y, si, x),
                         };
-                        let from_st = &plan.stages[fs];
-                        let from = from_st.replica(fr)[0];
-                        let to = plan.stages[ts].replica(tr)[0];
-                        let src = passes[&(fs, fr, j, pass)].last;
+                        let src_pass = &passes[&(fs, fr, j, pass)];
+                        let (src, src_compute) = (src_pass.last, src_pass.last_compute);
                         let dst = passes[&(ts, tr, j, pass)].first;
                         let fe = b.exec_of[&(fs % depth, fr)];
                         let te = b.exec_of[&(ts % depth, tr)];
@@ -559,21 +690,11 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                             b.graph.add_dep(dst, src);
                             continue;
                         }
-                        // Each TP rank sends its 1/tp share; the ranks on a node share its NIC.
-                        let tp = from_st.tp.max(1) as f64;
-                        let ranks_here = from_st
-                            .replica(fr)
-                            .iter()
-                            .filter(|g| g.node == from.node)
-                            .count();
-                        let t = p2p_time(w.cluster, from, to, Bytes(bytes / tp), ranks_here).get();
-                        let resources = b.path(from, to);
+                        let from = plan.stages[fs].replica(fr);
+                        let to = plan.stages[ts].replica(tr);
+                        let work = b.send(from, to, bytes, vec![fe]);
                         let f = b.task(
-                            Work::Flow {
-                                resources,
-                                duration: t,
-                                execs: vec![fe],
-                            },
+                            work,
                             vec![src],
                             Label::Send {
                                 from_stage: fs,
@@ -586,7 +707,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         );
                         b.graph.add_dep(dst, f);
                         // The sender waits for its send before its next pass.
-                        match next_compute[src] {
+                        match next_compute[src_compute] {
                             Some(next) => b.graph.add_dep(next, f),
                             None => b.pending_sends[fe].push(f),
                         }
@@ -606,6 +727,9 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             for pass in [Pass::Forward, Pass::Backward] {
                 let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
                     .map(|r| passes[&(si, r, j, pass)].layers.clone())
+                    .collect();
+                let ends: Vec<Vec<TaskId>> = (0..st.dp as usize)
+                    .map(|r| passes[&(si, r, j, pass)].layer_ends.clone())
                     .collect();
                 let n = layers[0].len();
                 let order: Vec<usize> = match pass {
@@ -644,7 +768,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         prev_gather = Some(g);
                     }
                     if pass == Pass::Backward {
-                        let deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();
+                        let deps: Vec<TaskId> = ends.iter().map(|ls| ls[l]).collect();
                         let rs = b.dp_collective(
                             si,
                             params * gg_bytes,
@@ -677,7 +801,11 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         }
         let start = st.layers.start;
         let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
-            .map(|r| passes[&(si, r, lb(si, r), Pass::Backward)].layers.clone())
+            .map(|r| {
+                passes[&(si, r, lb(si, r), Pass::Backward)]
+                    .layer_ends
+                    .clone()
+            })
             .collect();
         let mut prev: Option<TaskId> = None;
         for l in (0..layers[0].len()).rev() {
@@ -715,38 +843,18 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             })
             .map(|(si, r)| passes[&(si, r, lb(si, r), Pass::Backward)].last)
             .collect();
-        // Every replica of the first stage all-reduces with its counterpart on the last stage
-        // (all TP ranks at once, each its shard): one flow per replica pair, sharing links.
+        // Every replica of the first stage all-reduces with its counterpart on the last stage,
+        // each TP rank its shard with its counterpart, all at once.
         let (fs, ls) = (&plan.stages[first], &plan.stages[lastst]);
         let bytes = tied_params / ls.tp.max(1) as f64 * gg_bytes;
         let mut flows = Vec::new();
         for r in 0..fs.dp as usize {
             let rl = r % ls.dp.max(1) as usize;
-            let pair = [fs.replica(r)[0], ls.replica(rl)[0]];
-            // The TP ranks of either replica on a node share its network.
-            let on = |devs: &[crate::cluster::GpuId], node: u32| {
-                devs.iter().filter(|g| g.node == node).count()
-            };
-            let ranks = |node: u32| on(fs.replica(r), node).max(on(ls.replica(rl), node));
-            let t = collective_time(
-                w.cluster,
-                &pair,
-                Bytes(bytes),
-                Collective::AllReduce,
-                &|n| ranks(n).max(1),
-            )
-            .get();
-            let resources = b.group_resources(&pair);
+            let (a, z) = (fs.replica(r), ls.replica(rl));
+            let pairs: Vec<Vec<GpuId>> = (0..a.len()).map(|k| vec![a[k], z[k % z.len()]]).collect();
             let execs = vec![b.exec_of[&(0, r)], b.exec_of[&(lastst % depth, rl)]];
-            flows.push(b.task(
-                Work::Flow {
-                    resources,
-                    duration: t,
-                    execs,
-                },
-                deps.clone(),
-                Label::TiedSync,
-            ));
+            let work = b.ring(&pairs, bytes, Collective::AllReduce, 1, execs);
+            flows.push(b.task(work, deps.clone(), Label::TiedSync));
         }
         sync_of_stage[first].extend(flows.iter().copied());
         sync_of_stage[lastst].extend(flows);
@@ -792,7 +900,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         );
     }
     b.graph.executors = n_exec;
-    b.graph.resources = b.resources.len();
+    b.graph.capacity = b.capacity;
     Built {
         graph: b.graph,
         labels: b.labels,

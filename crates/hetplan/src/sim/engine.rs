@@ -2,14 +2,19 @@
 //!
 //! Two kinds of activity: *compute* on an executor (one DP replica's TP group, whose GPUs move in
 //! lock step) and *flows* (transfers and collectives) over resources (a GPU's link inside the
-//! node, a node's network, a GPU's host link). A task starts when all its dependencies have
-//! finished. While running, every activity progresses at a rate:
+//! node, a node's network, a route between two nodes, a GPU's host link), each resource with
+//! its capacity in bytes per second. A flow is one or more *edges* that move bytes at the same
+//! time and finish together — a send is one edge per TP rank, a ring collective one edge per
+//! ring hop, every hop carrying its share at once as NCCL's pipelined ring does. A task starts
+//! when all its dependencies have finished. While running, every activity progresses at a rate:
 //!
 //! - compute: `1 / duration`, slowed by `COMPUTE_SLOWDOWN_UNDER_NCCL` while a flow of the same
 //!   executor is active (Mist's interference model);
-//! - flow: `1 / duration_alone × min over its resources of 1 / (flows on that resource)` — fair
+//! - flow: `1 / (latency + max over edges of bytes / (efficiency · bandwidth))`, an edge's
+//!   bandwidth the smallest over its resources of `capacity / (edges on that resource)` — fair
 //!   sharing of every link and NIC it crosses — slowed by `NCCL_SLOWDOWN_UNDER_COMPUTE` while its
-//!   executor computes.
+//!   executor computes. The time a flow takes is thus computed here, from bytes and capacities,
+//!   not given to the engine.
 //!
 //! Time advances from one completion to the next; rates are recomputed after every event. Ties
 //! are broken by task id, so the result does not depend on anything but the input.
@@ -23,13 +28,40 @@ pub type TaskId = usize;
 pub enum Work {
     /// Runs on `exec` for `duration` seconds when alone.
     Compute { exec: usize, duration: f64 },
-    /// Crosses `resources`, `duration` seconds when alone; `execs` are the executors whose GPUs
-    /// run its kernels, for interference.
+    /// Moves every edge's bytes at once, plus `latency` seconds of message start-ups, at
+    /// `efficiency` of the bandwidth the edges get; `execs` are the executors whose GPUs run its
+    /// kernels, for interference.
     Flow {
-        resources: Vec<usize>,
-        duration: f64,
+        edges: Vec<Edge>,
+        latency: f64,
+        efficiency: f64,
         execs: Vec<usize>,
     },
+}
+
+/// Bytes crossing a path of resources.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    pub bytes: f64,
+    pub resources: Vec<usize>,
+}
+
+impl Work {
+    /// The resources a flow crosses, each once, in id order.
+    pub fn resources(&self) -> Vec<usize> {
+        match self {
+            Work::Compute { .. } => Vec::new(),
+            Work::Flow { edges, .. } => {
+                let mut r: Vec<usize> = edges
+                    .iter()
+                    .flat_map(|e| e.resources.iter().copied())
+                    .collect();
+                r.sort_unstable();
+                r.dedup();
+                r
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -55,17 +87,18 @@ pub enum EngineError {
 #[derive(Default)]
 pub struct Graph {
     pub tasks: Vec<Task>,
-    pub resources: usize,
+    /// Capacity of each resource, bytes per second.
+    pub capacity: Vec<f64>,
     pub executors: usize,
     /// Mist's interference between compute and communication of the same executor.
     pub interference: bool,
 }
 
 impl Graph {
-    pub fn new(executors: usize, resources: usize) -> Graph {
+    pub fn new(executors: usize, capacity: Vec<f64>) -> Graph {
         Graph {
             tasks: Vec::new(),
-            resources,
+            capacity,
             executors,
             interference: true,
         }
@@ -108,7 +141,7 @@ impl Graph {
         let mut events = 0u64;
         let mut exec_flows = vec![0usize; self.executors];
         let mut exec_compute = vec![0usize; self.executors];
-        let mut res_flows = vec![0usize; self.resources];
+        let mut res_flows = vec![0usize; self.capacity.len()];
         let mut rates: Vec<f64> = Vec::new();
         loop {
             // Start everything that is ready (in id order).
@@ -117,10 +150,8 @@ impl Graph {
                 self.tasks[t].start = now;
                 match &self.tasks[t].work {
                     Work::Compute { exec, .. } => exec_compute[*exec] += 1,
-                    Work::Flow {
-                        resources, execs, ..
-                    } => {
-                        for r in resources {
+                    Work::Flow { edges, execs, .. } => {
+                        for r in edges.iter().flat_map(|e| &e.resources) {
                             res_flows[*r] += 1;
                         }
                         for e in execs {
@@ -166,10 +197,8 @@ impl Graph {
                 done += 1;
                 match &self.tasks[t].work {
                     Work::Compute { exec, .. } => exec_compute[*exec] -= 1,
-                    Work::Flow {
-                        resources, execs, ..
-                    } => {
-                        for r in resources {
+                    Work::Flow { edges, execs, .. } => {
+                        for r in edges.iter().flat_map(|e| &e.resources) {
                             res_flows[*r] -= 1;
                         }
                         for e in execs {
@@ -213,23 +242,33 @@ impl Graph {
                 1.0 / (duration * slow)
             }
             Work::Flow {
-                resources,
-                duration,
+                edges,
+                latency,
+                efficiency,
                 execs,
             } => {
-                if *duration <= 0.0 {
+                let mut transfer = 0.0f64;
+                for e in edges {
+                    if e.bytes <= 0.0 {
+                        continue;
+                    }
+                    let bw = e
+                        .resources
+                        .iter()
+                        .map(|&r| self.capacity[r] / res_flows[r].max(1) as f64)
+                        .fold(f64::INFINITY, f64::min);
+                    transfer = transfer.max(e.bytes / (bw * efficiency));
+                }
+                let duration = latency + transfer;
+                if duration <= 0.0 {
                     return f64::INFINITY;
                 }
-                let share = resources
-                    .iter()
-                    .map(|r| 1.0 / res_flows[*r].max(1) as f64)
-                    .fold(1.0, f64::min);
                 let slow = if self.interference && execs.iter().any(|e| exec_compute[*e] > 0) {
                     k::NCCL_SLOWDOWN_UNDER_COMPUTE
                 } else {
                     1.0
                 };
-                share / (duration * slow)
+                1.0 / (duration * slow)
             }
         }
     }
@@ -239,9 +278,56 @@ impl Graph {
 mod tests {
     use super::*;
 
+    /// One edge of `bytes` over `resources` (capacity 1 byte/s in these tests), no latency.
+    fn flow(resources: &[usize], bytes: f64, execs: &[usize]) -> Work {
+        Work::Flow {
+            edges: vec![Edge {
+                bytes,
+                resources: resources.to_vec(),
+            }],
+            latency: 0.0,
+            efficiency: 1.0,
+            execs: execs.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_ring_goes_at_its_slowest_edge_and_shares_it() {
+        // Two edges of 1 byte in one flow: over a 2 B/s and a 1 B/s resource the flow takes 1 s.
+        // A second flow on the slow resource halves that edge's share: both end at 2 s.
+        let mut g = Graph::new(0, vec![2.0, 1.0]);
+        let ring = Work::Flow {
+            edges: vec![
+                Edge {
+                    bytes: 1.0,
+                    resources: vec![0],
+                },
+                Edge {
+                    bytes: 1.0,
+                    resources: vec![1],
+                },
+            ],
+            latency: 0.25,
+            efficiency: 1.0,
+            execs: vec![],
+        };
+        let a = g.add(ring, vec![]);
+        let b = g.add(flow(&[1], 0.75, &[]), vec![]);
+        g.run(100).unwrap();
+        // Together: the ring's rate 1/(0.25 + 2) and the send's 1/1.5; the send ends at 1.5 s
+        // with 1.5/2.25 of the ring done; the rest alone at rate 1/1.25: 0.75/2.25·1.25 s more.
+        assert!((g.tasks[b].end - 1.5).abs() < 1e-12);
+        let expect = 1.5 + (1.0 - 1.5 / 2.25) * 1.25;
+        assert!(
+            (g.tasks[a].end - expect).abs() < 1e-12,
+            "{}",
+            g.tasks[a].end
+        );
+    }
+
     #[test]
     fn a_chain_adds_up() {
-        let mut g = Graph::new(1, 1);
+        let mut g = Graph::new(1, vec![1.0]);
         g.interference = false;
         let a = g.add(
             Work::Compute {
@@ -250,14 +336,7 @@ mod tests {
             },
             vec![],
         );
-        let b = g.add(
-            Work::Flow {
-                resources: vec![0],
-                duration: 0.5,
-                execs: vec![],
-            },
-            vec![a],
-        );
+        let b = g.add(flow(&[0], 0.5, &[]), vec![a]);
         let c = g.add(
             Work::Compute {
                 exec: 0,
@@ -274,15 +353,10 @@ mod tests {
     fn two_flows_share_a_link_fairly() {
         // Two 1-second transfers on one link, started together: both end at 2 s. A third on
         // another link is unaffected.
-        let mut g = Graph::new(0, 2);
-        let f = |r: usize| Work::Flow {
-            resources: vec![r],
-            duration: 1.0,
-            execs: vec![],
-        };
-        let a = g.add(f(0), vec![]);
-        let b = g.add(f(0), vec![]);
-        let c = g.add(f(1), vec![]);
+        let mut g = Graph::new(0, vec![1.0, 1.0]);
+        let a = g.add(flow(&[0], 1.0, &[]), vec![]);
+        let b = g.add(flow(&[0], 1.0, &[]), vec![]);
+        let c = g.add(flow(&[1], 1.0, &[]), vec![]);
         g.run(100).unwrap();
         assert!((g.tasks[a].end - 2.0).abs() < 1e-12);
         assert!((g.tasks[b].end - 2.0).abs() < 1e-12);
@@ -294,23 +368,9 @@ mod tests {
         // 1 s and 3 s alone: together at half speed until the short one ends at 2 s (it moved
         // 1 s of work), then the long one has 2 s of its 3 s left... it moved 1 s, so 2 s
         // remain at full speed: ends at 4 s.
-        let mut g = Graph::new(0, 1);
-        let short = g.add(
-            Work::Flow {
-                resources: vec![0],
-                duration: 1.0,
-                execs: vec![],
-            },
-            vec![],
-        );
-        let long = g.add(
-            Work::Flow {
-                resources: vec![0],
-                duration: 3.0,
-                execs: vec![],
-            },
-            vec![],
-        );
+        let mut g = Graph::new(0, vec![1.0]);
+        let short = g.add(flow(&[0], 1.0, &[]), vec![]);
+        let long = g.add(flow(&[0], 3.0, &[]), vec![]);
         g.run(100).unwrap();
         assert!((g.tasks[short].end - 2.0).abs() < 1e-12);
         assert!((g.tasks[long].end - 4.0).abs() < 1e-12);
@@ -320,7 +380,7 @@ mod tests {
     fn interference_slows_overlapped_compute() {
         // 10 s of compute beside a 3 s flow of the same executor, both slowed by 1.1: Mist's
         // two-stream result (cost::overlap::co_run).
-        let mut g = Graph::new(1, 1);
+        let mut g = Graph::new(1, vec![1.0]);
         let c = g.add(
             Work::Compute {
                 exec: 0,
@@ -328,14 +388,7 @@ mod tests {
             },
             vec![],
         );
-        g.add(
-            Work::Flow {
-                resources: vec![0],
-                duration: 3.0,
-                execs: vec![0],
-            },
-            vec![],
-        );
+        g.add(flow(&[0], 3.0, &[0]), vec![]);
         g.run(100).unwrap();
         let expect = crate::cost::overlap::co_run(10.0, 3.0);
         assert!(
@@ -347,7 +400,7 @@ mod tests {
 
     #[test]
     fn cycles_are_reported() {
-        let mut g = Graph::new(1, 0);
+        let mut g = Graph::new(1, vec![]);
         let a = g.add(
             Work::Compute {
                 exec: 0,

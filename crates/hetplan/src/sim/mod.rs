@@ -1,6 +1,7 @@
 //! The discrete-event simulator: executes a plan event by event on the cluster and reports
 //! where each GPU's time goes. It uses the same per-layer compute times as the cost model (from
-//! a profile or the analytic op model) but computes time only by executing events: pipeline
+//! a profile or the analytic op model) and the same byte counts, but computes time only by
+//! executing events — transfers as bytes over links and NICs, collectives as NCCL's ring: pipeline
 //! dependencies, blocking sends, gradient buckets behind the last backward, ZeRO gathers with
 //! prefetch, offload copies, stragglers among heterogeneous replicas, and transfers sharing
 //! links fairly. See `docs/validation.md` for how it compares with the estimate.
@@ -202,10 +203,7 @@ pub fn simulate(
                 Work::Compute { exec, .. } => Some(exec),
                 Work::Flow { .. } => None,
             },
-            resources: match &t.work {
-                Work::Flow { resources, .. } => resources.clone(),
-                Work::Compute { .. } => vec![],
-            },
+            resources: t.work.resources(),
         })
         .collect();
     let samples_per_s = plan.global_batch as f64 / iteration;
@@ -250,6 +248,7 @@ fn describe(l: &Label) -> (String, Option<usize>) {
         Label::ParamGather { stage } => ("parameter all-gather".into(), Some(*stage)),
         Label::ZeroGather { stage, .. } => ("ZeRO-3 gather".into(), Some(*stage)),
         Label::ZeroScatter { stage, .. } => ("ZeRO reduce-scatter".into(), Some(*stage)),
+        Label::TpAllReduce { stage, .. } => ("TP all-reduce".into(), Some(*stage)),
         Label::Offload { stage, .. } => ("offload copy".into(), Some(*stage)),
         Label::TiedSync => ("tied-embedding all-reduce".into(), None),
     }

@@ -37,6 +37,7 @@ fn colour(k: Kind) -> (&'static str, &'static str) {
         Kind::ParamGather => ("#edc948", "#000000"),
         Kind::ZeroGather => ("#76b7b2", "#000000"),
         Kind::ZeroScatter => ("#9c755f", "#ffffff"),
+        Kind::TpAllReduce => ("#d37295", "#ffffff"),
         Kind::Offload => ("#79706e", "#ffffff"),
         Kind::TiedSync => ("#b6992d", "#000000"),
     }
@@ -143,6 +144,7 @@ fn merge_key(l: &Label) -> MergeKey {
         Label::GradSync { stage, .. } | Label::ParamGather { stage } => (k, None, Some(*stage)),
         Label::ZeroGather { stage, mb, .. }
         | Label::ZeroScatter { stage, mb, .. }
+        | Label::TpAllReduce { stage, mb, .. }
         | Label::Offload { stage, mb, .. } => (k, Some(*mb), Some(*stage)),
         Label::TiedSync => (k, None, None),
     }
@@ -277,7 +279,8 @@ fn resource_order(r: &Resource) -> (u8, u64, u64, u8) {
             (0, gpu.node as u64, gpu.local as u64, d(direction))
         }
         Resource::Nic { node, direction } => (1, *node as u64, 0, d(direction)),
-        Resource::HostLink { stage, replica } => (2, *stage as u64, *replica as u64, 0),
+        Resource::Route { from, to } => (2, *from as u64, *to as u64, 0),
+        Resource::HostLink { gpu } => (3, gpu.node as u64, gpu.local as u64, 0),
     }
 }
 

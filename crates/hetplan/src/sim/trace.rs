@@ -29,6 +29,7 @@ pub(crate) enum Kind {
     ParamGather,
     ZeroGather,
     ZeroScatter,
+    TpAllReduce,
     Offload,
     TiedSync,
 }
@@ -49,6 +50,7 @@ impl Kind {
             Label::ParamGather { .. } => Kind::ParamGather,
             Label::ZeroGather { .. } => Kind::ZeroGather,
             Label::ZeroScatter { .. } => Kind::ZeroScatter,
+            Label::TpAllReduce { .. } => Kind::TpAllReduce,
             Label::Offload { .. } => Kind::Offload,
             Label::TiedSync => Kind::TiedSync,
         }
@@ -66,6 +68,7 @@ impl Kind {
             Kind::ParamGather => "param-gather",
             Kind::ZeroGather => "zero-gather",
             Kind::ZeroScatter => "zero-reduce-scatter",
+            Kind::TpAllReduce => "tp-all-reduce",
             Kind::Offload => "offload",
             Kind::TiedSync => "tied-embedding-sync",
         }
@@ -83,12 +86,13 @@ impl Kind {
             Kind::ParamGather => "parameter all-gather",
             Kind::ZeroGather => "ZeRO-3 gather",
             Kind::ZeroScatter => "ZeRO reduce-scatter",
+            Kind::TpAllReduce => "tensor-parallel all-reduce",
             Kind::Offload => "offload copy",
             Kind::TiedSync => "tied-embedding all-reduce",
         }
     }
 
-    pub(crate) const ALL: [Kind; 11] = [
+    pub(crate) const ALL: [Kind; 12] = [
         Kind::Forward,
         Kind::Backward,
         Kind::Optimizer,
@@ -98,6 +102,7 @@ impl Kind {
         Kind::ParamGather,
         Kind::ZeroGather,
         Kind::ZeroScatter,
+        Kind::TpAllReduce,
         Kind::Offload,
         Kind::TiedSync,
     ];
@@ -159,6 +164,12 @@ pub(crate) fn span_name(sp: &Span, depth: usize, multi_replica: bool) -> String 
             mb, layer, pass, ..
         } => format!("ZeRO gather L{layer} {}{mb}", pass_letter(*pass)),
         Label::ZeroScatter { mb, layer, .. } => format!("ZeRO reduce-scatter L{layer} B{mb}"),
+        Label::TpAllReduce {
+            mb, pass, layer, ..
+        } => match layer {
+            Some(l) => format!("TP all-reduce {}{mb} L{l}", pass_letter(*pass)),
+            None => format!("TP all-reduce {}{mb}", pass_letter(*pass)),
+        },
         Label::Offload { mb, pass, .. } => format!("offload {}{mb}", pass_letter(*pass)),
         Label::TiedSync => "tied-embedding all-reduce".into(),
     }
@@ -171,12 +182,13 @@ fn dir_word(d: Direction) -> &'static str {
     }
 }
 
-/// A resource's name: "n0g3 link out", "node 0 NIC in", "host link s1 r0".
+/// A resource's name: "n0g3 link out", "node 0 NIC in", "route 0→1", "n1g0 host link".
 pub(crate) fn resource_name(r: &Resource) -> String {
     match r {
         Resource::GpuLink { gpu, direction } => format!("{gpu} link {}", dir_word(*direction)),
         Resource::Nic { node, direction } => format!("node {node} NIC {}", dir_word(*direction)),
-        Resource::HostLink { stage, replica } => format!("host link s{stage} r{replica}"),
+        Resource::Route { from, to } => format!("route {from}→{to}"),
+        Resource::HostLink { gpu } => format!("{gpu} host link"),
     }
 }
 
@@ -369,6 +381,19 @@ fn span_args(sp: &Span) -> Args {
             a.replica = Some(*replica);
             a.micro_batch = Some(*mb);
             a.pass = Some(pass_word(*pass));
+        }
+        Label::TpAllReduce {
+            stage,
+            replica,
+            mb,
+            pass,
+            layer,
+        } => {
+            a.stage = Some(*stage);
+            a.replica = Some(*replica);
+            a.micro_batch = Some(*mb);
+            a.pass = Some(pass_word(*pass));
+            a.layer = *layer;
         }
         Label::TiedSync => {}
     }

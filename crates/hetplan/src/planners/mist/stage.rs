@@ -247,7 +247,8 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
                 local: (spec.devices.len() as u32) % cluster.nodes[0].num_gpus,
             }
         };
-        t.p2p = spec.sends as f64 * p2p_time(cluster, from, to, bytes, conc(from.node)).get();
+        t.p2p =
+            spec.sends as f64 * p2p_time(cluster, from, to, bytes, conc(from.node) as f64).get();
     }
     t
 }
