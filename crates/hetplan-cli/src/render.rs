@@ -656,6 +656,7 @@ pub fn gpus(catalog: &[GpuSpec]) -> String {
     let mut t = Table::new(&[
         ("name", Left),
         ("arch", Left),
+        ("datasheet", Right),
         ("memory GiB", Right),
         ("BF16 TFLOP/s", Right),
         ("FP32 TFLOP/s", Right),
@@ -676,6 +677,7 @@ pub fn gpus(catalog: &[GpuSpec]) -> String {
         t.row(vec![
             g.name.clone(),
             arch_name(g),
+            format!("{} GB", g.datasheet_memory_gb),
             num(g.memory.as_gib()),
             num(g.peak_tensor.get() / 1e12),
             num(g.peak_fp32.get() / 1e12),
@@ -689,7 +691,9 @@ pub fn gpus(catalog: &[GpuSpec]) -> String {
     }
     let mut o = t.render();
     o.push_str(
-        "\nBF16: dense tensor-core peak (FP16 where there is no BF16); bandwidths per direction.\n",
+        "\ndatasheet: the vendor's memory size; memory GiB: what CUDA (HIP) reports as the device's \
+         total, what plans must fit in.\nBF16: dense tensor-core peak (FP16 where there is no \
+         BF16); bandwidths per direction.\n",
     );
     o
 }

@@ -31,8 +31,13 @@ pub struct GpuSpec {
     /// Other accepted spellings (compared after `names::normalize`).
     pub aliases: Vec<String>,
     pub arch: Arch,
-    /// Device memory as the vendor states it.
+    /// Device memory as CUDA reports it (`cudaDeviceProp::totalGlobalMem`, what
+    /// `torch.cuda.get_device_properties(d).total_memory` returns; HIP's on AMD parts): what a
+    /// plan's memory must fit in. Less than the datasheet's figure, see `catalog`.
     pub memory: Bytes,
+    /// The vendor's datasheet capacity in its own "GB" (`80` for an "80GB" H100), for display
+    /// only: it is neither the usable capacity nor, for every part, a power of two.
+    pub datasheet_memory_gb: u32,
     /// Dense BF16 (or FP16) tensor-core peak.
     pub peak_tensor: FlopPerSec,
     /// Non-tensor FP32 peak.
@@ -61,12 +66,25 @@ pub struct UnknownGpu {
     pub hint: Option<String>,
 }
 
+/// A GPU's memory: the datasheet's "GB" and the MiB CUDA reports.
+struct Mem {
+    datasheet_gb: u32,
+    cuda_mib: u32,
+}
+
+fn mem(datasheet_gb: u32, cuda_mib: u32) -> Mem {
+    Mem {
+        datasheet_gb,
+        cuda_mib,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn spec(
     name: &str,
     aliases: &[&str],
     arch: Arch,
-    memory: Bytes,
+    memory: Mem,
     tensor_tflops: f64,
     fp32_tflops: f64,
     hbm_gb_s: f64,
@@ -78,7 +96,8 @@ fn spec(
         name: name.to_string(),
         aliases: aliases.iter().map(|a| a.to_string()).collect(),
         arch,
-        memory,
+        memory: Bytes::mib(memory.cuda_mib as f64),
+        datasheet_memory_gb: memory.datasheet_gb,
         peak_tensor: FlopPerSec::tflops(tensor_tflops),
         peak_fp32: FlopPerSec::tflops(fp32_tflops),
         hbm_bandwidth: BytesPerSec::gb_s(hbm_gb_s),
@@ -96,8 +115,16 @@ const PCIE5: f64 = 63.0;
 
 /// Every GPU type hetplan knows, in a fixed order (listing order of `hetplan gpus`).
 ///
-/// Memory sizes are the vendor's "GB", which for these parts are binary gibibytes (an "80GB"
-/// A100 reports 81920 MiB). `peak_tensor` on GeForce/Quadro/workstation parts is the FP16
+/// Memory is what CUDA (HIP on AMD) reports as the device's total, `cudaDeviceProp::
+/// totalGlobalMem`, in MiB as deviceQuery prints it, from published outputs on CUDA 12 or later
+/// drivers where one was found (the smaller when drivers differ); each entry says where its
+/// figure comes from, and those marked DERIVED say how they were derived. It is less than the
+/// datasheet's "GB" (kept in `datasheet_memory_gb`): ECC on GDDR parts (a T4 shows 14,918 MiB
+/// of its 16 GiB), the driver's reserved region (an H100 80GB shows 81,079 MiB to CUDA, 81,559
+/// to nvidia-smi, whose `memory.total` since the R510 drivers includes that region), and HBM
+/// capacity the vendor does not expose (an H200 "141 GB"). What the framework itself holds
+/// after that (the CUDA context, workspaces) the cost model charges separately
+/// (`cost::constants::RUNTIME_RESERVED_GIB`). `peak_tensor` on GeForce/Quadro/workstation parts is the FP16
 /// tensor rate *with FP32 accumulate* (what mixed-precision training uses), from NVIDIA's
 /// architecture whitepapers, since their datasheets quote the sparse or FP16-accumulate rate.
 pub fn catalog() -> Vec<GpuSpec> {
@@ -117,7 +144,9 @@ pub fn catalog() -> Vec<GpuSpec> {
                 "v100-sxm-16gb",
             ],
             Volta,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: 16,144 MiB (16,928,342,016 B): CUDA deviceQuery, driver CUDA 12.4 (16,128 MiB under
+            // CUDA 11.0); nvidia-smi memory.total 16,160 MiB.
+            mem(16, 16144),
             125.0,
             15.7,
             900.0,
@@ -130,7 +159,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "v100-sxm2-32gb",
             &["v100-32gb", "v100-32", "v100-sxm-32gb", "v100-sxm2-32"],
             Volta,
-            Bytes::gib(32.0),
+            // Memory as CUDA sees it: 32,494 MiB (34,072,559,616 B): CUDA deviceQuery, driver CUDA 12.9 (32,510 MiB under
+            // 11.2-11.4, 32,480 under 10.0).
+            mem(32, 32494),
             125.0,
             15.7,
             900.0,
@@ -143,7 +174,10 @@ pub fn catalog() -> Vec<GpuSpec> {
             "v100-pcie-16gb",
             &["v100-pcie", "v100-pcie-16"],
             Volta,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: DERIVED: 16,144 MiB, the SXM2 16 GB part's CUDA 12.4 figure (same four HBM2 stacks).
+            // The only published deviceQuery found is 16,152 MiB under a CUDA 9.0 driver, and newer
+            // drivers reserve more (the SXM2 part went 16,160 -> 16,144), so the smaller value.
+            mem(16, 16144),
             112.0,
             14.0,
             900.0,
@@ -155,7 +189,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "v100-pcie-32gb",
             &["v100-pcie-32"],
             Volta,
-            Bytes::gib(32.0),
+            // Memory as CUDA sees it: DERIVED: 32,494 MiB, the SXM2 32 GB part's CUDA 12.9 figure; published deviceQuery
+            // outputs of this card are 32,480-32,510 MiB under CUDA 10.x drivers.
+            mem(32, 32494),
             112.0,
             14.0,
             900.0,
@@ -172,7 +208,8 @@ pub fn catalog() -> Vec<GpuSpec> {
             "p100-pcie-16gb",
             &["p100", "p100-16gb", "p100-pcie", "p100-16", "tesla-p100"],
             Pascal,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: 16,281 MiB (17,071,734,784 B): CUDA deviceQuery, drivers CUDA 11.2 and 11.4.
+            mem(16, 16281),
             18.7,
             9.3,
             732.0,
@@ -187,7 +224,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "t4",
             &["t4-16gb", "tesla-t4", "nvidia-t4"],
             Turing,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: 14,918 MiB (15,642,329,088 B): CUDA deviceQuery, driver CUDA 12.5 (15,109-15,110 MiB
+            // under 11.x); nvidia-smi memory.total 15,360 MiB. ECC, on by default, takes 1/16.
+            mem(16, 14918),
             65.0,
             8.1,
             320.0,
@@ -202,7 +241,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "l4",
             &["l4-24gb", "nvidia-l4"],
             Ada,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 22,518 MiB (23,612,293,120 B): CUDA deviceQuery, driver CUDA 12.0; nvidia-smi
+            // memory.total 23,034 MiB (Modal, "Why does an NVIDIA H100 80GB card offer 85.52 GB?").
+            mem(24, 22518),
             121.0,
             30.3,
             300.0,
@@ -217,7 +258,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a10",
             &["a10-24gb", "nvidia-a10"],
             Ampere,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 22,516 MiB (23,609,475,072 B): CUDA deviceQuery, driver CUDA 12.2 (22,599 MiB under
+            // 12.8: the smaller); nvidia-smi memory.total 23,028 MiB (Modal, as for the L4).
+            mem(24, 22516),
             125.0,
             31.2,
             600.0,
@@ -233,7 +276,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a10g",
             &["a10g-24gb", "nvidia-a10g"],
             Ampere,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: DERIVED: no deviceQuery published; nvidia-smi shows 23,028 MiB, exactly the A10's, so
+            // the A10's CUDA figure, 22,516 MiB.
+            mem(24, 22516),
             70.0,
             35.0,
             600.0,
@@ -248,7 +293,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a100-sxm4-40gb",
             &["a100", "a100-40gb", "a100-40", "a100-sxm-40gb", "a100-sxm4"],
             Ampere,
-            Bytes::gib(40.0),
+            // Memory as CUDA sees it: 40,339 MiB (42,298,834,944 B): CUDA deviceQuery, driver CUDA 12.2, published in
+            // bottlerocket-os/bottlerocket PR #3873; nvidia-smi memory.total 40,960 MiB (Modal).
+            mem(40, 40339),
             312.0,
             19.5,
             1555.0,
@@ -261,7 +308,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a100-sxm4-80gb",
             &["a100-80gb", "a100-80", "a100-sxm-80gb"],
             Ampere,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: 81,051 MiB (84,987,740,160 B): CUDA deviceQuery, driver CUDA 12.2 (81,158 MiB under
+            // 12.5); nvidia-smi memory.total 81,920 MiB (Modal).
+            mem(80, 81051),
             312.0,
             19.5,
             2039.0,
@@ -275,7 +324,8 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a100-pcie-40gb",
             &["a100-pcie", "a100-pcie-40"],
             Ampere,
-            Bytes::gib(40.0),
+            // Memory as CUDA sees it: DERIVED: 40,339 MiB, the SXM4 40 GB part's CUDA 12.2 figure (same 40 GiB of HBM2).
+            mem(40, 40339),
             312.0,
             19.5,
             1555.0,
@@ -288,7 +338,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a100-pcie-80gb",
             &["a100-pcie-80"],
             Ampere,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: 81,049 MiB: "Total global mem" under driver CUDA 12.3, published in ekondis/mixbench
+            // issue #47 ("NVIDIA A100 80GB PCIe").
+            mem(80, 81049),
             312.0,
             19.5,
             1935.0,
@@ -302,7 +354,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a800-sxm4-80gb",
             &["a800", "a800-80gb", "a800-80", "a800-sxm"],
             Ampere,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: DERIVED: nvidia-smi shows 81,920 MiB (dexmal/dexbotic issue #41), exactly the A100 80GB
+            // SXM's, so the A100-SXM4-80GB's CUDA figure, 81,051 MiB.
+            mem(80, 81051),
             312.0,
             19.5,
             2039.0,
@@ -317,7 +371,11 @@ pub fn catalog() -> Vec<GpuSpec> {
             "h100-sxm5-80gb",
             &["h100", "h100-sxm", "h100-80gb", "h100-sxm5", "h100-80"],
             Hopper,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: 81,079 MiB (85,017,755,648 B): CUDA deviceQuery, driver CUDA 13.0 (81,090 MiB under
+            // 12.8, 81,106 under 12.7; PyTorch total_memory 81,082-81,090 MiB). nvidia-smi
+            // memory.total is 81,559 MiB (wilicc/gpu-burn issue #114, NVIDIA/nccl issue #1264):
+            // since the R510 drivers it also counts the driver's reserved region, CUDA does not.
+            mem(80, 81079),
             989.0,
             67.0,
             3350.0,
@@ -331,7 +389,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "h100-pcie-80gb",
             &["h100-pcie", "h100-pcie-80"],
             Hopper,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: DERIVED: the H100 SXM5's CUDA figure, 81,079 MiB (nvidia-smi reports the same 81,559 MiB
+            // for both parts).
+            mem(80, 81079),
             756.0,
             51.0,
             2000.0,
@@ -345,7 +405,10 @@ pub fn catalog() -> Vec<GpuSpec> {
             "h200-sxm-141gb",
             &["h200", "h200-141gb", "h200-sxm", "h200-141"],
             Hopper,
-            Bytes::gib(141.0),
+            // Memory as CUDA sees it: DERIVED: nvidia-smi memory.total is 143,771 MiB (Modal, as for the L4); no deviceQuery
+            // found, so less the H100's gap between nvidia-smi and CUDA (81,559 - 81,079 = 480 MiB):
+            // 143,291 MiB.
+            mem(141, 143291),
             989.0,
             67.0,
             4800.0,
@@ -359,7 +422,8 @@ pub fn catalog() -> Vec<GpuSpec> {
             "h800-sxm5-80gb",
             &["h800", "h800-80gb", "h800-sxm", "h800-sxm5", "h800-80"],
             Hopper,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: DERIVED: the H100 SXM5's CUDA figure, 81,079 MiB (the same GH100 board and 80 GB HBM3).
+            mem(80, 81079),
             989.0,
             67.0,
             3350.0,
@@ -375,7 +439,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "b200-sxm-180gb",
             &["b200", "b200-180gb", "hgx-b200", "b200-180"],
             Blackwell,
-            Bytes::gib(180.0),
+            // Memory as CUDA sees it: 182,642 MiB: CUDA total reported beside nvidia-smi's 183,359 MiB (driver 570.172.08,
+            // CUDA 12.8) in a published B200 environment dump; nvidia-smi 183,359 MiB in many more.
+            mem(180, 182642),
             2250.0,
             75.0,
             8000.0,
@@ -391,7 +457,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-3090",
             &["3090", "rtx3090", "geforce-rtx-3090", "rtx-3090-24gb"],
             Ampere,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 24,238 MiB (25,414,860,800 B): CUDA deviceQuery, drivers CUDA 12.1 and 12.2 (24,265-
+            // 24,268 MiB under 11.8); nvidia-smi memory.total 24,576 MiB.
+            mem(24, 24238),
             71.0,
             35.6,
             936.0,
@@ -406,7 +474,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-4090",
             &["4090", "rtx4090", "geforce-rtx-4090", "rtx-4090-24gb"],
             Ada,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 24,081 MiB (25,250,627,584 B): CUDA deviceQuery, driver CUDA 13.0 (24,564 MiB under
+            // 12.1: the smaller).
+            mem(24, 24081),
             165.2,
             82.6,
             1008.0,
@@ -421,7 +491,8 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-a6000",
             &["a6000", "rtxa6000", "rtx-a6000-48gb"],
             Ampere,
-            Bytes::gib(48.0),
+            // Memory as CUDA sees it: 48,790 MiB (51,160,023,040 B): CUDA deviceQuery, driver CUDA 12.7.
+            mem(48, 48790),
             154.8,
             38.7,
             768.0,
@@ -435,7 +506,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "l40s",
             &["l40s-48gb", "nvidia-l40s"],
             Ada,
-            Bytes::gib(48.0),
+            // Memory as CUDA sees it: 45,373 MiB (47,576,711,168 B): cuda-device-query, driver CUDA 12.4; nvidia-smi
+            // memory.total 46,068 MiB (Modal, as for the L4).
+            mem(48, 45373),
             362.05,
             91.6,
             864.0,
@@ -454,7 +527,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "mi250x-gcd",
             &["mi250x", "mi250x-64gb", "instinct-mi250x", "mi250x-half"],
             Cdna2,
-            Bytes::gib(64.0),
+            // Memory as CUDA sees it: 65,520 MiB (68,702,699,520 B): HIP's total per GCD as Cray's OpenACC runtime reports it
+            // ("Total GPU memory 68702699520") and the KFD topology's mem_banks size_in_bytes.
+            mem(64, 65520),
             191.5,
             23.95,
             1638.4,
@@ -469,7 +544,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "mi300x",
             &["mi300x-192gb", "instinct-mi300x", "mi300x-192"],
             Cdna3,
-            Bytes::gib(192.0),
+            // Memory as CUDA sees it: 196,288 MiB (205,822,885,888 B): rocm-smi "VRAM Total Memory (B)" and HIP
+            // totalGlobalMem, as published in several MI300X environment reports.
+            mem(192, 196288),
             1307.4,
             163.4,
             5300.0,
@@ -487,7 +564,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "gh200-96gb",
             &["gh200", "gh-96", "gh200-96", "gh-200", "grace-hopper"],
             Hopper,
-            Bytes::gib(96.0),
+            // Memory as CUDA sees it: DERIVED: nvidia-smi memory.total is 97,871 MiB (many published "NVIDIA GH200 480GB"
+            // outputs); no deviceQuery found, so less the H100's 480 MiB gap: 97,391 MiB.
+            mem(96, 97391),
             989.0,
             67.0,
             4000.0,
@@ -503,7 +582,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "titan-rtx",
             &["titanrtx", "titan-rtx-24gb", "nvidia-titan-rtx"],
             Turing,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: DERIVED: no published CUDA figure found; the RTX 3090's (24 GiB of GDDR, no ECC, driver
+            // reserve 338 MiB): 24,238 MiB.
+            mem(24, 24238),
             130.0,
             16.3,
             672.0,
@@ -518,7 +599,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-2080",
             &["2080", "rtx2080", "geforce-rtx-2080", "rtx-2080-8gb"],
             Turing,
-            Bytes::gib(8.0),
+            // Memory as CUDA sees it: DERIVED: no published CUDA figure found; 8,192 MiB less the RTX 3090's 338 MiB driver
+            // reserve: 7,854 MiB.
+            mem(8, 7854),
             40.3,
             10.1,
             448.0,
@@ -664,6 +747,26 @@ mod tests {
             assert!(!g.source.trim().is_empty(), "{n}");
             assert!(g.default_intra_node_bandwidth().get() > 0.0, "{n}");
         }
+    }
+
+    /// CUDA sees less than the datasheet's "GB" read as GiB, but not much less: ECC on a T4
+    /// takes the most, 1/16.
+    #[test]
+    fn cuda_capacity_is_a_little_below_the_datasheet() {
+        for g in catalog() {
+            let ds = g.datasheet_memory_gb as f64;
+            let gib = g.memory.as_gib();
+            assert!(gib < ds, "{}: {gib} GiB, datasheet {ds} GB", g.name);
+            assert!(gib > 0.9 * ds, "{}: {gib} GiB, datasheet {ds} GB", g.name);
+        }
+        let mib = |n: &str| lookup(n).unwrap().memory.get() / 1048576.0;
+        assert_eq!(mib("h100-sxm5-80gb"), 81079.0);
+        assert_eq!(mib("a100-sxm4-80gb"), 81051.0);
+        assert_eq!(mib("a100-sxm4-40gb"), 40339.0);
+        assert_eq!(mib("v100-sxm2-16gb"), 16144.0);
+        assert_eq!(mib("t4"), 14918.0);
+        assert_eq!(mib("l4"), 22518.0);
+        assert_eq!(lookup("h100").unwrap().datasheet_memory_gb, 80);
     }
 
     #[test]
