@@ -12,7 +12,7 @@ mod render;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use diag::{CliError, Origin, Result};
 use hetplan::calibration;
-use hetplan::cluster::spec::{catalog_cluster, catalog_cluster_names, parse_cluster_toml};
+use hetplan::cluster::spec::{catalog_cluster, catalog_cluster_names};
 use hetplan::cost::{self, Analytic, ComputeTimes, Estimate, Profiled, TimeSource, Workload};
 use hetplan::model::catalog::{catalog_model, catalog_names};
 use hetplan::plan::Plan;
@@ -665,7 +665,9 @@ fn validate(a: ValidateArgs) -> Result<()> {
     let msg =
         match kind {
             FileKind::Cluster => {
-                let c = parse_cluster_toml(&origin.text).map_err(err)?;
+                let (c, notes) =
+                    hetplan::cluster::spec::parse_cluster_toml_noted(&origin.text).map_err(err)?;
+                inputs::print_notes(&notes);
                 format!(
                     "ok: cluster `{}`: {} GPUs ({}) in {} nodes",
                     c.name,

@@ -695,6 +695,22 @@ pub fn gpus(catalog: &[GpuSpec]) -> String {
          total, what plans must fit in.\nBF16: dense tensor-core peak (FP16 where there is no \
          BF16); bandwidths per direction.\n",
     );
+    o.push_str("\naliases (* means several cards; the note printed on use says which is taken):\n");
+    for g in catalog {
+        let aliases: Vec<String> = g
+            .aliases
+            .iter()
+            .map(|a| match hetplan::gpu::ambiguity_hint(a) {
+                Some(_) => format!("{a}*"),
+                None => a.clone(),
+            })
+            .collect();
+        o.push_str(&format!("  {:<16} {}\n", g.name, aliases.join(", ")));
+    }
+    o.push_str(
+        "nvidia-smi's names resolve too, with or without the vendor word: `NVIDIA A100-SXM4-80GB`, \
+         `Tesla T4`, `NVIDIA GeForce RTX 4090`, `NVIDIA H100 80GB HBM3`.\n",
+    );
     o
 }
 

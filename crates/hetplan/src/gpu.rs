@@ -7,6 +7,7 @@
 use crate::names;
 use crate::units::{Bytes, BytesPerSec, FlopPerSec};
 use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
 
 /// GPU micro-architecture: the cost model's achievable fractions of peak depend on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -306,7 +307,7 @@ pub fn catalog() -> Vec<GpuSpec> {
         // Same datasheet: A100 80GB SXM, 2039 GB/s HBM2e.
         spec(
             "a100-sxm4-80gb",
-            &["a100-80gb", "a100-80", "a100-sxm-80gb"],
+            &["a100-80gb", "a100-80", "a100-sxm-80gb", "a100-sxm4-80"],
             Ampere,
             // Memory as CUDA sees it: 81,051 MiB (84,987,740,160 B): CUDA deviceQuery, driver CUDA 12.2 (81,158 MiB under
             // 12.5); nvidia-smi memory.total 81,920 MiB (Modal).
@@ -322,7 +323,7 @@ pub fn catalog() -> Vec<GpuSpec> {
         // pairs of cards, so the intra-node default is PCIe (override per cluster if bridged).
         spec(
             "a100-pcie-40gb",
-            &["a100-pcie", "a100-pcie-40"],
+            &["a100-pcie", "a100-pcie-40", "a100-40gb-pcie"],
             Ampere,
             // Memory as CUDA sees it: DERIVED: 40,339 MiB, the SXM4 40 GB part's CUDA 12.2 figure (same 40 GiB of HBM2).
             mem(40, 40339),
@@ -336,7 +337,7 @@ pub fn catalog() -> Vec<GpuSpec> {
         // Same datasheet: A100 80GB PCIe, 1935 GB/s HBM2e; NVLink bridge pairs only, as above.
         spec(
             "a100-pcie-80gb",
-            &["a100-pcie-80"],
+            &["a100-pcie-80", "a100-80gb-pcie"],
             Ampere,
             // Memory as CUDA sees it: 81,049 MiB: "Total global mem" under driver CUDA 12.3, published in ekondis/mixbench
             // issue #47 ("NVIDIA A100 80GB PCIe").
@@ -369,7 +370,15 @@ pub fn catalog() -> Vec<GpuSpec> {
         // sparsity), 67 FP32, 3.35 TB/s HBM3, NVLink 900 GB/s total (450 per direction), Gen5.
         spec(
             "h100-sxm5-80gb",
-            &["h100", "h100-sxm", "h100-80gb", "h100-sxm5", "h100-80"],
+            &[
+                "h100",
+                "h100-sxm",
+                "h100-80gb",
+                "h100-sxm5",
+                "h100-80",
+                "h100-sxm-80gb",
+                "h100-80gb-hbm3",
+            ],
             Hopper,
             // Memory as CUDA sees it: 81,079 MiB (85,017,755,648 B): CUDA deviceQuery, driver CUDA 13.0 (81,090 MiB under
             // 12.8, 81,106 under 12.7; PyTorch total_memory 81,082-81,090 MiB). nvidia-smi
@@ -420,7 +429,14 @@ pub fn catalog() -> Vec<GpuSpec> {
         // (200 per direction); 989 TFLOPS BF16 dense, 67 FP32, 3.35 TB/s HBM3, PCIe Gen5.
         spec(
             "h800-sxm5-80gb",
-            &["h800", "h800-80gb", "h800-sxm", "h800-sxm5", "h800-80"],
+            &[
+                "h800",
+                "h800-80gb",
+                "h800-sxm",
+                "h800-sxm5",
+                "h800-80",
+                "h800-80gb-hbm3",
+            ],
             Hopper,
             // Memory as CUDA sees it: DERIVED: the H100 SXM5's CUDA figure, 81,079 MiB (the same GH100 board and 80 GB HBM3).
             mem(80, 81079),
@@ -560,9 +576,17 @@ pub fn catalog() -> Vec<GpuSpec> {
         // (450 per direction). The host link is NVLink-C2C to the Grace CPU, 900 GB/s total
         // (450 per direction), not PCIe: that is what `pcie_bandwidth` holds here, since it is
         // the bandwidth offloading to host memory sees. Sailor's measured profiles use it.
+        // nvidia-smi names this part "NVIDIA GH200 480GB" (480 GB is the Grace's LPDDR5X).
         spec(
             "gh200-96gb",
-            &["gh200", "gh-96", "gh200-96", "gh-200", "grace-hopper"],
+            &[
+                "gh200",
+                "gh-96",
+                "gh200-96",
+                "gh-200",
+                "grace-hopper",
+                "gh200-480gb",
+            ],
             Hopper,
             // Memory as CUDA sees it: DERIVED: nvidia-smi memory.total is 97,871 MiB (many published "NVIDIA GH200 480GB"
             // outputs); no deviceQuery found, so less the H100's 480 MiB gap: 97,391 MiB.
@@ -612,16 +636,117 @@ pub fn catalog() -> Vec<GpuSpec> {
     ]
 }
 
-/// Finds a GPU by canonical name or alias (case, `_` and spaces ignored).
-pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
-    let n = names::normalize(name);
-    let all = catalog();
-    if let Some(g) = all.iter().find(|g| {
-        names::normalize(&g.name) == n || g.aliases.iter().any(|a| names::normalize(a) == n)
-    }) {
-        return Ok(g.clone());
+/// The catalog, built once: lookups run per node group, and a cluster may have many.
+static CATALOG: LazyLock<Vec<GpuSpec>> = LazyLock::new(catalog);
+
+/// Vendor and brand words that nvidia-smi, deviceQuery and `torch.cuda.get_device_name` put
+/// before the part name (`NVIDIA A100-SXM4-80GB`, `Tesla T4`, `NVIDIA GeForce RTX 4090`,
+/// `AMD Instinct MI300X`): a name that matches nothing is tried again without them.
+const BRAND_PREFIXES: &[&str] = &[
+    "nvidia-",
+    "tesla-",
+    "geforce-",
+    "quadro-",
+    "amd-",
+    "instinct-",
+];
+
+/// Aliases that fit more than one catalog entry (a memory size or a form factor left out),
+/// after `names::normalize`: each resolves to the entry that lists it, and this says how to
+/// write the others. Kept beside the catalog so that `hetplan gpus` can mark them.
+const AMBIGUOUS: &[(&str, &str)] = &[
+    (
+        "a100",
+        "write `a100-80gb` for the 80 GB card, `a100-pcie` for the PCIe one",
+    ),
+    ("a100-sxm4", "write `a100-sxm4-80gb` for the 80 GB card"),
+    ("a100-40gb", "write `a100-pcie-40gb` for the PCIe card"),
+    ("a100-40", "write `a100-pcie-40gb` for the PCIe card"),
+    ("a100-80gb", "write `a100-pcie-80gb` for the PCIe card"),
+    ("a100-80", "write `a100-pcie-80gb` for the PCIe card"),
+    (
+        "v100",
+        "write `v100-32gb` for the 32 GB card, `v100-pcie` for the PCIe one",
+    ),
+    (
+        "tesla-v100",
+        "write `v100-32gb` for the 32 GB card, `v100-pcie` for the PCIe one",
+    ),
+    ("v100-sxm2", "write `v100-sxm2-32gb` for the 32 GB card"),
+    ("v100-16gb", "write `v100-pcie-16gb` for the PCIe card"),
+    ("v100-16", "write `v100-pcie-16gb` for the PCIe card"),
+    ("v100-32gb", "write `v100-pcie-32gb` for the PCIe card"),
+    ("v100-32", "write `v100-pcie-32gb` for the PCIe card"),
+    ("h100", "write `h100-pcie` for the PCIe card"),
+    ("h100-80gb", "write `h100-pcie` for the PCIe card"),
+    ("h100-80", "write `h100-pcie` for the PCIe card"),
+];
+
+/// How to name the other cards an ambiguous alias could mean; `None` for unambiguous names.
+pub fn ambiguity_hint(alias: &str) -> Option<&'static str> {
+    let n = names::normalize(alias);
+    AMBIGUOUS.iter().find(|(a, _)| *a == n).map(|(_, h)| *h)
+}
+
+/// A name that could mean several cards, and the one it was taken to mean.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AliasNote {
+    /// The name as written.
+    pub written: String,
+    /// The catalog entry it resolved to.
+    pub chosen: String,
+    /// How to name the other cards, e.g. "write `a100-80gb` for the 80 GB card".
+    pub hint: String,
+}
+
+impl std::fmt::Display for AliasNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` means {}; {}",
+            self.written.trim(),
+            self.chosen,
+            self.hint
+        )
     }
-    let candidates: Vec<&str> = all
+}
+
+/// A found GPU, with a note when the name was ambiguous.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
+    pub spec: GpuSpec,
+    pub note: Option<AliasNote>,
+}
+
+fn find(n: &str) -> Option<&'static GpuSpec> {
+    CATALOG.iter().find(|g| {
+        names::normalize(&g.name) == n || g.aliases.iter().any(|a| names::normalize(a) == n)
+    })
+}
+
+/// Finds a GPU by canonical name, alias or the name nvidia-smi prints (case, `_` and spaces
+/// ignored; vendor and brand words such as `NVIDIA`, `Tesla`, `GeForce` dropped when the full
+/// name matches nothing), and says which card an ambiguous short name (`A100`) was taken for.
+pub fn resolve(name: &str) -> Result<Resolved, UnknownGpu> {
+    let mut n = names::normalize(name);
+    loop {
+        if let Some(g) = find(&n) {
+            let note = ambiguity_hint(&n).map(|hint| AliasNote {
+                written: name.trim().to_string(),
+                chosen: g.name.clone(),
+                hint: hint.to_string(),
+            });
+            return Ok(Resolved {
+                spec: g.clone(),
+                note,
+            });
+        }
+        match BRAND_PREFIXES.iter().find_map(|p| n.strip_prefix(p)) {
+            Some(rest) if !rest.is_empty() => n = rest.to_string(),
+            _ => break,
+        }
+    }
+    let candidates: Vec<&str> = CATALOG
         .iter()
         .flat_map(|g| std::iter::once(g.name.as_str()).chain(g.aliases.iter().map(|a| a.as_str())))
         .collect();
@@ -629,6 +754,11 @@ pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
         name: name.to_string(),
         hint: names::nearest(name, candidates.iter().copied()),
     })
+}
+
+/// Finds a GPU as `resolve` does, without the note.
+pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
+    resolve(name).map(|r| r.spec)
 }
 
 #[cfg(test)]
@@ -672,6 +802,96 @@ mod tests {
         ];
         for (alias, name) in cases {
             assert_eq!(lookup(alias).unwrap().name, name, "alias {alias}");
+        }
+    }
+
+    #[test]
+    fn common_and_nvidia_smi_names_resolve() {
+        let cases = [
+            ("h100-sxm-80gb", "h100-sxm5-80gb"),
+            ("a100-80gb", "a100-sxm4-80gb"),
+            ("a100_40gb", "a100-sxm4-40gb"),
+            ("rtx4090", "rtx-4090"),
+            ("H100-SXM", "h100-sxm5-80gb"),
+            ("V100", "v100-sxm2-16gb"),
+            // nvidia-smi / torch.cuda.get_device_name / deviceQuery.
+            ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+            ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
+            ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+            ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+            ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+            ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
+            ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+            ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
+            ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+            ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+            ("NVIDIA GeForce RTX 2080", "rtx-2080"),
+            ("NVIDIA TITAN RTX", "titan-rtx"),
+            ("NVIDIA RTX A6000", "rtx-a6000"),
+            ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"),
+            ("NVIDIA H100 PCIe", "h100-pcie-80gb"),
+            ("NVIDIA H200", "h200-sxm-141gb"),
+            ("NVIDIA H800", "h800-sxm5-80gb"),
+            ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"),
+            ("NVIDIA B200", "b200-sxm-180gb"),
+            ("NVIDIA GH200 480GB", "gh200-96gb"),
+            ("NVIDIA L4", "l4"),
+            ("NVIDIA L40S", "l40s"),
+            ("NVIDIA A10G", "a10g"),
+            ("NVIDIA A10", "a10"),
+            ("Tesla T4", "t4"),
+            ("AMD Instinct MI300X", "mi300x"),
+        ];
+        for (written, name) in cases {
+            assert_eq!(lookup(written).unwrap().name, name, "{written}");
+        }
+        // Brand words alone are no GPU.
+        assert!(lookup("NVIDIA").is_err());
+        assert!(lookup("nvidia-").is_err());
+    }
+
+    #[test]
+    fn ambiguous_names_say_which_card_they_chose() {
+        let r = resolve("A100").unwrap();
+        assert_eq!(r.spec.name, "a100-sxm4-40gb");
+        let note = r.note.expect("A100 is ambiguous");
+        assert_eq!(
+            note.to_string(),
+            "`A100` means a100-sxm4-40gb; write `a100-80gb` for the 80 GB card, `a100-pcie` \
+             for the PCIe one"
+        );
+        assert_eq!(
+            resolve("V100").unwrap().note.unwrap().chosen,
+            "v100-sxm2-16gb"
+        );
+        assert_eq!(
+            resolve("h100").unwrap().note.unwrap().chosen,
+            "h100-sxm5-80gb"
+        );
+        // Full names and nvidia-smi's are not.
+        for n in [
+            "a100-sxm4-80gb",
+            "NVIDIA A100-SXM4-80GB",
+            "t4",
+            "Tesla T4",
+            "h100-sxm",
+        ] {
+            assert_eq!(resolve(n).unwrap().note, None, "{n}");
+        }
+        // Every ambiguous alias is an alias of the entry it picks, and every name its hint
+        // suggests resolves to another entry.
+        for (alias, hint) in AMBIGUOUS {
+            let chosen = lookup(alias).unwrap().name;
+            assert!(
+                catalog()
+                    .iter()
+                    .any(|g| g.name == chosen && g.aliases.iter().any(|a| a == alias)),
+                "{alias}"
+            );
+            for suggested in hint.split('`').skip(1).step_by(2) {
+                let other = lookup(suggested).unwrap().name;
+                assert_ne!(other, chosen, "{alias}: {suggested}");
+            }
         }
     }
 

@@ -37,12 +37,13 @@
 
 use super::{Cluster, GpuTypeId, Node};
 use crate::error::InputError;
-use crate::gpu::{self, GpuSpec};
+use crate::gpu::{self, AliasNote, GpuSpec};
 use crate::names;
 use crate::names::did_you_mean;
 use crate::parse::{self, Num};
 use crate::units::{self, Bytes, BytesPerSec, FlopPerSec, Seconds, UnitError};
 use serde::Deserialize;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::str::FromStr;
@@ -136,12 +137,34 @@ struct RawPair {
 
 /// Parses and validates a cluster file.
 pub fn parse_cluster_toml(src: &str) -> Result<Cluster, InputError> {
+    parse_cluster_toml_noted(src).map(|(c, _)| c)
+}
+
+/// Parses and validates a cluster file, with a note for each ambiguous GPU name it uses
+/// (`gpu = "A100"`: which card it was taken for), once per name.
+pub fn parse_cluster_toml_noted(src: &str) -> Result<(Cluster, Vec<AliasNote>), InputError> {
     let raw: RawCluster = toml::from_str(src).map_err(|e| serde_error(src, &e))?;
-    Resolver { src }.resolve(raw)
+    let r = Resolver {
+        src,
+        notes: RefCell::new(Vec::new()),
+    };
+    let c = r.resolve(raw)?;
+    Ok((c, r.notes.into_inner()))
 }
 
 struct Resolver<'a> {
     src: &'a str,
+    notes: RefCell<Vec<AliasNote>>,
+}
+
+/// Adds `note` unless the same name was already noted.
+fn push_note(notes: &mut Vec<AliasNote>, note: Option<AliasNote>) {
+    if let Some(n) = note {
+        let key = names::normalize(&n.written);
+        if !notes.iter().any(|m| names::normalize(&m.written) == key) {
+            notes.push(n);
+        }
+    }
 }
 
 /// A node group after its own fields are checked.
@@ -310,7 +333,7 @@ impl<'a> Resolver<'a> {
             .as_ref()
             .ok_or_else(|| missing("gpu", "\"a100-sxm4-80gb\""))?;
         let gpu_name = self.string(gpu_v, &path("gpu"))?;
-        let gpu = gpu::lookup(&gpu_name).map_err(|e| {
+        let gpu = gpu::resolve(&gpu_name).map_err(|e| {
             self.err(
                 Some(gpu_v.span().start),
                 path("gpu"),
@@ -320,6 +343,8 @@ impl<'a> Resolver<'a> {
                 "run `hetplan gpus` to list the GPU catalog".into()
             })))
         })?;
+        push_note(&mut self.notes.borrow_mut(), gpu.note);
+        let gpu = gpu.spec;
         let gpus_v = g
             .gpus_per_node
             .as_ref()
@@ -378,8 +403,11 @@ impl<'a> Resolver<'a> {
             let written = key.get_ref().as_str();
             let path = format!("gpu_overrides.\"{written}\"");
             let at = Some(key.span().start);
-            let base = match gpu::lookup(written) {
-                Ok(g) => g,
+            let base = match gpu::resolve(written) {
+                Ok(g) => {
+                    push_note(&mut self.notes.borrow_mut(), g.note);
+                    g.spec
+                }
                 Err(e) => {
                     let near = names::nearest(written, in_cluster.iter().copied()).or(e.hint);
                     return Err(self
@@ -940,9 +968,14 @@ pub fn catalog_cluster_names() -> Vec<&'static str> {
 ///
 /// Unknown names get the nearest built-in name as a hint.
 pub fn catalog_cluster(name: &str) -> Result<Cluster, InputError> {
+    catalog_cluster_noted(name).map(|(c, _)| c)
+}
+
+/// `catalog_cluster`, with a note for each ambiguous GPU name (`4x8xA100`).
+pub fn catalog_cluster_noted(name: &str) -> Result<(Cluster, Vec<AliasNote>), InputError> {
     let n = names::normalize(name);
     if let Some((builtin, src)) = BUILTINS.iter().find(|(b, _)| names::normalize(b) == n) {
-        return parse_cluster_toml(src).map_err(|mut e| {
+        return parse_cluster_toml_noted(src).map_err(|mut e| {
             e.message = format!("built-in cluster `{builtin}`: {}", e.message);
             e
         });
@@ -962,7 +995,7 @@ pub fn catalog_cluster(name: &str) -> Result<Cluster, InputError> {
 }
 
 /// `NxGxGPU[@BANDWIDTH]`: `None` when `name` does not have that shape at all.
-fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
+fn parse_pattern(name: &str) -> Option<Result<(Cluster, Vec<AliasNote>), InputError>> {
     let (main, bw_text) = match name.trim().split_once('@') {
         Some((m, b)) => (m, Some(b.trim())),
         None => (name.trim(), None),
@@ -995,7 +1028,7 @@ fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
                 name.trim()
             )));
         }
-        let gpu = gpu::lookup(gpu_text).map_err(|e| {
+        let resolved = gpu::resolve(gpu_text).map_err(|e| {
             InputError::new(format!(
                 "cluster `{}`: unknown GPU `{gpu_text}`",
                 name.trim()
@@ -1016,11 +1049,11 @@ fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
                 )))
             })?,
         };
-        let mut c = uniform_cluster(&gpu, nodes, gpus_per_node, inter);
+        let mut c = uniform_cluster(&resolved.spec, nodes, gpus_per_node, inter);
         if let Some(t) = bw_text {
             c.name = format!("{}@{}", c.name, t.replace(' ', ""));
         }
-        Ok(c)
+        Ok((c, resolved.note.into_iter().collect()))
     })())
 }
 
@@ -1196,6 +1229,40 @@ nodes = 1
         // Default latencies.
         assert_eq!(c.intra_latency, default_intra_node_latency());
         assert_eq!(c.inter_latency, default_inter_node_latency());
+    }
+
+    #[test]
+    fn ambiguous_gpu_names_come_with_a_note_once() {
+        let src = r#"
+name = "x"
+[[node_group]]
+gpu = "A100"
+gpus_per_node = 8
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "a100"
+gpus_per_node = 8
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "NVIDIA A100-SXM4-80GB"
+gpus_per_node = 8
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+"#;
+        let (c, notes) = parse_cluster_toml_noted(src).unwrap();
+        assert_eq!(c.gpu_types[0].name, "a100-sxm4-40gb");
+        assert_eq!(c.gpu_types[1].name, "a100-sxm4-80gb");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes[0].written, "A100");
+        assert_eq!(notes[0].chosen, "a100-sxm4-40gb");
+        let (_, notes) = catalog_cluster_noted("2x8xV100").unwrap();
+        assert_eq!(notes[0].chosen, "v100-sxm2-16gb");
+        let (_, notes) = catalog_cluster_noted("2x8xv100-sxm2-32gb").unwrap();
+        assert!(notes.is_empty());
+        let (_, notes) = catalog_cluster_noted("t4-v100").unwrap();
+        assert!(notes.is_empty());
     }
 
     #[test]
