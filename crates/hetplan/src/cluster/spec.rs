@@ -147,6 +147,7 @@ pub fn parse_cluster_toml_noted(src: &str) -> Result<(Cluster, Vec<AliasNote>), 
     let r = Resolver {
         src,
         notes: RefCell::new(Vec::new()),
+        headers: header_offsets(src),
     };
     let c = r.resolve(raw)?;
     Ok((c, r.notes.into_inner()))
@@ -155,6 +156,9 @@ pub fn parse_cluster_toml_noted(src: &str) -> Result<(Cluster, Vec<AliasNote>), 
 struct Resolver<'a> {
     src: &'a str,
     notes: RefCell<Vec<AliasNote>>,
+    /// Offsets of the `[[name]]` headers, by name, in file order: found in one pass, since a
+    /// file may hold hundreds of thousands of groups.
+    headers: BTreeMap<String, Vec<usize>>,
 }
 
 /// Adds `note` unless the same name was already noted.
@@ -180,6 +184,11 @@ struct Group {
 }
 
 impl<'a> Resolver<'a> {
+    /// Byte offset of the `idx`-th `[[name]]` header, if the file has one.
+    fn header(&self, name: &str, idx: usize) -> Option<usize> {
+        self.headers.get(name).and_then(|v| v.get(idx)).copied()
+    }
+
     fn err(
         &self,
         at: Option<usize>,
@@ -321,7 +330,7 @@ impl<'a> Resolver<'a> {
 
     fn group(&self, i: usize, g: &RawGroup) -> Result<Group, InputError> {
         let path = |k: &str| format!("node_group[{i}].{k}");
-        let at = header_offset(self.src, "node_group", i);
+        let at = self.header("node_group", i);
         let missing = |k: &str, example: &str| {
             self.err(at, path(k), format!("missing `{k}`"))
                 .hint(Some(format!(
@@ -519,7 +528,7 @@ impl<'a> Resolver<'a> {
         let mut first_at: BTreeMap<(u32, u32), usize> = BTreeMap::new();
         for (i, p) in raw.iter().enumerate() {
             let path = |k: &str| format!("bandwidth[{i}].{k}");
-            let at = header_offset(self.src, "bandwidth", i);
+            let at = self.header("bandwidth", i);
             let missing = |k: &str, example: &str| {
                 self.err(at, path(k), format!("missing `{k}`"))
                     .hint(Some(format!(
@@ -806,23 +815,22 @@ fn path_at(src: &str, offset: usize) -> Option<String> {
     section
 }
 
-/// Byte offset of the `idx`-th `[[name]]` header, if the file has one.
-fn header_offset(src: &str, name: &str, idx: usize) -> Option<usize> {
-    let mut seen = 0;
+/// Byte offsets of every `[[name]]` header, by name, in file order (one pass over the text).
+fn header_offsets(src: &str) -> BTreeMap<String, Vec<usize>> {
+    let mut out: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut line_start = 0;
     for line in src.split_inclusive('\n') {
         let t = line.trim_start();
         if let Some(h) = t.strip_prefix("[[") {
-            if h.split("]]").next().map(str::trim) == Some(name) {
-                if seen == idx {
-                    return Some(line_start + (line.len() - t.len()));
-                }
-                seen += 1;
+            if let Some(name) = h.split("]]").next().map(str::trim) {
+                out.entry(name.to_string())
+                    .or_default()
+                    .push(line_start + (line.len() - t.len()));
             }
         }
         line_start += line.len();
     }
-    None
+    out
 }
 
 // -------------------------------------------------------------------- built-in clusters
@@ -1593,9 +1601,6 @@ inter_node_bandwidth = "100 Gbps"
             path_at(src, src.find("z").unwrap()).as_deref(),
             Some("t.\"q\".z")
         );
-        assert_eq!(
-            header_offset(src, "g", 1),
-            Some(src.find("[[g]]\n y").unwrap())
-        );
+        assert_eq!(header_offsets(src)["g"][1], src.find("[[g]]\n y").unwrap());
     }
 }
