@@ -159,7 +159,8 @@ pub fn load_model(arg: &str) -> Result<Model> {
     catalog_model(arg).map_err(|e| name_error("--model", arg, e))
 }
 
-/// `--cluster`: a built-in name, an `NxGxGPU[@BW]` pattern or a TOML file.
+/// `--cluster`: a built-in name, an `NxGxGPU[@BW]` pattern (node groups joined by `+`) or a
+/// TOML file.
 pub fn load_cluster(arg: &str) -> Result<Cluster> {
     // Patterns may carry a bandwidth such as `@25 GB/s`: a slash there is no directory.
     let (cluster, notes) = if is_path(arg, arg.contains('@')) {

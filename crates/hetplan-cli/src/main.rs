@@ -131,7 +131,8 @@ struct PlanInputs {
     /// (.toml, or .json with a `layer` array).
     #[arg(long, value_name = "MODEL")]
     model: String,
-    /// Cluster: a built-in name (see `hetplan clusters`), NxGxGPU[@BANDWIDTH], or a TOML file.
+    /// Cluster: a built-in name (see `hetplan clusters`), NxGxGPU[@BANDWIDTH] (groups joined by
+    /// `+`: 2x8xa100-80gb+4x8xv100-32gb@100Gbps), or a TOML file; see docs/inputs.md.
     #[arg(long, value_name = "CLUSTER")]
     cluster: String,
     /// Plan: a JSON file, or the inline form such as `tp=2,pp=4,mbs=1,gbs=64,zero=1`.
@@ -206,7 +207,8 @@ struct ValidateArgs {
     /// Model to check a plan against.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
-    /// Cluster to check a plan against.
+    /// Cluster to check a plan against: a built-in name, NxGxGPU[@BANDWIDTH][+...] or a TOML
+    /// file; see docs/inputs.md.
     #[arg(long, value_name = "CLUSTER")]
     cluster: Option<String>,
 }

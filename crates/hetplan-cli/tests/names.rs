@@ -81,3 +81,34 @@ fn gpus_lists_the_aliases() {
     assert!(out.contains("a100*"), "{out}");
     assert!(out.contains("h100-sxm-80gb"), "{out}");
 }
+
+#[test]
+fn a_mixed_cluster_on_the_command_line() {
+    let (code, out, err) = hetplan(&[
+        "estimate",
+        "--model",
+        "gpt3-125m",
+        "--cluster",
+        "1x4xa100-80gb+1x4xv100-32gb@100Gbps",
+        "--plan",
+        PLAN,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1x4xa100-sxm4-80gb+1x4xv100-sxm2-32gb@100Gbps"),
+        "{out}"
+    );
+    let (code, _, err) = hetplan(&[
+        "estimate",
+        "--model",
+        "gpt3-125m",
+        "--cluster",
+        "1x4xa100-80gb@100Gbps+1x4xv100-32gb",
+        "--plan",
+        PLAN,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("has no network bandwidth"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

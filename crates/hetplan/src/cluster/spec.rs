@@ -842,7 +842,9 @@ fn header_offsets(src: &str) -> BTreeMap<String, Vec<usize>> {
 ///   `8x8xa100-80gb`, `4x4xV100`;
 /// * each node's network bandwidth (per direction) is `PATTERN_DEFAULT_INTER_NODE_GBPS`
 ///   (200 Gbps) unless a suffix gives it with its unit: `4x8xh100@3200Gbps`, `2x8xa100@25 GB/s`;
-/// * intra-node bandwidth and latencies are the defaults (see `uniform_cluster`).
+/// * intra-node bandwidth and latencies are the defaults (see `uniform_cluster`);
+/// * several such groups joined by `+` make a mixed cluster (see `parse_mixed`):
+///   `2x8xa100-80gb+4x8xv100-32gb@100Gbps`.
 ///
 /// Unknown names get the nearest built-in name as a hint.
 pub fn catalog_cluster(name: &str) -> Result<Cluster, InputError> {
@@ -858,18 +860,138 @@ pub fn catalog_cluster_noted(name: &str) -> Result<(Cluster, Vec<AliasNote>), In
             e
         });
     }
+    if name.contains('+') {
+        return parse_mixed(name);
+    }
     if let Some(result) = parse_pattern(name) {
         return result;
     }
     let near = names::nearest(name, BUILTINS.iter().map(|(b, _)| *b));
     Err(InputError::new(format!(
-        "unknown cluster `{}`: not a built-in ({}) nor of the form NxGxGPU[@BANDWIDTH]",
+        "unknown cluster `{}`: not a built-in ({}) nor of the form NxGxGPU[@BANDWIDTH][+...]",
         name.trim(),
         catalog_cluster_names().join(", ")
     ))
     .hint(Some(did_you_mean(near).unwrap_or_else(|| {
         "write e.g. `2x8xa100-80gb` or `4x8xh100@3200Gbps`, or give a cluster file".into()
     }))))
+}
+
+/// Node groups of the `NxGxGPU` form joined by `+`: `2x8xa100-80gb+4x8xv100-32gb@100Gbps`.
+///
+/// The network bandwidth is written either once, after the last group, for every node of the
+/// cluster (`2x8xa100-80gb+4x8xv100-32gb@100Gbps`), or after each group for its own nodes
+/// (`2x8xa100-80gb@400Gbps+4x8xv100-32gb@100Gbps`; two nodes of different groups talk at the
+/// slower of their NICs, see `Cluster::node_pair_bandwidth`), or nowhere
+/// (`PATTERN_DEFAULT_INTER_NODE_GBPS` for every node). Some groups with and some without one,
+/// other than the first way, is an error: it would be a guess which bandwidth was meant.
+/// Nodes are numbered in the order written; the same GPU in two groups is one GPU type.
+fn parse_mixed(name: &str) -> Result<(Cluster, Vec<AliasNote>), InputError> {
+    let full = name.trim();
+    let err = |msg: String, hint: &str| {
+        InputError::new(format!("cluster `{full}`: {msg}")).hint(Some(hint.to_string()))
+    };
+    let parts: Vec<&str> = full.split('+').map(str::trim).collect();
+    if let Some(i) = parts.iter().position(|p| p.is_empty()) {
+        return Err(err(
+            format!("node group {} is empty", i + 1),
+            "join node groups with single `+` signs: `2x8xa100-80gb+4x8xv100-32gb@100Gbps`",
+        ));
+    }
+    let with_bw: Vec<usize> = (0..parts.len())
+        .filter(|i| parts[*i].contains('@'))
+        .collect();
+    // One bandwidth after the last group: for every group.
+    let shared = match with_bw.as_slice() {
+        [last] if *last == parts.len() - 1 => parts[*last].split_once('@').map(|(_, b)| b),
+        _ => None,
+    };
+    if shared.is_none() && !with_bw.is_empty() && with_bw.len() != parts.len() {
+        let missing = (0..parts.len()).find(|i| !with_bw.contains(i)).unwrap_or(0);
+        return Err(err(
+            format!(
+                "node group `{}` has no network bandwidth, but other groups have one",
+                parts[missing]
+            ),
+            "give one bandwidth after the last group for every node \
+             (`2x8xa100-80gb+4x8xv100-32gb@100Gbps`), or one after every group \
+             (`2x8xa100-80gb@400Gbps+4x8xv100-32gb@100Gbps`)",
+        ));
+    }
+    let mut gpu_types: Vec<GpuSpec> = Vec::new();
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut notes: Vec<AliasNote> = Vec::new();
+    let mut names_out: Vec<String> = Vec::new();
+    let mut total_gpus: u64 = 0;
+    for (g, part) in parts.iter().enumerate() {
+        let text = match shared {
+            Some(bw) => format!("{}@{bw}", part.split_once('@').map_or(*part, |(m, _)| m)),
+            None => part.to_string(),
+        };
+        let (c, part_notes) = match parse_pattern(&text) {
+            Some(r) => r.map_err(|e| match e.hint {
+                Some(_) => e,
+                None => e.hint(Some(format!(
+                    "node group {} of `{full}`: write it as nodes x GPUs per node x GPU, e.g. \
+                     `2x8xa100-80gb`",
+                    g + 1
+                ))),
+            })?,
+            None => {
+                return Err(err(
+                    format!("node group `{part}` is not of the form NxGxGPU[@BANDWIDTH]"),
+                    "write each group as nodes x GPUs per node x GPU, e.g. `2x8xa100-80gb`",
+                ))
+            }
+        };
+        for n in part_notes {
+            push_note(&mut notes, Some(n));
+        }
+        let spec = &c.gpu_types[0];
+        let type_id = match gpu_types.iter().position(|t| t.name == spec.name) {
+            Some(t) => t,
+            None => {
+                gpu_types.push(spec.clone());
+                gpu_types.len() - 1
+            }
+        };
+        total_gpus += c.num_gpus() as u64;
+        nodes.extend(c.nodes.into_iter().map(|n| Node {
+            gpu_type: GpuTypeId(type_id),
+            group: g,
+            ..n
+        }));
+        if nodes.len() as u64 > MAX_NODES || total_gpus > MAX_GPUS {
+            return Err(err(
+                format!(
+                    "{} nodes and {total_gpus} GPUs, more than the {MAX_NODES} nodes or \
+                     {MAX_GPUS} GPUs hetplan accepts",
+                    nodes.len()
+                ),
+                "use fewer or smaller node groups",
+            ));
+        }
+        // Each group's own name, without a shared bandwidth (it is written once at the end).
+        names_out.push(match shared {
+            Some(_) => c.name.split('@').next().unwrap_or(&c.name).to_string(),
+            None => c.name,
+        });
+    }
+    let mut name_out = names_out.join("+");
+    if let Some(bw) = shared {
+        name_out = format!("{name_out}@{}", bw.trim().replace(' ', ""));
+    }
+    Ok((
+        Cluster {
+            name: name_out,
+            gpu_types,
+            nodes,
+            pair_bandwidth: BTreeMap::new(),
+            intra_latency: default_intra_node_latency(),
+            inter_latency: default_inter_node_latency(),
+        },
+        notes,
+    ))
 }
 
 /// `NxGxGPU[@BANDWIDTH]`: `None` when `name` does not have that shape at all.
@@ -1443,6 +1565,60 @@ inter_node_bandwidth = "100 Gbps"
         ));
         assert_eq!(e.field.as_deref(), Some("node_group"));
         assert!(e.message.contains("2048000 GPUs"), "{e}");
+    }
+
+    #[test]
+    fn mixed_clusters_join_node_groups_with_plus() {
+        // One bandwidth at the end: every node.
+        let c = catalog_cluster("2x8xa100-80gb+4x8xv100-32gb@100Gbps").unwrap();
+        assert_eq!(c.name, "2x8xa100-sxm4-80gb+4x8xv100-sxm2-32gb@100Gbps");
+        assert_eq!((c.nodes.len(), c.num_gpus()), (6, 48));
+        assert_eq!(c.gpu_types.len(), 2);
+        assert_eq!(c.nodes[1].gpu_type, GpuTypeId(0));
+        assert_eq!(c.nodes[2].gpu_type, GpuTypeId(1));
+        assert_eq!((c.nodes[1].group, c.nodes[2].group), (0, 1));
+        assert!(c
+            .nodes
+            .iter()
+            .all(|n| n.inter_bandwidth == BytesPerSec::gbps(100.0)));
+        // Intra-node links are each GPU's own.
+        assert_eq!(c.nodes[0].intra_bandwidth, BytesPerSec::gb_s(300.0));
+        assert_eq!(c.nodes[5].intra_bandwidth, BytesPerSec::gb_s(150.0));
+        // One per group: each group's nodes; between groups the slower NIC.
+        let c = catalog_cluster("1x8xh100@400Gbps + 2x4xt4@25 GB/s").unwrap();
+        assert_eq!(c.nodes[0].inter_bandwidth, BytesPerSec::gbps(400.0));
+        assert_eq!(c.nodes[1].inter_bandwidth, BytesPerSec::gb_s(25.0));
+        assert_eq!(c.node_pair_bandwidth(0, 1), BytesPerSec::gb_s(25.0));
+        // None: the default; the same GPU twice is one type.
+        let c = catalog_cluster("1x8xt4+2x4xT4").unwrap();
+        assert_eq!(c.gpu_types.len(), 1);
+        assert_eq!(c.node_pair_bandwidth(0, 2), BytesPerSec::gbps(200.0));
+        // Notes from every group.
+        let (_, notes) = catalog_cluster_noted("1x8xA100+1x8xV100").unwrap();
+        assert_eq!(notes.len(), 2);
+    }
+
+    #[test]
+    fn malformed_mixed_clusters_are_errors() {
+        for (name, what) in [
+            ("2x8xa100+", "node group 2 is empty"),
+            ("+2x8xa100", "node group 1 is empty"),
+            ("2x8xa100++1x8xt4", "is empty"),
+            ("2x8xa100@100Gbps+1x8xt4", "has no network bandwidth"),
+            (
+                "2x8xa100@100Gbps+1x8xt4+1x8xt4@1Gbps",
+                "has no network bandwidth",
+            ),
+            ("2x8xa100+dgx-h100", "not of the form"),
+            ("2x8xa100+1x8xh10", "unknown GPU"),
+            ("2x8xa100+1x8xt4@fast", "fast"),
+            ("2x8xa100+0x8xt4", "between 1 and"),
+            ("60000x8xa100+60000x8xt4", "more than"),
+        ] {
+            let e = catalog_cluster(name).unwrap_err();
+            assert!(e.message.contains(what), "{name}: {e}");
+            assert!(e.hint.is_some(), "{name}: {e}");
+        }
     }
 
     #[test]
