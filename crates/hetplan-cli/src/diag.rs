@@ -755,10 +755,7 @@ mod tests {
         let (s, start, _) = Snippet::around("f", "a = 1\nb = x\n", 10, 1);
         assert_eq!(s.text, "a = 1\nb = x\n");
         assert_eq!(start, 10);
-        assert_eq!(
-            clip_middle(&"z".repeat(10_000), 100).chars().count() < 200,
-            true
-        );
+        assert!(clip_middle(&"z".repeat(10_000), 100).chars().count() < 200);
     }
 
     #[test]
