@@ -10,7 +10,10 @@ use hetplan::error::line_col;
 use hetplan::plan::validate::PlanError;
 use hetplan::plan::Plan;
 use hetplan::InputError;
-use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource};
+use miette::{
+    Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError,
+    MietteSpanContents, SourceCode, SourceSpan, SpanContents,
+};
 use std::fmt;
 use std::io::IsTerminal;
 
@@ -213,14 +216,14 @@ fn terminal_width() -> Option<usize> {
 struct Diag {
     message: String,
     help: Option<String>,
-    source: Option<NamedSource<String>>,
+    source: Option<Snippet>,
     label: Option<(usize, usize, String)>,
 }
 
 impl Diag {
     fn plain(message: String) -> Diag {
         Diag {
-            message,
+            message: clip_middle(&message, MAX_MESSAGE),
             help: None,
             source: None,
             label: None,
@@ -344,10 +347,11 @@ fn input_diag(origin: Option<&Origin>, e: &InputError) -> Diag {
         message.push_str(&format!("`{f}`: "));
     }
     message.push_str(&e.message);
-    let help = e.hint.clone();
+    let help = e.hint.clone().map(|h| clip_middle(&h, MAX_MESSAGE));
+    let message = clip_middle(&message, MAX_MESSAGE);
     let (source, label) = match (origin, at) {
         (Some(o), Some((off, _, _))) if !o.text.is_empty() => {
-            let off = off.min(o.text.len());
+            let off = floor_char_boundary(&o.text, off.min(o.text.len()));
             // The whole value when it is known and on one line, else the token there.
             let len = match span_end {
                 Some(end) if end > off && !o.text[off..end].contains('\n') => end - off,
@@ -357,10 +361,8 @@ fn input_diag(origin: Option<&Origin>, e: &InputError) -> Diag {
                 .field
                 .clone()
                 .map_or_else(|| "here".to_string(), |f| format!("`{f}`"));
-            (
-                Some(NamedSource::new(o.name.clone(), o.text.clone())),
-                Some((off, len, label)),
-            )
+            let (snippet, start, len) = Snippet::around(&o.name, &o.text, off, len);
+            (Some(snippet), Some((start, len, label)))
         }
         _ => (None, None),
     };
@@ -369,6 +371,144 @@ fn input_diag(origin: Option<&Origin>, e: &InputError) -> Diag {
         help,
         source,
         label,
+    }
+}
+
+/// Messages and hints longer than this many characters are cut in the middle: a 50 MB
+/// argument or field value must not be echoed whole.
+const MAX_MESSAGE: usize = 400;
+
+/// At most this many characters of a source line are shown, around the error's column.
+const WINDOW_BEFORE: usize = 60;
+const WINDOW_AFTER: usize = 100;
+const ELLIPSIS: &str = "…";
+
+/// `text` with its middle replaced by "… (N characters left out) …" when longer than `max`.
+fn clip_middle(text: &str, max: usize) -> String {
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max / 2).collect();
+    let tail: String = text.chars().skip(n - max / 2).collect();
+    format!(
+        "{head}{ELLIPSIS} ({} characters left out) {ELLIPSIS}{tail}",
+        n - max
+    )
+}
+
+fn floor_char_boundary(text: &str, mut i: usize) -> usize {
+    while i > 0 && !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The source an error is shown in: the error's line and one line either side, each cut to a
+/// window of characters around the error's column (marked `…` where cut), so that neither a
+/// 50 MB one-line file nor a column past what the renderer handles reaches miette. Line
+/// numbers and the column in the header stay those of the whole text.
+#[derive(Debug)]
+struct Snippet {
+    name: String,
+    text: String,
+    /// 0-based line number of the snippet's first line in the whole text.
+    first_line: usize,
+    /// 0-based index, in the snippet, of the error's line.
+    error_line: usize,
+    /// Byte column in the whole text minus byte column in the snippet, on the error's line.
+    column_shift: isize,
+}
+
+impl Snippet {
+    /// The snippet around `text[off..off + len]`, and the label's start and length in it.
+    fn around(name: &str, text: &str, off: usize, len: usize) -> (Snippet, usize, usize) {
+        let line_start = text[..off].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text[off..].find('\n').map_or(text.len(), |i| off + i);
+        let line_no = text[..line_start].bytes().filter(|b| *b == b'\n').count();
+        let line = &text[line_start..line_end];
+        let col = off - line_start; // bytes
+        let col_chars = line[..col].chars().count();
+        let from = col_chars.saturating_sub(WINDOW_BEFORE);
+        let (clipped, lead_bytes, marker) = clip_line(line, from);
+        let mut out = String::new();
+        let mut first_line = line_no;
+        let mut error_line = 0;
+        if line_no > 0 {
+            let prev_start = text[..line_start - 1].rfind('\n').map_or(0, |i| i + 1);
+            let prev = text[prev_start..line_start - 1].trim_end_matches('\r');
+            out.push_str(&clip_line(prev, from).0);
+            out.push('\n');
+            first_line -= 1;
+            error_line = 1;
+        }
+        let line_at = out.len();
+        out.push_str(&clipped);
+        if line_end < text.len() {
+            let next_end = text[line_end + 1..]
+                .find('\n')
+                .map_or(text.len(), |i| line_end + 1 + i);
+            out.push('\n');
+            out.push_str(&clip_line(text[line_end + 1..next_end].trim_end_matches('\r'), from).0);
+        }
+        // The label, moved into the snippet and kept inside the error's clipped line.
+        let start_in_line = marker + (col - lead_bytes);
+        let room = clipped.len().saturating_sub(start_in_line);
+        let len = len.min(room);
+        let snippet = Snippet {
+            name: name.to_string(),
+            text: out,
+            first_line,
+            error_line,
+            column_shift: lead_bytes as isize - marker as isize,
+        };
+        (snippet, line_at + start_in_line, len)
+    }
+}
+
+/// `line` from its `from`-th character, at most `WINDOW_BEFORE + WINDOW_AFTER` characters,
+/// with `…` where it was cut; also the byte offset in `line` where the kept part starts and
+/// the byte length of the leading marker.
+fn clip_line(line: &str, from: usize) -> (String, usize, usize) {
+    let start = line.char_indices().nth(from).map_or(line.len(), |(i, _)| i);
+    let start = if from == 0 { 0 } else { start };
+    let rest = &line[start..];
+    let keep = WINDOW_BEFORE + WINDOW_AFTER;
+    let end = rest.char_indices().nth(keep).map_or(rest.len(), |(i, _)| i);
+    let mut out = String::new();
+    let marker = if start > 0 { ELLIPSIS.len() } else { 0 };
+    if start > 0 {
+        out.push_str(ELLIPSIS);
+    }
+    out.push_str(&rest[..end]);
+    if end < rest.len() {
+        out.push_str(ELLIPSIS);
+    }
+    (out, start, marker)
+}
+
+impl SourceCode for Snippet {
+    fn read_span<'a>(
+        &'a self,
+        span: &SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> std::result::Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
+        let inner = self
+            .text
+            .read_span(span, context_lines_before, context_lines_after)?;
+        let mut column = inner.column();
+        if context_lines_before == 0 && inner.line() == self.error_line {
+            column = (column as isize + self.column_shift).max(0) as usize;
+        }
+        Ok(Box::new(MietteSpanContents::new_named(
+            self.name.clone(),
+            inner.data(),
+            *inner.span(),
+            inner.line() + self.first_line,
+            column,
+            inner.line_count(),
+        )))
     }
 }
 
@@ -600,6 +740,22 @@ mod tests {
         assert_eq!(offset_of(t, 2, 3), Some(5));
         assert_eq!(offset_of(t, 3, 1), Some(t.len() - 1));
         assert_eq!(offset_of(t, 9, 1), None);
+    }
+
+    #[test]
+    fn long_lines_are_clipped_around_the_error() {
+        let text = format!("a = 1\nname = \"{}\" , x = 3\nb = 2\n", "y".repeat(100_000));
+        let off = text.find(" , x").unwrap() + 1;
+        let (s, start, len) = Snippet::around("f", &text, off, 1);
+        assert!(s.text.len() < 1000, "{}", s.text.len());
+        assert_eq!(&s.text[start..start + len], ",");
+        assert_eq!((s.first_line, s.error_line), (0, 1));
+        assert!(s.text.lines().nth(1).unwrap().starts_with('…'));
+        // Short lines are kept whole.
+        let (s, start, _) = Snippet::around("f", "a = 1\nb = x\n", 10, 1);
+        assert_eq!(s.text, "a = 1\nb = x\n");
+        assert_eq!(start, 10);
+        assert!(clip_middle(&"z".repeat(10_000), 100).chars().count() < 200);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! shown with its file, line and column.
 
 use crate::diag::{plan_problems, CliError, Origin, Result};
-use hetplan::cluster::spec::{catalog_cluster, parse_cluster_toml};
+use hetplan::cluster::spec::{catalog_cluster_noted, parse_cluster_toml_noted};
+use hetplan::gpu::AliasNote;
 use hetplan::model::catalog::catalog_model;
 use hetplan::model::hf::parse_hf_config;
 use hetplan::model::layerlist::parse_layer_list;
@@ -158,15 +159,25 @@ pub fn load_model(arg: &str) -> Result<Model> {
     catalog_model(arg).map_err(|e| name_error("--model", arg, e))
 }
 
-/// `--cluster`: a built-in name, an `NxGxGPU[@BW]` pattern or a TOML file.
+/// `--cluster`: a built-in name, an `NxGxGPU[@BW]` pattern (node groups joined by `+`) or a
+/// TOML file.
 pub fn load_cluster(arg: &str) -> Result<Cluster> {
     // Patterns may carry a bandwidth such as `@25 GB/s`: a slash there is no directory.
-    if is_path(arg, arg.contains('@')) {
+    let (cluster, notes) = if is_path(arg, arg.contains('@')) {
         let origin = read_origin(arg)?;
-        let value = parse_cluster_toml(&origin.text).map_err(|e| located(&origin, e))?;
-        return Ok(value);
+        parse_cluster_toml_noted(&origin.text).map_err(|e| located(&origin, e))?
+    } else {
+        catalog_cluster_noted(arg).map_err(|e| name_error("--cluster", arg, e))?
+    };
+    print_notes(&notes);
+    Ok(cluster)
+}
+
+/// Says on stderr which card each ambiguous GPU name was taken for.
+pub fn print_notes(notes: &[AliasNote]) {
+    for n in notes {
+        eprintln!("note: {n}");
     }
-    catalog_cluster(arg).map_err(|e| name_error("--cluster", arg, e))
 }
 
 /// Whether a `--plan` argument is the inline form rather than a file.

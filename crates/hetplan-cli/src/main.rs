@@ -12,7 +12,7 @@ mod render;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use diag::{CliError, Origin, Result};
 use hetplan::calibration;
-use hetplan::cluster::spec::{catalog_cluster, catalog_cluster_names, parse_cluster_toml};
+use hetplan::cluster::spec::{catalog_cluster, catalog_cluster_names};
 use hetplan::cost::{self, Analytic, ComputeTimes, Estimate, Profiled, TimeSource, Workload};
 use hetplan::model::catalog::{catalog_model, catalog_names};
 use hetplan::plan::Plan;
@@ -131,7 +131,8 @@ struct PlanInputs {
     /// (.toml, or .json with a `layer` array).
     #[arg(long, value_name = "MODEL")]
     model: String,
-    /// Cluster: a built-in name (see `hetplan clusters`), NxGxGPU[@BANDWIDTH], or a TOML file.
+    /// Cluster: a built-in name (see `hetplan clusters`), NxGxGPU[@BANDWIDTH] (groups joined by
+    /// `+`: 2x8xa100-80gb+4x8xv100-32gb@100Gbps), or a TOML file; see docs/inputs.md.
     #[arg(long, value_name = "CLUSTER")]
     cluster: String,
     /// Plan: a JSON file, or the inline form such as `tp=2,pp=4,mbs=1,gbs=64,zero=1`.
@@ -206,7 +207,8 @@ struct ValidateArgs {
     /// Model to check a plan against.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
-    /// Cluster to check a plan against.
+    /// Cluster to check a plan against: a built-in name, NxGxGPU[@BANDWIDTH][+...] or a TOML
+    /// file; see docs/inputs.md.
     #[arg(long, value_name = "CLUSTER")]
     cluster: Option<String>,
 }
@@ -665,7 +667,9 @@ fn validate(a: ValidateArgs) -> Result<()> {
     let msg =
         match kind {
             FileKind::Cluster => {
-                let c = parse_cluster_toml(&origin.text).map_err(err)?;
+                let (c, notes) =
+                    hetplan::cluster::spec::parse_cluster_toml_noted(&origin.text).map_err(err)?;
+                inputs::print_notes(&notes);
                 format!(
                     "ok: cluster `{}`: {} GPUs ({}) in {} nodes",
                     c.name,

@@ -65,7 +65,8 @@ pub struct ProblemArgs {
     /// --gbs; or use --scenario).
     #[arg(long, value_name = "MODEL", required_unless_present = "scenario")]
     pub model: Option<String>,
-    /// Cluster: a built-in name, NxGxGPU[@BANDWIDTH], or a TOML file.
+    /// Cluster: a built-in name, NxGxGPU[@BANDWIDTH] (groups joined by `+`:
+    /// 2x8xa100-80gb+4x8xv100-32gb@100Gbps), or a TOML file; see docs/inputs.md.
     #[arg(long, value_name = "CLUSTER", required_unless_present = "scenario")]
     pub cluster: Option<String>,
     /// Global batch size (samples per iteration).

@@ -656,6 +656,7 @@ pub fn gpus(catalog: &[GpuSpec]) -> String {
     let mut t = Table::new(&[
         ("name", Left),
         ("arch", Left),
+        ("datasheet", Right),
         ("memory GiB", Right),
         ("BF16 TFLOP/s", Right),
         ("FP32 TFLOP/s", Right),
@@ -676,6 +677,7 @@ pub fn gpus(catalog: &[GpuSpec]) -> String {
         t.row(vec![
             g.name.clone(),
             arch_name(g),
+            format!("{} GB", g.datasheet_memory_gb),
             num(g.memory.as_gib()),
             num(g.peak_tensor.get() / 1e12),
             num(g.peak_fp32.get() / 1e12),
@@ -689,7 +691,25 @@ pub fn gpus(catalog: &[GpuSpec]) -> String {
     }
     let mut o = t.render();
     o.push_str(
-        "\nBF16: dense tensor-core peak (FP16 where there is no BF16); bandwidths per direction.\n",
+        "\ndatasheet: the vendor's memory size; memory GiB: what CUDA (HIP) reports as the device's \
+         total, what plans must fit in.\nBF16: dense tensor-core peak (FP16 where there is no \
+         BF16); bandwidths per direction.\n",
+    );
+    o.push_str("\naliases (* means several cards; the note printed on use says which is taken):\n");
+    for g in catalog {
+        let aliases: Vec<String> = g
+            .aliases
+            .iter()
+            .map(|a| match hetplan::gpu::ambiguity_hint(a) {
+                Some(_) => format!("{a}*"),
+                None => a.clone(),
+            })
+            .collect();
+        o.push_str(&format!("  {:<16} {}\n", g.name, aliases.join(", ")));
+    }
+    o.push_str(
+        "nvidia-smi's names resolve too, with or without the vendor word: `NVIDIA A100-SXM4-80GB`, \
+         `Tesla T4`, `NVIDIA GeForce RTX 4090`, `NVIDIA H100 80GB HBM3`.\n",
     );
     o
 }

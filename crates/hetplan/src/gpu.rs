@@ -7,6 +7,7 @@
 use crate::names;
 use crate::units::{Bytes, BytesPerSec, FlopPerSec};
 use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
 
 /// GPU micro-architecture: the cost model's achievable fractions of peak depend on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -31,8 +32,13 @@ pub struct GpuSpec {
     /// Other accepted spellings (compared after `names::normalize`).
     pub aliases: Vec<String>,
     pub arch: Arch,
-    /// Device memory as the vendor states it.
+    /// Device memory as CUDA reports it (`cudaDeviceProp::totalGlobalMem`, what
+    /// `torch.cuda.get_device_properties(d).total_memory` returns; HIP's on AMD parts): what a
+    /// plan's memory must fit in. Less than the datasheet's figure, see `catalog`.
     pub memory: Bytes,
+    /// The vendor's datasheet capacity in its own "GB" (`80` for an "80GB" H100), for display
+    /// only: it is neither the usable capacity nor, for every part, a power of two.
+    pub datasheet_memory_gb: u32,
     /// Dense BF16 (or FP16) tensor-core peak.
     pub peak_tensor: FlopPerSec,
     /// Non-tensor FP32 peak.
@@ -61,12 +67,25 @@ pub struct UnknownGpu {
     pub hint: Option<String>,
 }
 
+/// A GPU's memory: the datasheet's "GB" and the MiB CUDA reports.
+struct Mem {
+    datasheet_gb: u32,
+    cuda_mib: u32,
+}
+
+fn mem(datasheet_gb: u32, cuda_mib: u32) -> Mem {
+    Mem {
+        datasheet_gb,
+        cuda_mib,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn spec(
     name: &str,
     aliases: &[&str],
     arch: Arch,
-    memory: Bytes,
+    memory: Mem,
     tensor_tflops: f64,
     fp32_tflops: f64,
     hbm_gb_s: f64,
@@ -78,7 +97,8 @@ fn spec(
         name: name.to_string(),
         aliases: aliases.iter().map(|a| a.to_string()).collect(),
         arch,
-        memory,
+        memory: Bytes::mib(memory.cuda_mib as f64),
+        datasheet_memory_gb: memory.datasheet_gb,
         peak_tensor: FlopPerSec::tflops(tensor_tflops),
         peak_fp32: FlopPerSec::tflops(fp32_tflops),
         hbm_bandwidth: BytesPerSec::gb_s(hbm_gb_s),
@@ -96,8 +116,16 @@ const PCIE5: f64 = 63.0;
 
 /// Every GPU type hetplan knows, in a fixed order (listing order of `hetplan gpus`).
 ///
-/// Memory sizes are the vendor's "GB", which for these parts are binary gibibytes (an "80GB"
-/// A100 reports 81920 MiB). `peak_tensor` on GeForce/Quadro/workstation parts is the FP16
+/// Memory is what CUDA (HIP on AMD) reports as the device's total, `cudaDeviceProp::
+/// totalGlobalMem`, in MiB as deviceQuery prints it, from published outputs on CUDA 12 or later
+/// drivers where one was found (the smaller when drivers differ); each entry says where its
+/// figure comes from, and those marked DERIVED say how they were derived. It is less than the
+/// datasheet's "GB" (kept in `datasheet_memory_gb`): ECC on GDDR parts (a T4 shows 14,918 MiB
+/// of its 16 GiB), the driver's reserved region (an H100 80GB shows 81,079 MiB to CUDA, 81,559
+/// to nvidia-smi, whose `memory.total` since the R510 drivers includes that region), and HBM
+/// capacity the vendor does not expose (an H200 "141 GB"). What the framework itself holds
+/// after that (the CUDA context, workspaces) the cost model charges separately
+/// (`cost::constants::RUNTIME_RESERVED_GIB`). `peak_tensor` on GeForce/Quadro/workstation parts is the FP16
 /// tensor rate *with FP32 accumulate* (what mixed-precision training uses), from NVIDIA's
 /// architecture whitepapers, since their datasheets quote the sparse or FP16-accumulate rate.
 pub fn catalog() -> Vec<GpuSpec> {
@@ -117,7 +145,9 @@ pub fn catalog() -> Vec<GpuSpec> {
                 "v100-sxm-16gb",
             ],
             Volta,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: 16,144 MiB (16,928,342,016 B): CUDA deviceQuery, driver CUDA 12.4 (16,128 MiB under
+            // CUDA 11.0); nvidia-smi memory.total 16,160 MiB.
+            mem(16, 16144),
             125.0,
             15.7,
             900.0,
@@ -130,7 +160,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "v100-sxm2-32gb",
             &["v100-32gb", "v100-32", "v100-sxm-32gb", "v100-sxm2-32"],
             Volta,
-            Bytes::gib(32.0),
+            // Memory as CUDA sees it: 32,494 MiB (34,072,559,616 B): CUDA deviceQuery, driver CUDA 12.9 (32,510 MiB under
+            // 11.2-11.4, 32,480 under 10.0).
+            mem(32, 32494),
             125.0,
             15.7,
             900.0,
@@ -143,7 +175,10 @@ pub fn catalog() -> Vec<GpuSpec> {
             "v100-pcie-16gb",
             &["v100-pcie", "v100-pcie-16"],
             Volta,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: DERIVED: 16,144 MiB, the SXM2 16 GB part's CUDA 12.4 figure (same four HBM2 stacks).
+            // The only published deviceQuery found is 16,152 MiB under a CUDA 9.0 driver, and newer
+            // drivers reserve more (the SXM2 part went 16,160 -> 16,144), so the smaller value.
+            mem(16, 16144),
             112.0,
             14.0,
             900.0,
@@ -155,7 +190,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "v100-pcie-32gb",
             &["v100-pcie-32"],
             Volta,
-            Bytes::gib(32.0),
+            // Memory as CUDA sees it: DERIVED: 32,494 MiB, the SXM2 32 GB part's CUDA 12.9 figure; published deviceQuery
+            // outputs of this card are 32,480-32,510 MiB under CUDA 10.x drivers.
+            mem(32, 32494),
             112.0,
             14.0,
             900.0,
@@ -172,7 +209,8 @@ pub fn catalog() -> Vec<GpuSpec> {
             "p100-pcie-16gb",
             &["p100", "p100-16gb", "p100-pcie", "p100-16", "tesla-p100"],
             Pascal,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: 16,281 MiB (17,071,734,784 B): CUDA deviceQuery, drivers CUDA 11.2 and 11.4.
+            mem(16, 16281),
             18.7,
             9.3,
             732.0,
@@ -187,7 +225,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "t4",
             &["t4-16gb", "tesla-t4", "nvidia-t4"],
             Turing,
-            Bytes::gib(16.0),
+            // Memory as CUDA sees it: 14,918 MiB (15,642,329,088 B): CUDA deviceQuery, driver CUDA 12.5 (15,109-15,110 MiB
+            // under 11.x); nvidia-smi memory.total 15,360 MiB. ECC, on by default, takes 1/16.
+            mem(16, 14918),
             65.0,
             8.1,
             320.0,
@@ -202,7 +242,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "l4",
             &["l4-24gb", "nvidia-l4"],
             Ada,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 22,518 MiB (23,612,293,120 B): CUDA deviceQuery, driver CUDA 12.0; nvidia-smi
+            // memory.total 23,034 MiB (Modal, "Why does an NVIDIA H100 80GB card offer 85.52 GB?").
+            mem(24, 22518),
             121.0,
             30.3,
             300.0,
@@ -217,7 +259,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a10",
             &["a10-24gb", "nvidia-a10"],
             Ampere,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 22,516 MiB (23,609,475,072 B): CUDA deviceQuery, driver CUDA 12.2 (22,599 MiB under
+            // 12.8: the smaller); nvidia-smi memory.total 23,028 MiB (Modal, as for the L4).
+            mem(24, 22516),
             125.0,
             31.2,
             600.0,
@@ -233,7 +277,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a10g",
             &["a10g-24gb", "nvidia-a10g"],
             Ampere,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: DERIVED: no deviceQuery published; nvidia-smi shows 23,028 MiB, exactly the A10's, so
+            // the A10's CUDA figure, 22,516 MiB.
+            mem(24, 22516),
             70.0,
             35.0,
             600.0,
@@ -248,7 +294,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a100-sxm4-40gb",
             &["a100", "a100-40gb", "a100-40", "a100-sxm-40gb", "a100-sxm4"],
             Ampere,
-            Bytes::gib(40.0),
+            // Memory as CUDA sees it: 40,339 MiB (42,298,834,944 B): CUDA deviceQuery, driver CUDA 12.2, published in
+            // bottlerocket-os/bottlerocket PR #3873; nvidia-smi memory.total 40,960 MiB (Modal).
+            mem(40, 40339),
             312.0,
             19.5,
             1555.0,
@@ -259,9 +307,11 @@ pub fn catalog() -> Vec<GpuSpec> {
         // Same datasheet: A100 80GB SXM, 2039 GB/s HBM2e.
         spec(
             "a100-sxm4-80gb",
-            &["a100-80gb", "a100-80", "a100-sxm-80gb"],
+            &["a100-80gb", "a100-80", "a100-sxm-80gb", "a100-sxm4-80"],
             Ampere,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: 81,051 MiB (84,987,740,160 B): CUDA deviceQuery, driver CUDA 12.2 (81,158 MiB under
+            // 12.5); nvidia-smi memory.total 81,920 MiB (Modal).
+            mem(80, 81051),
             312.0,
             19.5,
             2039.0,
@@ -273,9 +323,10 @@ pub fn catalog() -> Vec<GpuSpec> {
         // pairs of cards, so the intra-node default is PCIe (override per cluster if bridged).
         spec(
             "a100-pcie-40gb",
-            &["a100-pcie", "a100-pcie-40"],
+            &["a100-pcie", "a100-pcie-40", "a100-40gb-pcie"],
             Ampere,
-            Bytes::gib(40.0),
+            // Memory as CUDA sees it: DERIVED: 40,339 MiB, the SXM4 40 GB part's CUDA 12.2 figure (same 40 GiB of HBM2).
+            mem(40, 40339),
             312.0,
             19.5,
             1555.0,
@@ -286,9 +337,11 @@ pub fn catalog() -> Vec<GpuSpec> {
         // Same datasheet: A100 80GB PCIe, 1935 GB/s HBM2e; NVLink bridge pairs only, as above.
         spec(
             "a100-pcie-80gb",
-            &["a100-pcie-80"],
+            &["a100-pcie-80", "a100-80gb-pcie"],
             Ampere,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: 81,049 MiB: "Total global mem" under driver CUDA 12.3, published in ekondis/mixbench
+            // issue #47 ("NVIDIA A100 80GB PCIe").
+            mem(80, 81049),
             312.0,
             19.5,
             1935.0,
@@ -302,7 +355,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "a800-sxm4-80gb",
             &["a800", "a800-80gb", "a800-80", "a800-sxm"],
             Ampere,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: DERIVED: nvidia-smi shows 81,920 MiB (dexmal/dexbotic issue #41), exactly the A100 80GB
+            // SXM's, so the A100-SXM4-80GB's CUDA figure, 81,051 MiB.
+            mem(80, 81051),
             312.0,
             19.5,
             2039.0,
@@ -315,9 +370,21 @@ pub fn catalog() -> Vec<GpuSpec> {
         // sparsity), 67 FP32, 3.35 TB/s HBM3, NVLink 900 GB/s total (450 per direction), Gen5.
         spec(
             "h100-sxm5-80gb",
-            &["h100", "h100-sxm", "h100-80gb", "h100-sxm5", "h100-80"],
+            &[
+                "h100",
+                "h100-sxm",
+                "h100-80gb",
+                "h100-sxm5",
+                "h100-80",
+                "h100-sxm-80gb",
+                "h100-80gb-hbm3",
+            ],
             Hopper,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: 81,079 MiB (85,017,755,648 B): CUDA deviceQuery, driver CUDA 13.0 (81,090 MiB under
+            // 12.8, 81,106 under 12.7; PyTorch total_memory 81,082-81,090 MiB). nvidia-smi
+            // memory.total is 81,559 MiB (wilicc/gpu-burn issue #114, NVIDIA/nccl issue #1264):
+            // since the R510 drivers it also counts the driver's reserved region, CUDA does not.
+            mem(80, 81079),
             989.0,
             67.0,
             3350.0,
@@ -331,7 +398,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "h100-pcie-80gb",
             &["h100-pcie", "h100-pcie-80"],
             Hopper,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: DERIVED: the H100 SXM5's CUDA figure, 81,079 MiB (nvidia-smi reports the same 81,559 MiB
+            // for both parts).
+            mem(80, 81079),
             756.0,
             51.0,
             2000.0,
@@ -345,7 +414,10 @@ pub fn catalog() -> Vec<GpuSpec> {
             "h200-sxm-141gb",
             &["h200", "h200-141gb", "h200-sxm", "h200-141"],
             Hopper,
-            Bytes::gib(141.0),
+            // Memory as CUDA sees it: DERIVED: nvidia-smi memory.total is 143,771 MiB (Modal, as for the L4); no deviceQuery
+            // found, so less the H100's gap between nvidia-smi and CUDA (81,559 - 81,079 = 480 MiB):
+            // 143,291 MiB.
+            mem(141, 143291),
             989.0,
             67.0,
             4800.0,
@@ -357,9 +429,17 @@ pub fn catalog() -> Vec<GpuSpec> {
         // (200 per direction); 989 TFLOPS BF16 dense, 67 FP32, 3.35 TB/s HBM3, PCIe Gen5.
         spec(
             "h800-sxm5-80gb",
-            &["h800", "h800-80gb", "h800-sxm", "h800-sxm5", "h800-80"],
+            &[
+                "h800",
+                "h800-80gb",
+                "h800-sxm",
+                "h800-sxm5",
+                "h800-80",
+                "h800-80gb-hbm3",
+            ],
             Hopper,
-            Bytes::gib(80.0),
+            // Memory as CUDA sees it: DERIVED: the H100 SXM5's CUDA figure, 81,079 MiB (the same GH100 board and 80 GB HBM3).
+            mem(80, 81079),
             989.0,
             67.0,
             3350.0,
@@ -375,7 +455,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "b200-sxm-180gb",
             &["b200", "b200-180gb", "hgx-b200", "b200-180"],
             Blackwell,
-            Bytes::gib(180.0),
+            // Memory as CUDA sees it: 182,642 MiB: CUDA total reported beside nvidia-smi's 183,359 MiB (driver 570.172.08,
+            // CUDA 12.8) in a published B200 environment dump; nvidia-smi 183,359 MiB in many more.
+            mem(180, 182642),
             2250.0,
             75.0,
             8000.0,
@@ -391,7 +473,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-3090",
             &["3090", "rtx3090", "geforce-rtx-3090", "rtx-3090-24gb"],
             Ampere,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 24,238 MiB (25,414,860,800 B): CUDA deviceQuery, drivers CUDA 12.1 and 12.2 (24,265-
+            // 24,268 MiB under 11.8); nvidia-smi memory.total 24,576 MiB.
+            mem(24, 24238),
             71.0,
             35.6,
             936.0,
@@ -406,7 +490,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-4090",
             &["4090", "rtx4090", "geforce-rtx-4090", "rtx-4090-24gb"],
             Ada,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: 24,081 MiB (25,250,627,584 B): CUDA deviceQuery, driver CUDA 13.0 (24,564 MiB under
+            // 12.1: the smaller).
+            mem(24, 24081),
             165.2,
             82.6,
             1008.0,
@@ -421,7 +507,8 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-a6000",
             &["a6000", "rtxa6000", "rtx-a6000-48gb"],
             Ampere,
-            Bytes::gib(48.0),
+            // Memory as CUDA sees it: 48,790 MiB (51,160,023,040 B): CUDA deviceQuery, driver CUDA 12.7.
+            mem(48, 48790),
             154.8,
             38.7,
             768.0,
@@ -435,7 +522,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "l40s",
             &["l40s-48gb", "nvidia-l40s"],
             Ada,
-            Bytes::gib(48.0),
+            // Memory as CUDA sees it: 45,373 MiB (47,576,711,168 B): cuda-device-query, driver CUDA 12.4; nvidia-smi
+            // memory.total 46,068 MiB (Modal, as for the L4).
+            mem(48, 45373),
             362.05,
             91.6,
             864.0,
@@ -454,7 +543,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "mi250x-gcd",
             &["mi250x", "mi250x-64gb", "instinct-mi250x", "mi250x-half"],
             Cdna2,
-            Bytes::gib(64.0),
+            // Memory as CUDA sees it: 65,520 MiB (68,702,699,520 B): HIP's total per GCD as Cray's OpenACC runtime reports it
+            // ("Total GPU memory 68702699520") and the KFD topology's mem_banks size_in_bytes.
+            mem(64, 65520),
             191.5,
             23.95,
             1638.4,
@@ -469,7 +560,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "mi300x",
             &["mi300x-192gb", "instinct-mi300x", "mi300x-192"],
             Cdna3,
-            Bytes::gib(192.0),
+            // Memory as CUDA sees it: 196,288 MiB (205,822,885,888 B): rocm-smi "VRAM Total Memory (B)" and HIP
+            // totalGlobalMem, as published in several MI300X environment reports.
+            mem(192, 196288),
             1307.4,
             163.4,
             5300.0,
@@ -483,11 +576,21 @@ pub fn catalog() -> Vec<GpuSpec> {
         // (450 per direction). The host link is NVLink-C2C to the Grace CPU, 900 GB/s total
         // (450 per direction), not PCIe: that is what `pcie_bandwidth` holds here, since it is
         // the bandwidth offloading to host memory sees. Sailor's measured profiles use it.
+        // nvidia-smi names this part "NVIDIA GH200 480GB" (480 GB is the Grace's LPDDR5X).
         spec(
             "gh200-96gb",
-            &["gh200", "gh-96", "gh200-96", "gh-200", "grace-hopper"],
+            &[
+                "gh200",
+                "gh-96",
+                "gh200-96",
+                "gh-200",
+                "grace-hopper",
+                "gh200-480gb",
+            ],
             Hopper,
-            Bytes::gib(96.0),
+            // Memory as CUDA sees it: DERIVED: nvidia-smi memory.total is 97,871 MiB (many published "NVIDIA GH200 480GB"
+            // outputs); no deviceQuery found, so less the H100's 480 MiB gap: 97,391 MiB.
+            mem(96, 97391),
             989.0,
             67.0,
             4000.0,
@@ -503,7 +606,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "titan-rtx",
             &["titanrtx", "titan-rtx-24gb", "nvidia-titan-rtx"],
             Turing,
-            Bytes::gib(24.0),
+            // Memory as CUDA sees it: DERIVED: no published CUDA figure found; the RTX 3090's (24 GiB of GDDR, no ECC, driver
+            // reserve 338 MiB): 24,238 MiB.
+            mem(24, 24238),
             130.0,
             16.3,
             672.0,
@@ -518,7 +623,9 @@ pub fn catalog() -> Vec<GpuSpec> {
             "rtx-2080",
             &["2080", "rtx2080", "geforce-rtx-2080", "rtx-2080-8gb"],
             Turing,
-            Bytes::gib(8.0),
+            // Memory as CUDA sees it: DERIVED: no published CUDA figure found; 8,192 MiB less the RTX 3090's 338 MiB driver
+            // reserve: 7,854 MiB.
+            mem(8, 7854),
             40.3,
             10.1,
             448.0,
@@ -529,16 +636,117 @@ pub fn catalog() -> Vec<GpuSpec> {
     ]
 }
 
-/// Finds a GPU by canonical name or alias (case, `_` and spaces ignored).
-pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
-    let n = names::normalize(name);
-    let all = catalog();
-    if let Some(g) = all.iter().find(|g| {
-        names::normalize(&g.name) == n || g.aliases.iter().any(|a| names::normalize(a) == n)
-    }) {
-        return Ok(g.clone());
+/// The catalog, built once: lookups run per node group, and a cluster may have many.
+static CATALOG: LazyLock<Vec<GpuSpec>> = LazyLock::new(catalog);
+
+/// Vendor and brand words that nvidia-smi, deviceQuery and `torch.cuda.get_device_name` put
+/// before the part name (`NVIDIA A100-SXM4-80GB`, `Tesla T4`, `NVIDIA GeForce RTX 4090`,
+/// `AMD Instinct MI300X`): a name that matches nothing is tried again without them.
+const BRAND_PREFIXES: &[&str] = &[
+    "nvidia-",
+    "tesla-",
+    "geforce-",
+    "quadro-",
+    "amd-",
+    "instinct-",
+];
+
+/// Aliases that fit more than one catalog entry (a memory size or a form factor left out),
+/// after `names::normalize`: each resolves to the entry that lists it, and this says how to
+/// write the others. Kept beside the catalog so that `hetplan gpus` can mark them.
+const AMBIGUOUS: &[(&str, &str)] = &[
+    (
+        "a100",
+        "write `a100-80gb` for the 80 GB card, `a100-pcie` for the PCIe one",
+    ),
+    ("a100-sxm4", "write `a100-sxm4-80gb` for the 80 GB card"),
+    ("a100-40gb", "write `a100-pcie-40gb` for the PCIe card"),
+    ("a100-40", "write `a100-pcie-40gb` for the PCIe card"),
+    ("a100-80gb", "write `a100-pcie-80gb` for the PCIe card"),
+    ("a100-80", "write `a100-pcie-80gb` for the PCIe card"),
+    (
+        "v100",
+        "write `v100-32gb` for the 32 GB card, `v100-pcie` for the PCIe one",
+    ),
+    (
+        "tesla-v100",
+        "write `v100-32gb` for the 32 GB card, `v100-pcie` for the PCIe one",
+    ),
+    ("v100-sxm2", "write `v100-sxm2-32gb` for the 32 GB card"),
+    ("v100-16gb", "write `v100-pcie-16gb` for the PCIe card"),
+    ("v100-16", "write `v100-pcie-16gb` for the PCIe card"),
+    ("v100-32gb", "write `v100-pcie-32gb` for the PCIe card"),
+    ("v100-32", "write `v100-pcie-32gb` for the PCIe card"),
+    ("h100", "write `h100-pcie` for the PCIe card"),
+    ("h100-80gb", "write `h100-pcie` for the PCIe card"),
+    ("h100-80", "write `h100-pcie` for the PCIe card"),
+];
+
+/// How to name the other cards an ambiguous alias could mean; `None` for unambiguous names.
+pub fn ambiguity_hint(alias: &str) -> Option<&'static str> {
+    let n = names::normalize(alias);
+    AMBIGUOUS.iter().find(|(a, _)| *a == n).map(|(_, h)| *h)
+}
+
+/// A name that could mean several cards, and the one it was taken to mean.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AliasNote {
+    /// The name as written.
+    pub written: String,
+    /// The catalog entry it resolved to.
+    pub chosen: String,
+    /// How to name the other cards, e.g. "write `a100-80gb` for the 80 GB card".
+    pub hint: String,
+}
+
+impl std::fmt::Display for AliasNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` means {}; {}",
+            self.written.trim(),
+            self.chosen,
+            self.hint
+        )
     }
-    let candidates: Vec<&str> = all
+}
+
+/// A found GPU, with a note when the name was ambiguous.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
+    pub spec: GpuSpec,
+    pub note: Option<AliasNote>,
+}
+
+fn find(n: &str) -> Option<&'static GpuSpec> {
+    CATALOG.iter().find(|g| {
+        names::normalize(&g.name) == n || g.aliases.iter().any(|a| names::normalize(a) == n)
+    })
+}
+
+/// Finds a GPU by canonical name, alias or the name nvidia-smi prints (case, `_` and spaces
+/// ignored; vendor and brand words such as `NVIDIA`, `Tesla`, `GeForce` dropped when the full
+/// name matches nothing), and says which card an ambiguous short name (`A100`) was taken for.
+pub fn resolve(name: &str) -> Result<Resolved, UnknownGpu> {
+    let mut n = names::normalize(name);
+    loop {
+        if let Some(g) = find(&n) {
+            let note = ambiguity_hint(&n).map(|hint| AliasNote {
+                written: name.trim().to_string(),
+                chosen: g.name.clone(),
+                hint: hint.to_string(),
+            });
+            return Ok(Resolved {
+                spec: g.clone(),
+                note,
+            });
+        }
+        match BRAND_PREFIXES.iter().find_map(|p| n.strip_prefix(p)) {
+            Some(rest) if !rest.is_empty() => n = rest.to_string(),
+            _ => break,
+        }
+    }
+    let candidates: Vec<&str> = CATALOG
         .iter()
         .flat_map(|g| std::iter::once(g.name.as_str()).chain(g.aliases.iter().map(|a| a.as_str())))
         .collect();
@@ -546,6 +754,11 @@ pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
         name: name.to_string(),
         hint: names::nearest(name, candidates.iter().copied()),
     })
+}
+
+/// Finds a GPU as `resolve` does, without the note.
+pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
+    resolve(name).map(|r| r.spec)
 }
 
 #[cfg(test)]
@@ -589,6 +802,96 @@ mod tests {
         ];
         for (alias, name) in cases {
             assert_eq!(lookup(alias).unwrap().name, name, "alias {alias}");
+        }
+    }
+
+    #[test]
+    fn common_and_nvidia_smi_names_resolve() {
+        let cases = [
+            ("h100-sxm-80gb", "h100-sxm5-80gb"),
+            ("a100-80gb", "a100-sxm4-80gb"),
+            ("a100_40gb", "a100-sxm4-40gb"),
+            ("rtx4090", "rtx-4090"),
+            ("H100-SXM", "h100-sxm5-80gb"),
+            ("V100", "v100-sxm2-16gb"),
+            // nvidia-smi / torch.cuda.get_device_name / deviceQuery.
+            ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+            ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
+            ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+            ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+            ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+            ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
+            ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+            ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
+            ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+            ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+            ("NVIDIA GeForce RTX 2080", "rtx-2080"),
+            ("NVIDIA TITAN RTX", "titan-rtx"),
+            ("NVIDIA RTX A6000", "rtx-a6000"),
+            ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"),
+            ("NVIDIA H100 PCIe", "h100-pcie-80gb"),
+            ("NVIDIA H200", "h200-sxm-141gb"),
+            ("NVIDIA H800", "h800-sxm5-80gb"),
+            ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"),
+            ("NVIDIA B200", "b200-sxm-180gb"),
+            ("NVIDIA GH200 480GB", "gh200-96gb"),
+            ("NVIDIA L4", "l4"),
+            ("NVIDIA L40S", "l40s"),
+            ("NVIDIA A10G", "a10g"),
+            ("NVIDIA A10", "a10"),
+            ("Tesla T4", "t4"),
+            ("AMD Instinct MI300X", "mi300x"),
+        ];
+        for (written, name) in cases {
+            assert_eq!(lookup(written).unwrap().name, name, "{written}");
+        }
+        // Brand words alone are no GPU.
+        assert!(lookup("NVIDIA").is_err());
+        assert!(lookup("nvidia-").is_err());
+    }
+
+    #[test]
+    fn ambiguous_names_say_which_card_they_chose() {
+        let r = resolve("A100").unwrap();
+        assert_eq!(r.spec.name, "a100-sxm4-40gb");
+        let note = r.note.expect("A100 is ambiguous");
+        assert_eq!(
+            note.to_string(),
+            "`A100` means a100-sxm4-40gb; write `a100-80gb` for the 80 GB card, `a100-pcie` \
+             for the PCIe one"
+        );
+        assert_eq!(
+            resolve("V100").unwrap().note.unwrap().chosen,
+            "v100-sxm2-16gb"
+        );
+        assert_eq!(
+            resolve("h100").unwrap().note.unwrap().chosen,
+            "h100-sxm5-80gb"
+        );
+        // Full names and nvidia-smi's are not.
+        for n in [
+            "a100-sxm4-80gb",
+            "NVIDIA A100-SXM4-80GB",
+            "t4",
+            "Tesla T4",
+            "h100-sxm",
+        ] {
+            assert_eq!(resolve(n).unwrap().note, None, "{n}");
+        }
+        // Every ambiguous alias is an alias of the entry it picks, and every name its hint
+        // suggests resolves to another entry.
+        for (alias, hint) in AMBIGUOUS {
+            let chosen = lookup(alias).unwrap().name;
+            assert!(
+                catalog()
+                    .iter()
+                    .any(|g| g.name == chosen && g.aliases.iter().any(|a| a == alias)),
+                "{alias}"
+            );
+            for suggested in hint.split('`').skip(1).step_by(2) {
+                let other = lookup(suggested).unwrap().name;
+                assert_ne!(other, chosen, "{alias}: {suggested}");
+            }
         }
     }
 
@@ -664,6 +967,26 @@ mod tests {
             assert!(!g.source.trim().is_empty(), "{n}");
             assert!(g.default_intra_node_bandwidth().get() > 0.0, "{n}");
         }
+    }
+
+    /// CUDA sees less than the datasheet's "GB" read as GiB, but not much less: ECC on a T4
+    /// takes the most, 1/16.
+    #[test]
+    fn cuda_capacity_is_a_little_below_the_datasheet() {
+        for g in catalog() {
+            let ds = g.datasheet_memory_gb as f64;
+            let gib = g.memory.as_gib();
+            assert!(gib < ds, "{}: {gib} GiB, datasheet {ds} GB", g.name);
+            assert!(gib > 0.9 * ds, "{}: {gib} GiB, datasheet {ds} GB", g.name);
+        }
+        let mib = |n: &str| lookup(n).unwrap().memory.get() / 1048576.0;
+        assert_eq!(mib("h100-sxm5-80gb"), 81079.0);
+        assert_eq!(mib("a100-sxm4-80gb"), 81051.0);
+        assert_eq!(mib("a100-sxm4-40gb"), 40339.0);
+        assert_eq!(mib("v100-sxm2-16gb"), 16144.0);
+        assert_eq!(mib("t4"), 14918.0);
+        assert_eq!(mib("l4"), 22518.0);
+        assert_eq!(lookup("h100").unwrap().datasheet_memory_gb, 80);
     }
 
     #[test]

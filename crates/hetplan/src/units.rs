@@ -106,6 +106,10 @@ impl Bytes {
     pub fn gib(x: f64) -> Bytes {
         Bytes(x * GIB)
     }
+    /// `x` mebibytes (2²⁰ bytes): the unit nvidia-smi and CUDA's deviceQuery print.
+    pub fn mib(x: f64) -> Bytes {
+        Bytes(x * 1048576.0)
+    }
     pub fn as_gib(self) -> f64 {
         self.0 / GIB
     }

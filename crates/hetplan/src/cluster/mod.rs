@@ -1,8 +1,10 @@
 //! Clusters: nodes of GPUs, the links inside a node and between nodes.
 //!
-//! `spec` holds the raw TOML form and its parser; this module the resolved, validated value that
-//! the cost model, the simulator and the planners use.
+//! `spec` holds the raw TOML form and its parser, `builtin` the clusters known by name; this
+//! module the resolved, validated value that the cost model, the simulator and the planners
+//! use.
 
+pub mod builtin;
 pub mod spec;
 
 use crate::gpu::GpuSpec;

@@ -35,14 +35,17 @@
 //! Besides files, `catalog_cluster` knows a few published clusters by name and the pattern
 //! `NxGxGPU[@BANDWIDTH]` (see there).
 
+pub use super::builtin::catalog_cluster_names;
+use super::builtin::BUILTINS;
 use super::{Cluster, GpuTypeId, Node};
 use crate::error::InputError;
-use crate::gpu::{self, GpuSpec};
+use crate::gpu::{self, AliasNote, GpuSpec};
 use crate::names;
 use crate::names::did_you_mean;
 use crate::parse::{self, Num};
 use crate::units::{self, Bytes, BytesPerSec, FlopPerSec, Seconds, UnitError};
 use serde::Deserialize;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::str::FromStr;
@@ -136,12 +139,38 @@ struct RawPair {
 
 /// Parses and validates a cluster file.
 pub fn parse_cluster_toml(src: &str) -> Result<Cluster, InputError> {
+    parse_cluster_toml_noted(src).map(|(c, _)| c)
+}
+
+/// Parses and validates a cluster file, with a note for each ambiguous GPU name it uses
+/// (`gpu = "A100"`: which card it was taken for), once per name.
+pub fn parse_cluster_toml_noted(src: &str) -> Result<(Cluster, Vec<AliasNote>), InputError> {
     let raw: RawCluster = toml::from_str(src).map_err(|e| serde_error(src, &e))?;
-    Resolver { src }.resolve(raw)
+    let r = Resolver {
+        src,
+        notes: RefCell::new(Vec::new()),
+        headers: header_offsets(src),
+    };
+    let c = r.resolve(raw)?;
+    Ok((c, r.notes.into_inner()))
 }
 
 struct Resolver<'a> {
     src: &'a str,
+    notes: RefCell<Vec<AliasNote>>,
+    /// Offsets of the `[[name]]` headers, by name, in file order: found in one pass, since a
+    /// file may hold hundreds of thousands of groups.
+    headers: BTreeMap<String, Vec<usize>>,
+}
+
+/// Adds `note` unless the same name was already noted.
+fn push_note(notes: &mut Vec<AliasNote>, note: Option<AliasNote>) {
+    if let Some(n) = note {
+        let key = names::normalize(&n.written);
+        if !notes.iter().any(|m| names::normalize(&m.written) == key) {
+            notes.push(n);
+        }
+    }
 }
 
 /// A node group after its own fields are checked.
@@ -157,6 +186,11 @@ struct Group {
 }
 
 impl<'a> Resolver<'a> {
+    /// Byte offset of the `idx`-th `[[name]]` header, if the file has one.
+    fn header(&self, name: &str, idx: usize) -> Option<usize> {
+        self.headers.get(name).and_then(|v| v.get(idx)).copied()
+    }
+
     fn err(
         &self,
         at: Option<usize>,
@@ -298,7 +332,7 @@ impl<'a> Resolver<'a> {
 
     fn group(&self, i: usize, g: &RawGroup) -> Result<Group, InputError> {
         let path = |k: &str| format!("node_group[{i}].{k}");
-        let at = header_offset(self.src, "node_group", i);
+        let at = self.header("node_group", i);
         let missing = |k: &str, example: &str| {
             self.err(at, path(k), format!("missing `{k}`"))
                 .hint(Some(format!(
@@ -310,7 +344,7 @@ impl<'a> Resolver<'a> {
             .as_ref()
             .ok_or_else(|| missing("gpu", "\"a100-sxm4-80gb\""))?;
         let gpu_name = self.string(gpu_v, &path("gpu"))?;
-        let gpu = gpu::lookup(&gpu_name).map_err(|e| {
+        let gpu = gpu::resolve(&gpu_name).map_err(|e| {
             self.err(
                 Some(gpu_v.span().start),
                 path("gpu"),
@@ -320,6 +354,8 @@ impl<'a> Resolver<'a> {
                 "run `hetplan gpus` to list the GPU catalog".into()
             })))
         })?;
+        push_note(&mut self.notes.borrow_mut(), gpu.note);
+        let gpu = gpu.spec;
         let gpus_v = g
             .gpus_per_node
             .as_ref()
@@ -378,8 +414,11 @@ impl<'a> Resolver<'a> {
             let written = key.get_ref().as_str();
             let path = format!("gpu_overrides.\"{written}\"");
             let at = Some(key.span().start);
-            let base = match gpu::lookup(written) {
-                Ok(g) => g,
+            let base = match gpu::resolve(written) {
+                Ok(g) => {
+                    push_note(&mut self.notes.borrow_mut(), g.note);
+                    g.spec
+                }
                 Err(e) => {
                     let near = names::nearest(written, in_cluster.iter().copied()).or(e.hint);
                     return Err(self
@@ -491,7 +530,7 @@ impl<'a> Resolver<'a> {
         let mut first_at: BTreeMap<(u32, u32), usize> = BTreeMap::new();
         for (i, p) in raw.iter().enumerate() {
             let path = |k: &str| format!("bandwidth[{i}].{k}");
-            let at = header_offset(self.src, "bandwidth", i);
+            let at = self.header("bandwidth", i);
             let missing = |k: &str, example: &str| {
                 self.err(at, path(k), format!("missing `{k}`"))
                     .hint(Some(format!(
@@ -778,155 +817,22 @@ fn path_at(src: &str, offset: usize) -> Option<String> {
     section
 }
 
-/// Byte offset of the `idx`-th `[[name]]` header, if the file has one.
-fn header_offset(src: &str, name: &str, idx: usize) -> Option<usize> {
-    let mut seen = 0;
+/// Byte offsets of every `[[name]]` header, by name, in file order (one pass over the text).
+fn header_offsets(src: &str) -> BTreeMap<String, Vec<usize>> {
+    let mut out: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut line_start = 0;
     for line in src.split_inclusive('\n') {
         let t = line.trim_start();
         if let Some(h) = t.strip_prefix("[[") {
-            if h.split("]]").next().map(str::trim) == Some(name) {
-                if seen == idx {
-                    return Some(line_start + (line.len() - t.len()));
-                }
-                seen += 1;
+            if let Some(name) = h.split("]]").next().map(str::trim) {
+                out.entry(name.to_string())
+                    .or_default()
+                    .push(line_start + (line.len() - t.len()));
             }
         }
         line_start += line.len();
     }
-    None
-}
-
-// -------------------------------------------------------------------- built-in clusters
-
-/// hetplan's running example: two nodes of four V100-SXM2-16GB (NVLink inside the node) and one
-/// node of two T4, every node on a 16 Gbps network. Intra-node bandwidths are the catalog
-/// defaults (V100 NVLink 150 GB/s per direction, T4 PCIe Gen3).
-const T4_V100: &str = r#"
-name = "t4-v100"
-
-[[node_group]]
-gpu = "v100-sxm2-16gb"
-gpus_per_node = 4
-nodes = 2
-inter_node_bandwidth = "16 Gbps"
-
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 2
-nodes = 1
-inter_node_bandwidth = "16 Gbps"
-"#;
-
-/// AMP (Li et al., "AMP: Automatically Finding Model Parallel Strategies with Heterogeneity
-/// Awareness", NeurIPS 2022) §4.3, heterogeneous cluster: three AWS p3.8xlarge-like nodes of
-/// four V100-16GB joined by NVLink and one g4dn.12xlarge node of four T4, 10 Gbps between nodes
-/// (p3.8xlarge's network). AMP states 50 Gbps intra-node (PCIe) bandwidth for the T4 nodes;
-/// the V100 nodes use the catalog's NVLink value.
-const AMP_HETERO: &str = r#"
-name = "amp-hetero"
-
-[[node_group]]
-gpu = "v100-sxm2-16gb"
-gpus_per_node = 4
-nodes = 3
-inter_node_bandwidth = "10 Gbps"
-
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 4
-nodes = 1
-intra_node_bandwidth = "50 Gbps"
-inter_node_bandwidth = "10 Gbps"
-"#;
-
-/// AMP (NeurIPS 2022), homogeneous cluster: four AWS g4dn.12xlarge nodes of four T4. The paper
-/// states "50 Gbps PCIe connection intra-node bandwidth, and 50 Gbps inter-node bandwidth"
-/// (50 Gbps is also AWS's listed network bandwidth of g4dn.12xlarge); we use both as stated.
-const AMP_T4: &str = r#"
-name = "amp-t4"
-
-[[node_group]]
-gpu = "t4"
-gpus_per_node = 4
-nodes = 4
-intra_node_bandwidth = "50 Gbps"
-inter_node_bandwidth = "50 Gbps"
-"#;
-
-/// NVIDIA DGX A100 (640 GB) datasheet (2020): eight A100-80GB SXM4 on NVSwitch, eight
-/// single-port 200 Gb/s HDR InfiniBand ConnectX-6 NICs for compute traffic = 1600 Gbps.
-const DGX_A100_80GB: &str = r#"
-name = "dgx-a100-80gb"
-
-[[node_group]]
-gpu = "a100-sxm4-80gb"
-gpus_per_node = 8
-nodes = 1
-inter_node_bandwidth = "1600 Gbps"
-"#;
-
-/// The llm-foundry (MosaicML) throughput-table cluster used for calibration: 8 nodes of
-/// 8 A100-80GB SXM4, nodes joined by 1600 Gbps RoCE (llm-foundry
-/// `scripts/train/benchmarking/README.md`).
-const A100_80GB_8X8: &str = r#"
-name = "a100-80gb-8x8"
-
-[[node_group]]
-gpu = "a100-sxm4-80gb"
-gpus_per_node = 8
-nodes = 8
-inter_node_bandwidth = "1600 Gbps"
-"#;
-
-/// NVIDIA DGX H100 datasheet (2023): eight H100 SXM5 on NVSwitch, eight 400 Gb/s ConnectX-7
-/// (NDR InfiniBand) NICs = 3200 Gbps per node.
-const DGX_H100: &str = r#"
-name = "dgx-h100"
-
-[[node_group]]
-gpu = "h100-sxm5-80gb"
-gpus_per_node = 8
-nodes = 1
-inter_node_bandwidth = "3200 Gbps"
-"#;
-
-/// Four DGX H100-like nodes (see `DGX_H100`), 3200 Gbps per node.
-const H100_4X8: &str = r#"
-name = "h100-4x8"
-
-[[node_group]]
-gpu = "h100-sxm5-80gb"
-gpus_per_node = 8
-nodes = 4
-inter_node_bandwidth = "3200 Gbps"
-"#;
-
-/// Mist (Zhu et al., EuroSys 2025) Fig. 2 setup: one node of four L4 joined only by PCIe
-/// (catalog default, Gen4 x16).
-const L4_X4: &str = r#"
-name = "l4-x4"
-
-[[node_group]]
-gpu = "l4"
-gpus_per_node = 4
-nodes = 1
-"#;
-
-const BUILTINS: &[(&str, &str)] = &[
-    ("t4-v100", T4_V100),
-    ("amp-hetero", AMP_HETERO),
-    ("amp-t4", AMP_T4),
-    ("dgx-a100-80gb", DGX_A100_80GB),
-    ("a100-80gb-8x8", A100_80GB_8X8),
-    ("dgx-h100", DGX_H100),
-    ("h100-4x8", H100_4X8),
-    ("l4-x4", L4_X4),
-];
-
-/// Names of the built-in clusters, in listing order.
-pub fn catalog_cluster_names() -> Vec<&'static str> {
-    BUILTINS.iter().map(|(n, _)| *n).collect()
+    out
 }
 
 /// A built-in cluster by name (compared after `names::normalize`), or a uniform cluster
@@ -936,23 +842,33 @@ pub fn catalog_cluster_names() -> Vec<&'static str> {
 ///   `8x8xa100-80gb`, `4x4xV100`;
 /// * each node's network bandwidth (per direction) is `PATTERN_DEFAULT_INTER_NODE_GBPS`
 ///   (200 Gbps) unless a suffix gives it with its unit: `4x8xh100@3200Gbps`, `2x8xa100@25 GB/s`;
-/// * intra-node bandwidth and latencies are the defaults (see `uniform_cluster`).
+/// * intra-node bandwidth and latencies are the defaults (see `uniform_cluster`);
+/// * several such groups joined by `+` make a mixed cluster (see `parse_mixed`):
+///   `2x8xa100-80gb+4x8xv100-32gb@100Gbps`.
 ///
 /// Unknown names get the nearest built-in name as a hint.
 pub fn catalog_cluster(name: &str) -> Result<Cluster, InputError> {
+    catalog_cluster_noted(name).map(|(c, _)| c)
+}
+
+/// `catalog_cluster`, with a note for each ambiguous GPU name (`4x8xA100`).
+pub fn catalog_cluster_noted(name: &str) -> Result<(Cluster, Vec<AliasNote>), InputError> {
     let n = names::normalize(name);
     if let Some((builtin, src)) = BUILTINS.iter().find(|(b, _)| names::normalize(b) == n) {
-        return parse_cluster_toml(src).map_err(|mut e| {
+        return parse_cluster_toml_noted(src).map_err(|mut e| {
             e.message = format!("built-in cluster `{builtin}`: {}", e.message);
             e
         });
+    }
+    if name.contains('+') {
+        return parse_mixed(name);
     }
     if let Some(result) = parse_pattern(name) {
         return result;
     }
     let near = names::nearest(name, BUILTINS.iter().map(|(b, _)| *b));
     Err(InputError::new(format!(
-        "unknown cluster `{}`: not a built-in ({}) nor of the form NxGxGPU[@BANDWIDTH]",
+        "unknown cluster `{}`: not a built-in ({}) nor of the form NxGxGPU[@BANDWIDTH][+...]",
         name.trim(),
         catalog_cluster_names().join(", ")
     ))
@@ -961,8 +877,125 @@ pub fn catalog_cluster(name: &str) -> Result<Cluster, InputError> {
     }))))
 }
 
+/// Node groups of the `NxGxGPU` form joined by `+`: `2x8xa100-80gb+4x8xv100-32gb@100Gbps`.
+///
+/// The network bandwidth is written either once, after the last group, for every node of the
+/// cluster (`2x8xa100-80gb+4x8xv100-32gb@100Gbps`), or after each group for its own nodes
+/// (`2x8xa100-80gb@400Gbps+4x8xv100-32gb@100Gbps`; two nodes of different groups talk at the
+/// slower of their NICs, see `Cluster::node_pair_bandwidth`), or nowhere
+/// (`PATTERN_DEFAULT_INTER_NODE_GBPS` for every node). Some groups with and some without one,
+/// other than the first way, is an error: it would be a guess which bandwidth was meant.
+/// Nodes are numbered in the order written; the same GPU in two groups is one GPU type.
+fn parse_mixed(name: &str) -> Result<(Cluster, Vec<AliasNote>), InputError> {
+    let full = name.trim();
+    let err = |msg: String, hint: &str| {
+        InputError::new(format!("cluster `{full}`: {msg}")).hint(Some(hint.to_string()))
+    };
+    let parts: Vec<&str> = full.split('+').map(str::trim).collect();
+    if let Some(i) = parts.iter().position(|p| p.is_empty()) {
+        return Err(err(
+            format!("node group {} is empty", i + 1),
+            "join node groups with single `+` signs: `2x8xa100-80gb+4x8xv100-32gb@100Gbps`",
+        ));
+    }
+    let with_bw: Vec<usize> = (0..parts.len())
+        .filter(|i| parts[*i].contains('@'))
+        .collect();
+    // One bandwidth after the last group: for every group.
+    let shared = match with_bw.as_slice() {
+        [last] if *last == parts.len() - 1 => parts[*last].split_once('@').map(|(_, b)| b),
+        _ => None,
+    };
+    if shared.is_none() && !with_bw.is_empty() && with_bw.len() != parts.len() {
+        let missing = (0..parts.len()).find(|i| !with_bw.contains(i)).unwrap_or(0);
+        return Err(err(
+            format!(
+                "node group `{}` has no network bandwidth, but other groups have one",
+                parts[missing]
+            ),
+            "give one bandwidth after the last group for every node \
+             (`2x8xa100-80gb+4x8xv100-32gb@100Gbps`), or one after every group \
+             (`2x8xa100-80gb@400Gbps+4x8xv100-32gb@100Gbps`)",
+        ));
+    }
+    let mut gpu_types: Vec<GpuSpec> = Vec::new();
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut notes: Vec<AliasNote> = Vec::new();
+    let mut names_out: Vec<String> = Vec::new();
+    let mut total_gpus: u64 = 0;
+    for (g, part) in parts.iter().enumerate() {
+        let text = match shared {
+            Some(bw) => format!("{}@{bw}", part.split_once('@').map_or(*part, |(m, _)| m)),
+            None => part.to_string(),
+        };
+        let (c, part_notes) = match parse_pattern(&text) {
+            Some(r) => r.map_err(|e| match e.hint {
+                Some(_) => e,
+                None => e.hint(Some(format!(
+                    "node group {} of `{full}`: write it as nodes x GPUs per node x GPU, e.g. \
+                     `2x8xa100-80gb`",
+                    g + 1
+                ))),
+            })?,
+            None => {
+                return Err(err(
+                    format!("node group `{part}` is not of the form NxGxGPU[@BANDWIDTH]"),
+                    "write each group as nodes x GPUs per node x GPU, e.g. `2x8xa100-80gb`",
+                ))
+            }
+        };
+        for n in part_notes {
+            push_note(&mut notes, Some(n));
+        }
+        let spec = &c.gpu_types[0];
+        let type_id = match gpu_types.iter().position(|t| t.name == spec.name) {
+            Some(t) => t,
+            None => {
+                gpu_types.push(spec.clone());
+                gpu_types.len() - 1
+            }
+        };
+        total_gpus += c.num_gpus() as u64;
+        nodes.extend(c.nodes.into_iter().map(|n| Node {
+            gpu_type: GpuTypeId(type_id),
+            group: g,
+            ..n
+        }));
+        if nodes.len() as u64 > MAX_NODES || total_gpus > MAX_GPUS {
+            return Err(err(
+                format!(
+                    "{} nodes and {total_gpus} GPUs, more than the {MAX_NODES} nodes or \
+                     {MAX_GPUS} GPUs hetplan accepts",
+                    nodes.len()
+                ),
+                "use fewer or smaller node groups",
+            ));
+        }
+        // Each group's own name, without a shared bandwidth (it is written once at the end).
+        names_out.push(match shared {
+            Some(_) => c.name.split('@').next().unwrap_or(&c.name).to_string(),
+            None => c.name,
+        });
+    }
+    let mut name_out = names_out.join("+");
+    if let Some(bw) = shared {
+        name_out = format!("{name_out}@{}", bw.trim().replace(' ', ""));
+    }
+    Ok((
+        Cluster {
+            name: name_out,
+            gpu_types,
+            nodes,
+            pair_bandwidth: BTreeMap::new(),
+            intra_latency: default_intra_node_latency(),
+            inter_latency: default_inter_node_latency(),
+        },
+        notes,
+    ))
+}
+
 /// `NxGxGPU[@BANDWIDTH]`: `None` when `name` does not have that shape at all.
-fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
+fn parse_pattern(name: &str) -> Option<Result<(Cluster, Vec<AliasNote>), InputError>> {
     let (main, bw_text) = match name.trim().split_once('@') {
         Some((m, b)) => (m, Some(b.trim())),
         None => (name.trim(), None),
@@ -995,7 +1028,7 @@ fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
                 name.trim()
             )));
         }
-        let gpu = gpu::lookup(gpu_text).map_err(|e| {
+        let resolved = gpu::resolve(gpu_text).map_err(|e| {
             InputError::new(format!(
                 "cluster `{}`: unknown GPU `{gpu_text}`",
                 name.trim()
@@ -1016,11 +1049,11 @@ fn parse_pattern(name: &str) -> Option<Result<Cluster, InputError>> {
                 )))
             })?,
         };
-        let mut c = uniform_cluster(&gpu, nodes, gpus_per_node, inter);
+        let mut c = uniform_cluster(&resolved.spec, nodes, gpus_per_node, inter);
         if let Some(t) = bw_text {
             c.name = format!("{}@{}", c.name, t.replace(' ', ""));
         }
-        Ok(c)
+        Ok((c, resolved.note.into_iter().collect()))
     })())
 }
 
@@ -1196,6 +1229,40 @@ nodes = 1
         // Default latencies.
         assert_eq!(c.intra_latency, default_intra_node_latency());
         assert_eq!(c.inter_latency, default_inter_node_latency());
+    }
+
+    #[test]
+    fn ambiguous_gpu_names_come_with_a_note_once() {
+        let src = r#"
+name = "x"
+[[node_group]]
+gpu = "A100"
+gpus_per_node = 8
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "a100"
+gpus_per_node = 8
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "NVIDIA A100-SXM4-80GB"
+gpus_per_node = 8
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+"#;
+        let (c, notes) = parse_cluster_toml_noted(src).unwrap();
+        assert_eq!(c.gpu_types[0].name, "a100-sxm4-40gb");
+        assert_eq!(c.gpu_types[1].name, "a100-sxm4-80gb");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes[0].written, "A100");
+        assert_eq!(notes[0].chosen, "a100-sxm4-40gb");
+        let (_, notes) = catalog_cluster_noted("2x8xV100").unwrap();
+        assert_eq!(notes[0].chosen, "v100-sxm2-16gb");
+        let (_, notes) = catalog_cluster_noted("2x8xv100-sxm2-32gb").unwrap();
+        assert!(notes.is_empty());
+        let (_, notes) = catalog_cluster_noted("t4-v100").unwrap();
+        assert!(notes.is_empty());
     }
 
     #[test]
@@ -1501,6 +1568,60 @@ inter_node_bandwidth = "100 Gbps"
     }
 
     #[test]
+    fn mixed_clusters_join_node_groups_with_plus() {
+        // One bandwidth at the end: every node.
+        let c = catalog_cluster("2x8xa100-80gb+4x8xv100-32gb@100Gbps").unwrap();
+        assert_eq!(c.name, "2x8xa100-sxm4-80gb+4x8xv100-sxm2-32gb@100Gbps");
+        assert_eq!((c.nodes.len(), c.num_gpus()), (6, 48));
+        assert_eq!(c.gpu_types.len(), 2);
+        assert_eq!(c.nodes[1].gpu_type, GpuTypeId(0));
+        assert_eq!(c.nodes[2].gpu_type, GpuTypeId(1));
+        assert_eq!((c.nodes[1].group, c.nodes[2].group), (0, 1));
+        assert!(c
+            .nodes
+            .iter()
+            .all(|n| n.inter_bandwidth == BytesPerSec::gbps(100.0)));
+        // Intra-node links are each GPU's own.
+        assert_eq!(c.nodes[0].intra_bandwidth, BytesPerSec::gb_s(300.0));
+        assert_eq!(c.nodes[5].intra_bandwidth, BytesPerSec::gb_s(150.0));
+        // One per group: each group's nodes; between groups the slower NIC.
+        let c = catalog_cluster("1x8xh100@400Gbps + 2x4xt4@25 GB/s").unwrap();
+        assert_eq!(c.nodes[0].inter_bandwidth, BytesPerSec::gbps(400.0));
+        assert_eq!(c.nodes[1].inter_bandwidth, BytesPerSec::gb_s(25.0));
+        assert_eq!(c.node_pair_bandwidth(0, 1), BytesPerSec::gb_s(25.0));
+        // None: the default; the same GPU twice is one type.
+        let c = catalog_cluster("1x8xt4+2x4xT4").unwrap();
+        assert_eq!(c.gpu_types.len(), 1);
+        assert_eq!(c.node_pair_bandwidth(0, 2), BytesPerSec::gbps(200.0));
+        // Notes from every group.
+        let (_, notes) = catalog_cluster_noted("1x8xA100+1x8xV100").unwrap();
+        assert_eq!(notes.len(), 2);
+    }
+
+    #[test]
+    fn malformed_mixed_clusters_are_errors() {
+        for (name, what) in [
+            ("2x8xa100+", "node group 2 is empty"),
+            ("+2x8xa100", "node group 1 is empty"),
+            ("2x8xa100++1x8xt4", "is empty"),
+            ("2x8xa100@100Gbps+1x8xt4", "has no network bandwidth"),
+            (
+                "2x8xa100@100Gbps+1x8xt4+1x8xt4@1Gbps",
+                "has no network bandwidth",
+            ),
+            ("2x8xa100+dgx-h100", "not of the form"),
+            ("2x8xa100+1x8xh10", "unknown GPU"),
+            ("2x8xa100+1x8xt4@fast", "fast"),
+            ("2x8xa100+0x8xt4", "between 1 and"),
+            ("60000x8xa100+60000x8xt4", "more than"),
+        ] {
+            let e = catalog_cluster(name).unwrap_err();
+            assert!(e.message.contains(what), "{name}: {e}");
+            assert!(e.hint.is_some(), "{name}: {e}");
+        }
+    }
+
+    #[test]
     fn uniform_cluster_is_uniform() {
         let g = gpu::lookup("t4").unwrap();
         let c = uniform_cluster(&g, 3, 4, BytesPerSec::gbps(50.0));
@@ -1526,9 +1647,6 @@ inter_node_bandwidth = "100 Gbps"
             path_at(src, src.find("z").unwrap()).as_deref(),
             Some("t.\"q\".z")
         );
-        assert_eq!(
-            header_offset(src, "g", 1),
-            Some(src.find("[[g]]\n y").unwrap())
-        );
+        assert_eq!(header_offsets(src)["g"][1], src.find("[[g]]\n y").unwrap());
     }
 }

@@ -354,6 +354,11 @@ pub fn averaged_gpu(cluster: &Cluster) -> GpuSpec {
             .iter()
             .map(|(t, _)| t.memory)
             .fold(Bytes(f64::INFINITY), Bytes::min),
+        datasheet_memory_gb: present
+            .iter()
+            .map(|(t, _)| t.datasheet_memory_gb)
+            .min()
+            .unwrap_or(0),
         peak_tensor: FlopPerSec(mean(&|t| t.peak_tensor.get())),
         peak_fp32: FlopPerSec(mean(&|t| t.peak_fp32.get())),
         hbm_bandwidth: BytesPerSec(mean(&|t| t.hbm_bandwidth.get())),

@@ -501,20 +501,17 @@ fn sailor_errors_name_the_entry() {
     assert_eq!(e.line, Some(2));
 }
 
-/// The real file, when the shared data is there (`/work/shared/external/sailor`).
+/// The real files, from the repository's copy of Sailor's data (`data/sailor`, see its
+/// README). A missing file is a failure, not a skip: this test is the only check of the
+/// importer on the whole of Sailor's output.
 #[test]
 fn sailor_real_profiles_import() {
-    let dir = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/external/sailor"
-    );
-    let (Ok(profiles), Ok(info)) = (
-        std::fs::read_to_string(format!("{dir}/profiles_tmp.json")),
-        std::fs::read_to_string(format!("{dir}/llm_info.json")),
-    ) else {
-        eprintln!("skipped: no Sailor data at {dir}");
-        return;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/sailor");
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("{dir}/{f}"))
+            .unwrap_or_else(|e| panic!("{dir}/{f}: {e} (the repository's Sailor data)"))
     };
+    let (profiles, info) = (read("profiles_tmp.json"), read("llm_info.json"));
     let db = import_sailor(&profiles, Some(&info)).unwrap();
     let gpus: std::collections::BTreeSet<&str> =
         db.profiles.iter().map(|p| p.gpu.as_str()).collect();
