@@ -174,6 +174,9 @@ struct SimulateArgs {
     /// Leave out the slowdown of compute and communication running together.
     #[arg(long)]
     no_interference: bool,
+    /// Refuse plans whose task graph would have more tasks than this (memory grows with them).
+    #[arg(long, value_name = "N", default_value_t = sim::DEFAULT_MAX_TASKS)]
+    max_tasks: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -484,12 +487,17 @@ fn simulate(a: SimulateArgs) -> Result<()> {
     let l = load_inputs(&a.inputs)?;
     let opts = SimOptions {
         interference: !a.no_interference,
+        max_tasks: a.max_tasks,
         ..SimOptions::default()
     };
     let (sim, est, source) = with_compute(&a.inputs, &l, |w, compute, est, source| {
         (sim::simulate(w, &l.plan, compute, &opts), est, source)
     });
-    let sim = sim.map_err(|e| CliError::Failure(format!("the simulation failed: {e}")))?;
+    let sim = sim.map_err(|e| match e {
+        // A limit the user can raise: a bad request, not a failure.
+        sim::SimError::TooLarge { .. } => CliError::Usage(format!("{e} (--max-tasks)")),
+        sim::SimError::Engine(_) => CliError::Failure(format!("the simulation failed: {e}")),
+    })?;
     if let Some(path) = &a.trace {
         write_output(
             path,

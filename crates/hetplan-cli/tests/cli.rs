@@ -1103,3 +1103,45 @@ fn unknown_planner_gets_a_hint() {
     let err = bad(&args);
     assert!(err.contains("megatron"), "{err}");
 }
+
+/// A plan whose task graph would be huge is refused at once, naming the limit and the flag that
+/// raises it (issue 9: 2,000,000 micro-batches took minutes and gigabytes; 10⁸ aborted on
+/// allocation).
+#[test]
+fn simulate_refuses_a_huge_task_graph_at_once() {
+    for gbs in ["2000000", "100000000"] {
+        let plan = format!("pp=2,mbs=1,gbs={gbs}");
+        let start = std::time::Instant::now();
+        let err = bad(&[
+            "simulate",
+            "--model",
+            "gpt3-1.3b",
+            "--cluster",
+            "1x2xa100-sxm4-80gb",
+            "--plan",
+            &plan,
+        ]);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            err.contains("over the limit of 4000000") && err.contains("--max-tasks"),
+            "{err}"
+        );
+    }
+    // The flag is honoured: lowered, it refuses a small plan too.
+    let o = hetplan(&[
+        "simulate",
+        "--model",
+        "gpt3-1.3b",
+        "--cluster",
+        "1x2xa100-sxm4-80gb",
+        "--plan",
+        "pp=2,mbs=1,gbs=1000",
+        "--max-tasks",
+        "100",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+}

@@ -7,7 +7,7 @@ use hetplan::model::catalog::catalog_model;
 use hetplan::model::layerlist::parse_layer_list;
 use hetplan::plan::inline::parse_inline_plan;
 use hetplan::plan::validate::validate;
-use hetplan::sim::{simulate, Label, Pass, SimOptions};
+use hetplan::sim::{simulate, Label, Pass, SimError, SimOptions};
 use hetplan::{Cluster, Model, Plan};
 
 mod sim_cases;
@@ -232,6 +232,47 @@ fn the_simulator_does_not_use_the_estimates_communication_times() {
     ] {
         for f in ["collective_time", "p2p_time"] {
             assert!(!src.contains(f), "{file} calls cost::comm::{f}");
+        }
+    }
+}
+
+/// The task count is known before anything is built: an upper bound on what `build` makes,
+/// tight within 2×, and a plan over the limit is refused at once, however large.
+#[test]
+fn the_task_graph_is_bounded_before_it_is_built() {
+    use hetplan::sim::build::{build, task_count};
+    let mut checked = 0;
+    for case in sim_cases::cases() {
+        let (model, cluster, plan) = case.inputs();
+        let w = Workload {
+            model: &model,
+            cluster: &cluster,
+            seq_len: case.seq,
+        };
+        let built = build(w, &plan, &Analytic).graph.tasks.len() as u64;
+        let counted = task_count(&plan);
+        assert!(
+            built <= counted && counted <= 2 * built,
+            "{}: built {built}, counted {counted}",
+            case.plan_name()
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 11);
+    let model = catalog_model("gpt3-1.3b").unwrap();
+    let cluster = catalog_cluster("1x2xa100-80gb").unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 2048,
+    };
+    for gbs in [2_000_000u64, 100_000_000, 1_000_000_000] {
+        let p = plan(&format!("pp=2,mbs=1,gbs={gbs}"), &model, &cluster);
+        match simulate(w, &p, &Analytic, &SimOptions::default()) {
+            Err(SimError::TooLarge { tasks, limit, .. }) => {
+                assert!(tasks > limit && tasks >= 8 * gbs, "{tasks} {limit}")
+            }
+            other => panic!("gbs {gbs}: {:?}", other.map(|s| s.tasks)),
         }
     }
 }

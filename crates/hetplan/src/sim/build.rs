@@ -436,6 +436,58 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// How many tasks `build` makes for `plan`, counted from the plan's shape without building
+/// anything (saturating: a plan with 10⁸ micro-batches answers at once).
+pub fn task_count(plan: &Plan) -> u64 {
+    let depth = plan.pipeline_depth().max(1);
+    let m = plan.micro_batches.max(1);
+    let mut n: u64 = 0;
+    let add = |n: &mut u64, x: u64| *n = n.saturating_add(x);
+    let mul = |a: u64, b: u64| a.saturating_mul(b);
+    for (si, st) in plan.stages.iter().enumerate() {
+        let layers = st.layers.len() as u64;
+        let dp = st.dp as u64;
+        // Per pass: its compute (per layer where split), the TP all-reduces after each, offload.
+        let per = |split: bool| {
+            let units = if split { layers } else { 1 };
+            let tp = if st.tp > 1 { 2 } else { 1 };
+            mul(units, tp) + u64::from(!st.offload.is_none())
+        };
+        for r in 0..st.dp as usize {
+            let steps = st.replica_steps(r, m).0;
+            let passes = mul(steps, 2);
+            if st.dp > 1 && st.zero >= 2 {
+                add(&mut n, mul(passes, per(true)));
+            } else if st.dp > 1 {
+                add(
+                    &mut n,
+                    mul(passes - 1, per(false)).saturating_add(per(true)),
+                );
+            } else {
+                add(&mut n, mul(passes, per(false)));
+            }
+        }
+        if st.dp > 1 {
+            // ZeRO-3 gathers (both passes) and ZeRO-2/3 reduce-scatters per layer and
+            // micro-batch; gradient buckets; the parameter gather.
+            let zero = match st.zero {
+                3 => 3,
+                2 => 1,
+                _ => 0,
+            };
+            add(&mut n, mul(mul(m, layers), zero).saturating_add(layers + 1));
+        }
+        // Sends to the next chunk: at most one per pair of replicas whose samples overlap.
+        if let Some(nx) = plan.stages.get(si + 1) {
+            add(&mut n, mul(mul(m, 2), dp + nx.dp as u64));
+        }
+    }
+    // Optimizer steps and the tied-embedding all-reduces.
+    let executors: u64 = plan.stages[..depth].iter().map(|s| s.dp as u64).sum();
+    add(&mut n, mul(executors, 2));
+    n
+}
+
 /// Builds the task graph of one iteration.
 pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built {
     let depth = plan.pipeline_depth().max(1);

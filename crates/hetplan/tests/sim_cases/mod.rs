@@ -9,6 +9,7 @@ use hetplan::model::catalog::catalog_model;
 use hetplan::plan::inline::parse_inline_plan;
 use hetplan::plan::validate::{parse_plan_json, validate};
 use hetplan::sim::{simulate, SimOptions};
+use hetplan::{Cluster, Model, Plan};
 
 /// A cluster: a catalog name or a TOML file's text.
 pub enum ClusterIn {
@@ -175,7 +176,8 @@ impl Case {
         }
     }
 
-    pub fn run(&self) -> Row {
+    /// The case's model, cluster and validated plan.
+    pub fn inputs(&self) -> (Model, Cluster, Plan) {
         let model = catalog_model(self.model).unwrap();
         let cluster = match self.cluster {
             ClusterIn::Catalog(n) => catalog_cluster(n).unwrap(),
@@ -186,6 +188,11 @@ impl Case {
             PlanIn::Json(_, j) => parse_plan_json(j).unwrap(),
         };
         validate(&plan, &model, &cluster).unwrap();
+        (model, cluster, plan)
+    }
+
+    pub fn run(&self) -> Row {
+        let (model, cluster, plan) = self.inputs();
         let w = Workload {
             model: &model,
             cluster: &cluster,
