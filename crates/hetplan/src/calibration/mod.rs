@@ -468,27 +468,6 @@ pub fn check(rows: &[Row]) -> Result<Report, InputError> {
 mod tests {
     use super::*;
 
-    fn print(r: &Report) {
-        for c in &r.rows {
-            eprintln!(
-                "{:>5} {:>6} {:>3} mbs{:>4} ck{:>6} meas {:>8.0} est {:>8.0} err {:>6.1}% mem {:.2}",
-                c.row.model,
-                c.row.seq,
-                c.row.gpus,
-                c.row.mbs,
-                c.row.ckpt,
-                c.row.tokens_per_s_per_gpu,
-                c.estimated_tokens_per_s_per_gpu,
-                c.error * 100.0,
-                c.memory_fraction
-            );
-        }
-        eprintln!(
-            "median {:.3} worst {:.3}",
-            r.median_abs_error, r.worst_abs_error
-        );
-    }
-
     /// The held-out tables (`data/validation/`), never used to set a constant.
     const HELD_OUT: &[(&str, &str)] = &[
         (
@@ -504,16 +483,6 @@ mod tests {
             include_str!("../../../../data/validation/llm_foundry_h100_80gb.csv"),
         ),
     ];
-
-    #[test]
-    #[ignore = "prints tables; run with --ignored --nocapture"]
-    fn print_all() {
-        print(&check(&parse_csv(BUILTIN_CSV).unwrap()).unwrap());
-        for (f, src) in HELD_OUT {
-            eprintln!("== {f}");
-            print(&check(&parse_csv(src).unwrap()).unwrap());
-        }
-    }
 
     /// Generalisation to other GPUs and sizes, on data no constant was set from. Bounds sit just
     /// above today's medians (docs/validation.md) so that a regression fails.

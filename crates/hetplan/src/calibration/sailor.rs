@@ -369,30 +369,6 @@ mod tests {
         assert!(e.message.starts_with("OPT-350_x.json"), "{e}");
     }
 
-    #[test]
-    #[ignore = "prints the table; run with --ignored --nocapture"]
-    fn sailor_print() {
-        let (db, runs) = data();
-        let r = check_sailor(&runs, &db).unwrap();
-        for c in &r.runs {
-            eprintln!(
-                "{:40} meas {:7.3} est {:7.3} err {:6.1}%  mem {:5.1} est {:5.1} GiB err {:6.1}%",
-                c.file,
-                c.measured_iteration_s,
-                c.estimated_iteration_s,
-                c.time_error * 100.0,
-                c.measured_max_mem_bytes / 1073741824.0,
-                c.estimated_max_mem_bytes / 1073741824.0,
-                c.memory_error * 100.0
-            );
-        }
-        eprintln!("skipped {:?}", r.skipped);
-        eprintln!(
-            "time {:?} memory {:?}",
-            r.mean_abs_time_error, r.mean_abs_memory_error
-        );
-    }
-
     /// Iteration-time accuracy on the GH200 runs (Sailor's own simulator: 8.9% for OPT-350,
     /// 18.5% for GPT-Neo mean absolute error). Bounds are set just above what the model reaches
     /// today (docs/validation.md), so that a regression fails.
