@@ -9,10 +9,7 @@ fn main() {
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     for case in sim_cases::cases() {
         let row = case.run();
-        let why = match case.known {
-            Some((_, cause)) => cause,
-            None => case.why,
-        };
+        let (_, why) = case.bound();
         println!(
             "| {} | {} | `{}` | {:.4} | {:.4} | {:+.1}% | {} |",
             row.model,

@@ -284,7 +284,7 @@ fn the_validation_table_agrees() {
     let mut checked = 0;
     for case in sim_cases::cases() {
         let row = case.run();
-        let (bound, why) = case.known.unwrap_or((sim_cases::AGREE, case.why));
+        let (bound, why) = case.bound();
         assert!(
             row.difference().abs() <= bound,
             "{} on {} with {}: estimate {:.4} s, simulation {:.4} s ({:+.1}%, bound {:.0}%: {why})",

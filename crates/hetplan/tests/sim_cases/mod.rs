@@ -164,6 +164,11 @@ pub fn cases() -> Vec<Case> {
 }
 
 impl Case {
+    /// How far simulation and estimate may part on this row, and why.
+    pub fn bound(&self) -> (f64, &'static str) {
+        self.known.unwrap_or((AGREE, self.why))
+    }
+
     pub fn cluster_name(&self) -> &'static str {
         match self.cluster {
             ClusterIn::Catalog(n) | ClusterIn::Toml(n, _) => n,
