@@ -261,7 +261,8 @@ struct Ctx<'a> {
     elem: f64,
     pg_bytes: f64,
     gg_bytes: f64,
-    nic: NicLoad,
+    /// Built on first use: `layer_costs` (the simulator's per-replica call) does not need it.
+    nic: std::cell::OnceCell<NicLoad>,
 }
 
 impl<'a> Ctx<'a> {
@@ -275,13 +276,13 @@ impl<'a> Ctx<'a> {
             elem: plan.precision.element_bytes(),
             pg_bytes,
             gg_bytes,
-            nic: NicLoad::of(
-                w.model,
-                plan,
-                w.model.tokens_per_sample(w.seq_len) as f64,
-                plan.precision.element_bytes(),
-            ),
+            nic: std::cell::OnceCell::new(),
         }
+    }
+
+    fn nic(&self) -> &NicLoad {
+        self.nic
+            .get_or_init(|| NicLoad::of(self.w.model, self.plan, self.tokens_per_sample, self.elem))
     }
 }
 
@@ -465,7 +466,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         let out = model.layers[st.layers.end - 1].output_bytes_per_token;
         let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
         let to = nx.replica(r % nx.dp.max(1) as usize)[0];
-        let load = ctx.nic.slowdown(si, true, devs[0], to, bytes.get());
+        let load = ctx.nic().slowdown(si, true, devs[0], to, bytes.get());
         rt.p2p += p2p_time(cluster, devs[0], to, bytes, load).get();
     }
     if si > 0 {
@@ -473,7 +474,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         let out = model.layers[st.layers.start - 1].output_bytes_per_token;
         let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
         let to = pv.replica(r % pv.dp.max(1) as usize)[0];
-        let load = ctx.nic.slowdown(si, false, devs[0], to, bytes.get());
+        let load = ctx.nic().slowdown(si, false, devs[0], to, bytes.get());
         rt.p2p += p2p_time(cluster, devs[0], to, bytes, load).get();
     }
     let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
@@ -598,7 +599,7 @@ fn end_of_iteration(
     let members = members_per_node(&group);
     let rings = |node: u32| {
         let here = members.get(&node).copied().unwrap_or(0);
-        (here * ctx.nic.dp_rings.get(&node).copied().unwrap_or(0)).max(conc(node))
+        (here * ctx.nic().dp_rings.get(&node).copied().unwrap_or(0)).max(conc(node))
     };
     let time = |b: Bytes, c: Collective| collective_time(cluster, &group, b, c, &rings).get();
     // Gradient reduction after the last backward, bucketed so that it overlaps that backward
@@ -633,7 +634,7 @@ fn end_of_iteration(
         let other = &plan.stages[if si == 0 { last } else { 0 }];
         let pair = [st.replica(0)[0], other.replica(0)[0]];
         let bytes = Bytes(tied_params / st.tp.max(1) as f64 * ctx.gg_bytes);
-        let pairs = |node: u32| ctx.nic.tied.get(&node).copied().unwrap_or(0);
+        let pairs = |node: u32| ctx.nic().tied.get(&node).copied().unwrap_or(0);
         collective_time(cluster, &pair, bytes, Collective::AllReduce, &pairs).get()
     } else {
         0.0

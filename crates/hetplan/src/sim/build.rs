@@ -22,7 +22,7 @@ use crate::cost::constants as k;
 use crate::cost::{self, ComputeTimes, LayerCost, Workload};
 use crate::plan::{Plan, Schedule, Stage};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Forward or backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -104,7 +104,7 @@ impl Label {
 }
 
 /// Which way a transfer crosses a full-duplex link.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Direction {
     Out,
@@ -112,7 +112,7 @@ pub enum Direction {
 }
 
 /// A resource flows share. Links are full duplex: each direction is its own resource.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Resource {
     /// A GPU's link inside its node (NVLink or PCIe peer), one direction.
@@ -150,7 +150,8 @@ struct Builder<'a> {
     resources: Vec<Resource>,
     /// Capacity of each resource, bytes per second.
     capacity: Vec<f64>,
-    resource_ids: BTreeMap<String, usize>,
+    /// Lookups only (ids follow first use), so a hash map's order never shows.
+    resource_ids: HashMap<Resource, usize>,
     /// (physical stage, replica) → executor.
     exec_of: BTreeMap<(usize, usize), usize>,
     executors: Vec<Executor>,
@@ -246,8 +247,7 @@ fn sample_ranges(st: &Stage) -> Vec<(u64, u64)> {
 
 impl<'a> Builder<'a> {
     fn resource(&mut self, r: Resource) -> usize {
-        let key = format!("{r:?}");
-        if let Some(&id) = self.resource_ids.get(&key) {
+        if let Some(&id) = self.resource_ids.get(&r) {
             return id;
         }
         let cluster = self.w.cluster;
@@ -268,9 +268,9 @@ impl<'a> Builder<'a> {
             Resource::HostLink { gpu } => cluster.gpu(*gpu).pcie_bandwidth.get(),
         };
         let id = self.resources.len();
-        self.resources.push(r);
+        self.resources.push(r.clone());
         self.capacity.push(capacity);
-        self.resource_ids.insert(key, id);
+        self.resource_ids.insert(r, id);
         id
     }
 
@@ -505,7 +505,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         labels: Vec::new(),
         resources: Vec::new(),
         capacity: Vec::new(),
-        resource_ids: BTreeMap::new(),
+        resource_ids: HashMap::new(),
         exec_of: BTreeMap::new(),
         executors: Vec::new(),
         last: Vec::new(),
