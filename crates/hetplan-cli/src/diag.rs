@@ -375,8 +375,9 @@ fn input_diag(origin: Option<&Origin>, e: &InputError) -> Diag {
 }
 
 /// Messages and hints longer than this many characters are cut in the middle: a 50 MB
-/// argument or field value must not be echoed whole.
-const MAX_MESSAGE: usize = 400;
+/// argument or field value must not be echoed whole, but a planner's explanation of why nothing
+/// fits (several hundred characters) must be.
+const MAX_MESSAGE: usize = 1000;
 
 /// At most this many characters of a source line are shown, around the error's column.
 const WINDOW_BEFORE: usize = 60;

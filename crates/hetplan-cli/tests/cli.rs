@@ -1145,3 +1145,30 @@ fn simulate_refuses_a_huge_task_graph_at_once() {
     ]);
     assert_eq!(o.code, 2, "{}", o.stderr);
 }
+
+/// A plan that does not fit is never an answer (issue 9: AMP's choice was out of memory on 9 of
+/// 10 realistic problems and `plan` exited 0): where nothing fits, `plan` exits 1 with the
+/// smallest shortfall and what to allow.
+#[test]
+fn plan_exits_1_with_the_shortfall_when_nothing_fits() {
+    let o = hetplan(&[
+        "plan",
+        "--model",
+        "gpt3-13b",
+        "--cluster",
+        "1x4xt4",
+        "--gbs",
+        "8",
+        "--algo",
+        "amp",
+    ]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    assert!(
+        o.stderr.contains("needs ")
+            && o.stderr.contains("GiB on a 14.57 GiB t4 (n0g")
+            && o.stderr.contains("allow ZeRO-3"),
+        "{}",
+        o.stderr
+    );
+}

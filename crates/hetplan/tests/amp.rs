@@ -536,14 +536,25 @@ inter_node_bandwidth = "400 Gbps"
     for i in (0..o.ranked.len()).filter(|i| !oom.contains(i)) {
         assert!(!note.contains(&format!("#{} ", i + 1)), "{note}");
     }
-    // The top plan is AMP's pick even so, and the note names one that fits.
-    assert!(!o.ranked[0].fits);
-    assert!(!o.estimate.fits);
-    assert_eq!(o.plan, o.ranked[0].plan);
+    // AMP's own pick is its top plan even so, and its note names one that fits...
+    let own = Amp.find(&p, &mut Search::unbounded()).unwrap();
+    assert!(!own.estimate.fits);
+    assert_eq!(own.plan, own.ranked[0].plan);
     let fits = o.ranked.iter().position(|r| r.fits).unwrap();
     assert!(
         o.notes.iter().any(|n| n.contains("top-ranked plan")
             && n.contains(&format!("the best-ranked plan that fits is #{} ", fits + 1))),
+        "{:?}",
+        o.notes
+    );
+    // ...but a plan that does not fit is never an answer (issue 9): the answer is that one.
+    assert!(!o.ranked[0].fits);
+    assert!(o.estimate.fits);
+    assert_eq!(o.plan, o.ranked[fits].plan);
+    assert!(
+        o.notes
+            .iter()
+            .any(|n| n.contains("first choice does not fit (needs ")),
         "{:?}",
         o.notes
     );

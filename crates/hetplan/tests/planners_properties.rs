@@ -2,7 +2,7 @@
 //! `tests/proptest.rs` is the model): small random clusters (one to three node groups of
 //! different GPU types, uneven nodes, slow or fast networks) and small random GPT models. On each:
 //! no planner's plan that lies inside the oracle's space beats the oracle; every plan a planner
-//! returns is valid for the problem; same input, same plan. A second test asserts that the
+//! returns is valid for the problem and fits; same input, same plan. A second test asserts that the
 //! generator yields varied problems, so that the first cannot pass on one shape repeated.
 //!
 //! `PROPTEST_CASES` sets the number of problems (default 12: about a minute in debug on two
@@ -151,17 +151,24 @@ fn no_planner_beats_the_oracle_in_its_space() {
             let Ok(o) = planner.plan(&p, &mut Search::unbounded()) else {
                 continue;
             };
-            // What a planner returns is a plan for this problem.
+            // What a planner returns is a plan for this problem, and it fits.
             prop_assert!(
                 validate(&o.plan, &model, &cluster).is_ok(),
                 "{} returned an invalid plan {}",
                 planner.name(),
                 o.plan.summary()
             );
+            prop_assert!(
+                o.estimate.fits,
+                "{} returned {}, which does not fit: {:?}",
+                planner.name(),
+                o.plan.summary(),
+                o.estimate.notes
+            );
             // Same input, same plan.
             let again = planner.plan(&p, &mut Search::unbounded()).unwrap();
             prop_assert_eq!(&o.plan, &again.plan, "{}", planner.name());
-            if !(o.estimate.fits && in_oracle_space(&o.plan, &cluster)) {
+            if !in_oracle_space(&o.plan, &cluster) {
                 continue;
             }
             // The oracle finds a fitting plan wherever a planner does in its space, and nobody

@@ -844,7 +844,7 @@ impl Planner for Amp {
          layer-assignment DP, ranked by AMP's cost model (no memory model)"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,

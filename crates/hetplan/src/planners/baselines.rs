@@ -210,7 +210,7 @@ impl Planner for Megatron {
          smallest tp×pp that fits, dp fills the rest, even layer split, Megatron placement"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,
@@ -491,7 +491,7 @@ impl Planner for AlpaAverage {
          real cluster"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,
@@ -705,7 +705,7 @@ impl Planner for DataParallel {
          checkpointing only if none fits), the largest micro-batch that fits"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,

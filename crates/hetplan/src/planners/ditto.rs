@@ -960,7 +960,7 @@ impl Planner for Ditto {
         "Ditto (Zhu et al.): node folding into a virtual homogeneous cluster, Oobleck's pipeline templates, greedy and DP recovery"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,
@@ -1460,7 +1460,7 @@ impl Planner for DittoExhaustive {
         "Ditto's optimal baseline (§3): Oobleck's divide and conquer over every per-type GPU split (small clusters)"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,

@@ -173,7 +173,7 @@ impl Planner for Metis {
          DP-first DFS with OOM-driven TP escalation, capacity-aware load balancing, Eq. 1"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,

@@ -22,7 +22,7 @@ use crate::cluster::Cluster;
 use crate::cost::{ComputeTimes, Estimate};
 use crate::model::Model;
 use crate::plan::{Engine, Plan, Precision};
-use crate::units::Seconds;
+use crate::units::{Bytes, Seconds};
 use serde::Serialize;
 
 /// What to plan for.
@@ -253,8 +253,74 @@ pub trait Planner {
     fn name(&self) -> &'static str;
     /// One line: what it is and where it comes from.
     fn description(&self) -> &'static str;
-    fn plan(&self, problem: &Problem<'_>, search: &mut Search<'_>)
+    /// The planner's own search: its best plan as its own cost model ranks them, which may
+    /// not fit in memory by hetplan's estimate (AMP has no memory model, Metis's and Ditto's
+    /// differ from hetplan's).
+    fn find(&self, problem: &Problem<'_>, search: &mut Search<'_>)
         -> Result<Outcome, PlannerError>;
+
+    /// The planner's answer: what `find` returns, held to one rule for every planner — a plan
+    /// that does not fit is never an answer. When `find`'s choice does not fit, the planner's
+    /// best-ranked plan that does is returned (and the note says so); when none does, the
+    /// answer is `Infeasible` with the smallest shortfall.
+    fn plan(
+        &self,
+        problem: &Problem<'_>,
+        search: &mut Search<'_>,
+    ) -> Result<Outcome, PlannerError> {
+        only_plans_that_fit(self.find(problem, search)?, problem)
+    }
+}
+
+/// `Planner::plan`'s rule, written once for every planner.
+fn only_plans_that_fit(out: Outcome, problem: &Problem<'_>) -> Result<Outcome, PlannerError> {
+    if out.estimate.fits {
+        return Ok(out);
+    }
+    let shortfall = shortfall(&out.estimate);
+    let fallback = out
+        .ranked
+        .iter()
+        .filter(|r| r.fits)
+        .find_map(|r| common::evaluate(problem, &r.plan).map(|e| (r.plan.clone(), e)))
+        .filter(|(_, e)| e.fits);
+    match fallback {
+        Some((plan, estimate)) => {
+            let mut notes = out.notes;
+            notes.push(format!(
+                "its first choice does not fit ({shortfall}); this is its best-ranked plan that does"
+            ));
+            Ok(Outcome {
+                plan,
+                estimate,
+                notes,
+                ..out
+            })
+        }
+        None => Err(PlannerError::Infeasible(format!(
+            "its best candidate does not fit: {shortfall}; allow ZeRO-3, activation checkpointing \
+             or offloading (`--algo mist` searches them), or use a smaller micro-batch"
+        ))),
+    }
+}
+
+/// "needs 44.4 GiB on a 16.0 GiB v100-sxm2-16gb (n1g2, stage 0)": the GPU furthest over its
+/// capacity.
+pub fn shortfall(e: &Estimate) -> String {
+    match e.per_gpu.iter().filter(|g| !g.fits).max_by(|a, b| {
+        (a.peak_memory_bytes - a.capacity_bytes)
+            .total_cmp(&(b.peak_memory_bytes - b.capacity_bytes))
+    }) {
+        Some(g) => format!(
+            "needs {} on a {} {} ({}, stage {})",
+            Bytes(g.peak_memory_bytes),
+            Bytes(g.capacity_bytes),
+            g.gpu_type,
+            g.gpu,
+            g.stage
+        ),
+        None => "it does not fit".to_string(),
+    }
 }
 
 /// Every planner, in listing order.

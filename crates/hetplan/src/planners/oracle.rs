@@ -192,7 +192,7 @@ impl Planner for Oracle {
         "exhaustive search of the Metis/AMP space under hetplan's cost model (small problems)"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,

@@ -746,7 +746,7 @@ impl Planner for Poplar {
          escalation"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,

@@ -506,7 +506,7 @@ impl Planner for Mist {
          parallelism; intra-stage Pareto frontiers joined by an imbalance-aware MILP"
     }
 
-    fn plan(
+    fn find(
         &self,
         problem: &Problem<'_>,
         search: &mut Search<'_>,
