@@ -25,12 +25,14 @@ impl Clock for WallClock {
     }
 }
 
-/// A spinner on stderr when it is a terminal; nothing otherwise.
+/// A spinner on stderr when it is a terminal; one line when the search starts otherwise.
 struct Bar(Option<ProgressBar>);
 
 impl Bar {
     fn new(what: &str) -> Bar {
         if !std::io::stderr().is_terminal() {
+            // Off a terminal, one line a search, so a log shows what ran (progress on stderr).
+            eprintln!("{what}: searching");
             return Bar(None);
         }
         let pb = ProgressBar::new_spinner();
@@ -81,12 +83,14 @@ pub struct ProblemArgs {
     /// Measured layer times to use where they exist (a profile database).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<String>,
-    /// Stop each search after this long (e.g. `30s`, `2 min`); the best plan so far is kept.
-    #[arg(long, value_name = "DURATION")]
-    pub time_limit: Option<String>,
-    /// Stop each search after evaluating this many candidates.
-    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
-    pub max_nodes: u64,
+    /// Stop each search after this long (e.g. `30s`, `2 min`; `none` for no time limit); the
+    /// best plan so far is kept. `compare` gives each planner this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub time_limit: String,
+    /// Stop each search after evaluating this many candidates. Default: no node limit while a
+    /// time limit governs; 10,000,000 with `--time-limit none`.
+    #[arg(long, value_name = "N")]
+    pub max_nodes: Option<u64>,
     /// Largest tensor-parallel degree to consider.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub max_tp: u32,
@@ -140,18 +144,27 @@ fn load(a: &ProblemArgs) -> Result<LoadedProblem> {
     })
 }
 
+/// The node limit when no time limit bounds a search.
+const UNTIMED_MAX_NODES: u64 = 10_000_000;
+
+/// The search limits: the time limit governs (no node limit unless one is asked for); with
+/// `--time-limit none`, the node limit bounds the search instead.
 fn limits(a: &ProblemArgs) -> Result<Limits> {
-    let time = match &a.time_limit {
-        Some(t) => Some(
+    let t = a.time_limit.trim();
+    let time = if t.eq_ignore_ascii_case("none") {
+        None
+    } else {
+        Some(
             t.parse::<Seconds>()
                 .map_err(|e| CliError::Usage(format!("--time-limit {t}: {e}")))?,
-        ),
-        None => None,
+        )
     };
-    Ok(Limits {
-        max_nodes: Some(a.max_nodes),
-        time,
-    })
+    let max_nodes = match (a.max_nodes, time) {
+        (Some(n), _) => Some(n),
+        (None, Some(_)) => None,
+        (None, None) => Some(UNTIMED_MAX_NODES),
+    };
+    Ok(Limits { max_nodes, time })
 }
 
 /// Runs one planner with the wall clock and a spinner; returns the outcome and the search time.
@@ -159,9 +172,10 @@ fn run_planner(
     planner: &dyn Planner,
     problem: &Problem<'_>,
     limits: Limits,
+    what: &str,
 ) -> (std::result::Result<Outcome, planners::PlannerError>, f64) {
     let clock = WallClock(Instant::now());
-    let bar = Bar::new(planner.name());
+    let bar = Bar::new(what);
     let mut search = Search::new(limits, &clock, &bar);
     let out = planner.plan(problem, &mut search);
     bar.finish();
@@ -228,7 +242,9 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     let l = load(&a.problem)?;
     let planner = planners::by_name(&a.algo).map_err(CliError::Usage)?;
     let limits = limits(&a.problem)?;
-    let (out, secs) = with_problem(&l, &a.problem, |p| run_planner(planner.as_ref(), p, limits));
+    let (out, secs) = with_problem(&l, &a.problem, |p| {
+        run_planner(planner.as_ref(), p, limits, planner.name())
+    });
     let outcome = out.map_err(|e| CliError::Failure(format!("{}: {e}", planner.name())))?;
     if let Some(path) = &a.output {
         let json = serde_json::to_string_pretty(&outcome.plan)
@@ -321,10 +337,13 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     let l = load(&a.problem)?;
     let limits = limits(&a.problem)?;
     let rows: Vec<CompareRow> = with_problem(&l, &a.problem, |p| {
-        planners::all()
-            .into_iter()
-            .map(|planner| {
-                let (out, secs) = run_planner(planner.as_ref(), p, limits);
+        let all = planners::all();
+        let n = all.len();
+        all.into_iter()
+            .enumerate()
+            .map(|(i, planner)| {
+                let what = format!("[{}/{n}] {}", i + 1, planner.name());
+                let (out, secs) = run_planner(planner.as_ref(), p, limits, &what);
                 match out {
                     Ok(o) => {
                         let w = Workload {
@@ -475,4 +494,37 @@ pub fn scenarios(a: ScenariosArgs) -> Result<()> {
         ));
     }
     crate::emit(&o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        problem: ProblemArgs,
+    }
+
+    fn limits_of(args: &[&str]) -> Limits {
+        let mut all = vec!["hetplan", "--scenario", "ditto-ex1"];
+        all.extend_from_slice(args);
+        limits(&Cli::parse_from(all).problem).unwrap()
+    }
+
+    /// The time limit governs (issue 9: a silent 10 M-node default stopped Metis after 34 s of
+    /// a 120 s budget); a node limit applies when asked for, or when no time limit bounds the
+    /// search.
+    #[test]
+    fn the_time_limit_governs_unless_a_node_limit_is_asked_for() {
+        let l = limits_of(&[]);
+        assert_eq!((l.time, l.max_nodes), (Some(Seconds(30.0)), None));
+        let l = limits_of(&["--time-limit", "120s"]);
+        assert_eq!((l.time, l.max_nodes), (Some(Seconds(120.0)), None));
+        let l = limits_of(&["--time-limit", "120s", "--max-nodes", "5"]);
+        assert_eq!((l.time, l.max_nodes), (Some(Seconds(120.0)), Some(5)));
+        let l = limits_of(&["--time-limit", "none"]);
+        assert_eq!((l.time, l.max_nodes), (None, Some(UNTIMED_MAX_NODES)));
+    }
 }

@@ -228,3 +228,26 @@ fn bad_inputs_are_errors_not_panics() {
         }
     }
 }
+
+/// Each of ditto-exhaustive's own caps is named when it stops the search (issue 9: the memo's
+/// memory cap was reported as a node limit).
+#[test]
+fn ditto_exhaustive_names_the_cap_that_stopped_it() {
+    let s = scen(1);
+    let p = problem(&s.model, &s.cluster, s.global_batch, s.seq_len);
+    let stop = |planner: DittoExhaustive| match planner.plan(&p, &mut Search::unbounded()) {
+        Ok(o) => o.stop_reason,
+        Err(PlannerError::Stopped(r)) => r,
+        Err(e) => panic!("{e}"),
+    };
+    let memory = DittoExhaustive {
+        max_memo_bytes: 1024,
+        ..DittoExhaustive::default()
+    };
+    assert_eq!(stop(memory), StopReason::MemoryLimit);
+    let nodes = DittoExhaustive {
+        max_nodes: 100,
+        ..DittoExhaustive::default()
+    };
+    assert_eq!(stop(nodes), StopReason::NodeLimit);
+}

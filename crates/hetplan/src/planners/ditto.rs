@@ -99,7 +99,7 @@
 //! Implementation: the memo is dense, one row of slots per `(S', u, v)` indexed by the count
 //! vector `x` in mixed radix (`index(x − x') = index(x) − index(x')`, so both halves of a split
 //! are walks of two rows), allocated when first reached and capped at 4 GiB (reaching it stops
-//! like the node cap); the sub-vectors both halves can hold are filtered once per `s`. The
+//! the search like the node cap, with `StopReason::MemoryLimit`); the sub-vectors both halves can hold are filtered once per `s`. The
 //! recursion, its candidate order, the strict-`<` tie-breaking and the ticks are those of the
 //! first hash-map version, kept as a reference in a unit test that checks every memo entry and
 //! the explored count are identical. Release, shared 2-core container, `DITTO_BUDGET_S=60
@@ -177,6 +177,8 @@ pub struct DittoExhaustive {
     /// Its own cap on explored nodes, on top of the caller's limits: Eq. 4 is exponential in
     /// the number of GPU types. 20 M nodes take a few seconds in a release build.
     pub max_nodes: u64,
+    /// Its cap on the memo's memory (`StopReason::MemoryLimit` when reached).
+    pub max_memo_bytes: usize,
     pub micro_batch: Option<u64>,
 }
 
@@ -184,6 +186,7 @@ impl Default for DittoExhaustive {
     fn default() -> Self {
         DittoExhaustive {
             max_nodes: 20_000_000,
+            max_memo_bytes: MAX_MEMO_BYTES,
             micro_batch: None,
         }
     }
@@ -1263,8 +1266,10 @@ struct Exhaustive<'m, 'p> {
     rows: Vec<Option<Box<[Slot]>>>,
     solved: usize,
     memo_bytes: usize,
+    max_memo_bytes: usize,
     cap: u64,
-    capped: bool,
+    /// The planner's own cap that stopped the search (nodes or memo memory), if any.
+    capped: Option<StopReason>,
 }
 
 /// The most memory the exhaustive search's memo may take; reaching it stops the search like
@@ -1272,7 +1277,7 @@ struct Exhaustive<'m, 'p> {
 const MAX_MEMO_BYTES: usize = 4 << 30;
 
 impl<'m, 'p> Exhaustive<'m, 'p> {
-    fn new(m: &'m Model<'p>, radix: Radix, cap: u64) -> Exhaustive<'m, 'p> {
+    fn new(m: &'m Model<'p>, radix: Radix, cap: u64, max_memo_bytes: usize) -> Exhaustive<'m, 'p> {
         let l1 = m.layers + 1;
         let max_sp = m.gpus.min(m.layers);
         Exhaustive {
@@ -1282,8 +1287,9 @@ impl<'m, 'p> Exhaustive<'m, 'p> {
             rows: vec![None; (max_sp + 1) * l1 * l1],
             solved: 0,
             memo_bytes: 0,
+            max_memo_bytes,
             cap,
-            capped: false,
+            capped: None,
         }
     }
 
@@ -1300,7 +1306,7 @@ impl<'m, 'p> Exhaustive<'m, 'p> {
 
     fn tick(&mut self, search: &mut Search<'_>) -> bool {
         if search.explored() >= self.cap {
-            self.capped = true;
+            self.capped = Some(StopReason::NodeLimit);
             return false;
         }
         search.tick()
@@ -1324,8 +1330,8 @@ impl<'m, 'p> Exhaustive<'m, 'p> {
             // The dense rows' memory is capped like the node count (the 256-GPU cluster has
             // 545k count vectors: 22 MB a row).
             let bytes = self.radix.digits.len() * std::mem::size_of::<Slot>();
-            if self.memo_bytes + bytes > MAX_MEMO_BYTES {
-                self.capped = true;
+            if self.memo_bytes + bytes > self.max_memo_bytes {
+                self.capped = Some(StopReason::MemoryLimit);
                 return Err(());
             }
             self.memo_bytes += bytes;
@@ -1467,14 +1473,14 @@ impl Planner for DittoExhaustive {
     ) -> Result<Outcome, PlannerError> {
         let models = stage_models(problem, self.micro_batch)?;
         let mut cands = Vec::new();
-        let mut capped = false;
+        let mut capped: Option<StopReason> = None;
         let mut states = 0usize;
         'outer: for m in &models {
             let full: Vec<usize> = m.types.iter().map(|t| t.gpus.len()).collect();
             let per_node: Vec<usize> = m.types.iter().map(|t| t.per_node).collect();
             let radix = Radix::new(&full, &per_node);
             let top = radix.index(&full);
-            let mut ex = Exhaustive::new(m, radix, self.max_nodes);
+            let mut ex = Exhaustive::new(m, radix, self.max_nodes, self.max_memo_bytes);
             for sp in 1..=m.gpus.min(m.layers) {
                 if !ex.radix.feasible(sp, top) {
                     continue;
@@ -1492,7 +1498,7 @@ impl Planner for DittoExhaustive {
                     }
                     Ok(()) => {}
                     Err(()) => {
-                        capped |= ex.capped;
+                        capped = capped.or(ex.capped);
                         states += ex.solved;
                         break 'outer;
                     }
@@ -1503,11 +1509,7 @@ impl Planner for DittoExhaustive {
         for c in &cands {
             search.offer(Seconds(c.cost));
         }
-        let stop = if capped {
-            StopReason::NodeLimit
-        } else {
-            search.stop_reason()
-        };
+        let stop = capped.unwrap_or_else(|| search.stop_reason());
         let notes = vec![format!(
             "{} subproblems T(S', u, v, x) solved over {} micro-batch size(s){}",
             states,
@@ -1753,7 +1755,8 @@ inter_node_bandwidth = "100 Gbps"
             let full: Vec<usize> = m.types.iter().map(|t| t.gpus.len()).collect();
             let per_node: Vec<usize> = m.types.iter().map(|t| t.per_node).collect();
             let top = Radix::new(&full, &per_node).index(&full);
-            let mut dense = Exhaustive::new(&m, Radix::new(&full, &per_node), u64::MAX);
+            let mut dense =
+                Exhaustive::new(&m, Radix::new(&full, &per_node), u64::MAX, MAX_MEMO_BYTES);
             let mut reference = RefExhaustive {
                 m: &m,
                 radix: Radix::new(&full, &per_node),

@@ -115,6 +115,9 @@ pub enum StopReason {
     NodeLimit,
     /// The time budget ran out; the best plan so far is returned.
     TimeLimit,
+    /// The search's memory cap was reached (Ditto's exhaustive memo); the best plan so far is
+    /// returned.
+    MemoryLimit,
 }
 
 impl std::fmt::Display for StopReason {
@@ -123,6 +126,7 @@ impl std::fmt::Display for StopReason {
             StopReason::Exhausted => "exhausted",
             StopReason::NodeLimit => "node limit",
             StopReason::TimeLimit => "time limit",
+            StopReason::MemoryLimit => "memory limit",
         })
     }
 }
