@@ -433,9 +433,21 @@ fn with_compute<T>(
     then(w, compute, est, render::ComputeSource { description })
 }
 
+/// Says on stderr that a plan does not fit, with the estimate's reasons (the output says it
+/// too: `fits` in JSON, the memory line in text).
+fn warn_if_it_does_not_fit(est: &Estimate) {
+    if !est.fits {
+        eprintln!("warning: this plan does not fit in memory; it would not run");
+        for n in est.notes.iter().filter(|n| n.contains("out of memory")) {
+            eprintln!("  {n}");
+        }
+    }
+}
+
 fn estimate(a: EstimateArgs) -> Result<()> {
     let l = load_inputs(&a.inputs)?;
     let (est, source) = with_compute(&a.inputs, &l, |_, _, est, source| (est, source));
+    warn_if_it_does_not_fit(&est);
     if a.json {
         emit_json(&EstimateOutput {
             model: &l.model.name,
@@ -471,6 +483,9 @@ struct SimulateOutput<'a> {
     plan: &'a Plan,
     /// The cost model's iteration time, for comparison.
     estimate_iteration_time_s: f64,
+    /// Whether the plan fits in memory (by the estimate), and the estimate's notes.
+    fits: bool,
+    notes: &'a [String],
     #[serde(flatten)]
     simulation: &'a Simulation,
 }
@@ -493,6 +508,7 @@ fn simulate(a: SimulateArgs) -> Result<()> {
     let (sim, est, source) = with_compute(&a.inputs, &l, |w, compute, est, source| {
         (sim::simulate(w, &l.plan, compute, &opts), est, source)
     });
+    warn_if_it_does_not_fit(&est);
     let sim = sim.map_err(|e| match e {
         // A limit the user can raise: a bad request, not a failure.
         sim::SimError::TooLarge { .. } => CliError::Usage(format!("{e} (--max-tasks)")),
@@ -521,6 +537,8 @@ fn simulate(a: SimulateArgs) -> Result<()> {
             interference: opts.interference,
             plan: &l.plan,
             estimate_iteration_time_s: est.iteration_time_s,
+            fits: est.fits,
+            notes: &est.notes,
             simulation: &sim,
         })
     } else {

@@ -373,9 +373,19 @@ pub fn estimate(
         rows.push(("tokens/s", fmt_rate(est.tokens_per_s)));
         rows.push(("tokens/s per GPU", fmt_rate(est.tokens_per_s_per_gpu)));
     }
+    rows.extend([("MFU", pct(est.mfu)), ("HFU", pct(est.hfu))]);
+    if est.idle_gpus > 0 {
+        rows.push((
+            "MFU of the cluster",
+            format!(
+                "{} ({} of {} GPUs idle)",
+                pct(est.mfu_cluster),
+                est.idle_gpus,
+                est.num_gpus + est.idle_gpus
+            ),
+        ));
+    }
     rows.extend([
-        ("MFU", pct(est.mfu)),
-        ("HFU", pct(est.hfu)),
         ("bubble", pct(est.bubble_fraction)),
         ("memory", memory_verdict(est)),
     ]);

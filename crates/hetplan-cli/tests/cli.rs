@@ -1172,3 +1172,58 @@ fn plan_exits_1_with_the_shortfall_when_nothing_fits() {
         o.stderr
     );
 }
+
+/// A plan that does not fit is still estimated and simulated (the numbers are data), but both
+/// say so on stderr and in JSON (issue 9: `simulate` said nothing).
+#[test]
+fn estimate_and_simulate_warn_when_the_plan_does_not_fit() {
+    let args = |cmd: &'static str| {
+        vec![
+            cmd,
+            "--model",
+            "gpt3-13b",
+            "--cluster",
+            "1x2xt4",
+            "--plan",
+            "dp=2,mbs=1,gbs=2",
+            "--json",
+        ]
+    };
+    for cmd in ["estimate", "simulate"] {
+        let o = hetplan(&args(cmd));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(
+            o.stderr
+                .contains("warning: this plan does not fit in memory")
+                && o.stderr.contains("out of memory by"),
+            "{cmd}: {}",
+            o.stderr
+        );
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        assert_eq!(v["fits"], serde_json::Value::Bool(false), "{cmd}");
+    }
+}
+
+/// MFU over the GPUs used and over the whole cluster, with the idle count (issue 9: a plan on
+/// 24 of 64 GPUs reported 63.9% while the cluster ran at 27%).
+#[test]
+fn mfu_is_reported_over_the_whole_cluster_too() {
+    let o = hetplan(&[
+        "estimate",
+        "--model",
+        "gpt3-1.3b",
+        "--cluster",
+        "1x4xa100-sxm4-80gb",
+        "--plan",
+        "dp=1,mbs=1,gbs=8",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let e: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(e["idle_gpus"], 3);
+    let (mfu, cluster) = (
+        e["mfu"].as_f64().unwrap(),
+        e["mfu_cluster"].as_f64().unwrap(),
+    );
+    assert!((cluster - mfu / 4.0).abs() < 1e-12, "{mfu} {cluster}");
+}

@@ -83,12 +83,17 @@ pub struct Estimate {
     pub samples_per_s: f64,
     pub tokens_per_s: f64,
     pub tokens_per_s_per_gpu: f64,
+    /// Model FLOP utilisation of the GPUs the plan uses.
     pub mfu: f64,
     pub hfu: f64,
+    /// MFU over every GPU of the cluster, idle ones included: what the cluster delivers.
+    pub mfu_cluster: f64,
     pub bubble_fraction: f64,
     pub fits: bool,
     pub peak_memory_bytes: f64,
+    /// GPUs the plan uses, and the cluster's GPUs it leaves idle.
     pub num_gpus: usize,
+    pub idle_gpus: usize,
     pub stages: Vec<StageEstimate>,
     pub per_gpu: Vec<GpuEstimate>,
     /// Things the user should know: interpolated profile points, OOMs and by how much.
@@ -811,6 +816,11 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         .iter()
         .map(|g| compute::matmul_peak(cluster.gpu(*g), plan.precision).get())
         .sum();
+    let cluster_peak: f64 = cluster
+        .gpus()
+        .iter()
+        .map(|g| compute::matmul_peak(cluster.gpu(*g), plan.precision).get())
+        .sum();
     let mflop = compute::model_flop(model, plan.global_batch, seq).get();
     let samples_per_s = plan.global_batch as f64 / iteration;
     let tokens_per_s = samples_per_s * tokens_per_sample;
@@ -837,10 +847,12 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
         tokens_per_s_per_gpu: tokens_per_s / num_gpus.max(1) as f64,
         mfu: mflop / (iteration * peak_sum),
         hfu: hardware_model_flop / (iteration * peak_sum),
+        mfu_cluster: mflop / (iteration * cluster_peak),
         bubble_fraction,
         fits,
         peak_memory_bytes: peak_memory,
         num_gpus,
+        idle_gpus: cluster.num_gpus().saturating_sub(num_gpus),
         stages,
         per_gpu,
         notes,
