@@ -144,6 +144,19 @@ fn load(a: &ProblemArgs) -> Result<LoadedProblem> {
     })
 }
 
+/// Plan summaries in `compare`'s table are cut to this many characters (`--json` has them whole).
+const SUMMARY_CHARS: usize = 72;
+
+/// `s`, cut to `max` characters with an ellipsis.
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
 /// The node limit when no time limit bounds a search.
 const UNTIMED_MAX_NODES: u64 = 10_000_000;
 
@@ -392,11 +405,27 @@ pub fn compare(a: CompareArgs) -> Result<()> {
         l.global_batch,
         l.seq_len
     );
+    // Best first: by simulated time (the judge), the estimate where the simulation failed;
+    // planners without a plan last, in listing order.
+    let mut order: Vec<&CompareRow> = rows.iter().collect();
+    let key = |r: &CompareRow| {
+        r.estimate
+            .as_ref()
+            .map(|e| r.simulate.unwrap_or(e.iteration_time_s))
+            .unwrap_or(f64::INFINITY)
+    };
+    order.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    let name_w = rows.iter().map(|r| r.algo.len()).max().unwrap_or(7).max(7) + 2;
     o.push_str(&format!(
-        "{:<8} {:>10} {:>10} {:>22} {:>9} {:<11} plan\n",
+        "  {:<name_w$} {:>10} {:>10} {:>22} {:>9} {:<11} plan\n",
         "planner", "estimate", "simulate", "peak memory / capacity", "search", "stopped"
     ));
-    for r in &rows {
+    for (i, r) in order.iter().enumerate() {
+        let mark = if i == 0 && r.estimate.is_some() {
+            "* "
+        } else {
+            "  "
+        };
         match (&r.estimate, &r.plan_summary) {
             (Some(e), Some(s)) => {
                 let cap = e
@@ -414,7 +443,7 @@ pub fn compare(a: CompareArgs) -> Result<()> {
                     })
                     .unwrap_or_default();
                 o.push_str(&format!(
-                    "{:<8} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
+                    "{mark}{:<name_w$} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
                     r.algo,
                     Seconds(e.iteration_time_s).to_string(),
                     r.simulate
@@ -423,11 +452,11 @@ pub fn compare(a: CompareArgs) -> Result<()> {
                     cap,
                     r.search_time_s,
                     r.stop_reason.map(|s| s.to_string()).unwrap_or_default(),
-                    s
+                    clip(s, SUMMARY_CHARS)
                 ));
             }
             _ => o.push_str(&format!(
-                "{:<8} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
+                "{mark}{:<name_w$} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
                 r.algo,
                 "-",
                 "-",
@@ -438,6 +467,7 @@ pub fn compare(a: CompareArgs) -> Result<()> {
             )),
         }
     }
+    o.push_str("\n* fastest simulated; full plans with --json\n");
     crate::emit(&o)
 }
 

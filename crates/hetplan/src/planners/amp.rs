@@ -907,6 +907,9 @@ impl Planner for Amp {
                 oom.join("; ")
             ));
         }
+        // Where none of the top plans fits, the best-ranked one that does, further down AMP's
+        // record: `Planner::plan` answers with it.
+        let mut further: Option<(usize, &Scored, cost::Estimate)> = None;
         if !top[0].2.fits {
             let worst = top[0]
                 .2
@@ -931,32 +934,32 @@ impl Planner for Amp {
                 Some((i, s, est)) => {
                     format!("the best-ranked plan that fits is {}", describe(*i, s, est))
                 }
-                None => record
-                    .iter()
-                    .enumerate()
-                    .skip(scanned)
-                    .find_map(|(i, s)| {
+                None => {
+                    further = record.iter().enumerate().skip(scanned).find_map(|(i, s)| {
                         let est = common::evaluate(problem, &s.plan)?;
-                        est.fits.then(|| describe(i, s, &est))
-                    })
-                    .map_or_else(
-                        || {
-                            format!(
-                                "none of AMP's {} strategies fits by hetplan's memory model",
-                                record.len()
-                            )
-                        },
-                        |d| {
-                            format!(
+                        est.fits.then_some((i, s, est))
+                    });
+                    further
+                        .as_ref()
+                        .map(|(i, s, est)| describe(*i, s, est))
+                        .map_or_else(
+                            || {
+                                format!(
+                                    "none of AMP's {} strategies fits by hetplan's memory model",
+                                    record.len()
+                                )
+                            },
+                            |d| {
+                                format!(
                                 "none of its top {} fits; the best-ranked plan that fits is {d}",
                                 top.len()
                             )
-                        },
-                    ),
+                            },
+                        )
+                }
             };
             notes.push(format!(
-                "AMP's top-ranked plan is returned as AMP picks it, but it would run out of \
-                 memory ({worst}); {fallback}"
+                "AMP's top-ranked plan would run out of memory ({worst}); {fallback}"
             ));
         }
         let fastest = top
@@ -976,6 +979,7 @@ impl Planner for Amp {
         }
         let ranked = top
             .iter()
+            .chain(further.iter())
             .map(|(_, s, est)| Ranked {
                 plan: s.plan.clone(),
                 planner_cost_s: s.cost.total_s,
