@@ -147,6 +147,10 @@ struct PlanInputs {
     /// How to read unmeasured micro-batch sizes from the profile.
     #[arg(long, value_enum, default_value_t = InterpolationArg::MonotoneCubic, requires = "profile")]
     interpolation: InterpolationArg,
+    /// Use a plan file although it was made for another cluster or model (its GPU indices then
+    /// mean other GPUs).
+    #[arg(long)]
+    ignore_fingerprint: bool,
 }
 
 #[derive(Args)]
@@ -368,6 +372,24 @@ fn load_inputs(a: &PlanInputs) -> Result<Loaded> {
     let model = inputs::load_model(&a.model)?;
     let cluster = inputs::load_cluster(&a.cluster)?;
     let plan = inputs::load_plan(&a.plan, &model, &cluster)?;
+    if let (Some(made_for), false) = (&plan.made_for, a.ignore_fingerprint) {
+        let differs = made_for.differences(&hetplan::plan::MadeFor::of(&model, &cluster));
+        if !differs.is_empty() {
+            return Err(CliError::Usage(format!(
+                "{}: this plan was made for another {}: {} differ{} from the one it was \
+                 planned on (a plan names GPUs by node index, so reordered node groups mean \
+                 other GPUs); plan again with `hetplan plan`, or pass --ignore-fingerprint",
+                a.plan,
+                if differs.len() == 2 {
+                    "cluster and model"
+                } else {
+                    &differs[0][4..]
+                },
+                differs.join(" and "),
+                if differs.len() == 2 { "" } else { "s" }
+            )));
+        }
+    }
     let seq_len = a.seq_len.unwrap_or(model.default_seq_len);
     hetplan::plan::validate::validate_seq_len(&model, seq_len)
         .map_err(|e| CliError::Usage(format!("--seq-len {seq_len}: {e}")))?;

@@ -258,7 +258,9 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     let (out, secs) = with_problem(&l, &a.problem, |p| {
         run_planner(planner.as_ref(), p, limits, planner.name())
     });
-    let outcome = out.map_err(|e| CliError::Failure(format!("{}: {e}", planner.name())))?;
+    let mut outcome = out.map_err(|e| CliError::Failure(format!("{}: {e}", planner.name())))?;
+    // The plan remembers what it was made for: `estimate`/`simulate` refuse it elsewhere.
+    outcome.plan.made_for = Some(hetplan::plan::MadeFor::of(&l.model, &l.cluster));
     if let Some(path) = &a.output {
         let json = serde_json::to_string_pretty(&outcome.plan)
             .map_err(|e| CliError::Failure(e.to_string()))?;

@@ -1227,3 +1227,70 @@ fn mfu_is_reported_over_the_whole_cluster_too() {
     );
     assert!((cluster - mfu / 4.0).abs() < 1e-12, "{mfu} {cluster}");
 }
+
+/// A plan file remembers the cluster and model it was made for (issue 9: with the node groups
+/// of the TOML reordered, the same plan.json was estimated at 20.1% MFU instead of 46.2%,
+/// silently). Old and hand-written plans carry no fingerprint and keep working.
+#[test]
+fn a_plan_for_another_cluster_is_refused() {
+    let dir = std::env::temp_dir().join(format!("hetplan-fingerprint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let group = |gpu: &str| {
+        format!(
+            "[[node_group]]\ngpu = \"{gpu}\"\ngpus_per_node = 4\nnodes = 1\n\
+             inter_node_bandwidth = \"25 Gbps\"\n"
+        )
+    };
+    let (a, v) = (group("a100-sxm4-40gb"), group("v100-sxm2-32gb"));
+    let ab = dir.join("ab.toml");
+    let ba = dir.join("ba.toml");
+    std::fs::write(&ab, format!("name = \"mixed\"\n{a}{v}")).unwrap();
+    std::fs::write(&ba, format!("name = \"mixed\"\n{v}{a}")).unwrap();
+    let plan = dir.join("plan.json");
+    let s = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (ab, ba, plan) = (s(&ab), s(&ba), s(&plan));
+    ok(&[
+        "plan",
+        "--model",
+        "gpt3-1.3b",
+        "--cluster",
+        &ab,
+        "--gbs",
+        "32",
+        "--algo",
+        "megatron",
+        "-o",
+        &plan,
+    ]);
+    let text = std::fs::read_to_string(&plan).unwrap();
+    assert!(text.contains("\"made_for\""), "{text}");
+    let est = |cluster: &str, model: &str, extra: &[&str]| {
+        let mut args = vec![
+            "estimate",
+            "--model",
+            model,
+            "--cluster",
+            cluster,
+            "--plan",
+            &plan,
+        ];
+        args.extend_from_slice(extra);
+        hetplan(&args)
+    };
+    assert_eq!(est(&ab, "gpt3-1.3b", &[]).code, 0);
+    let o = est(&ba, "gpt3-1.3b", &[]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("made for another cluster") && o.stderr.contains("--ignore-fingerprint"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(est(&ba, "gpt3-1.3b", &["--ignore-fingerprint"]).code, 0);
+    // Without the fingerprint, as older files are, it is used as it is.
+    let old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut old = old.as_object().unwrap().clone();
+    old.remove("made_for");
+    std::fs::write(&plan, serde_json::to_string(&old).unwrap()).unwrap();
+    assert_eq!(est(&ba, "gpt3-1.3b", &[]).code, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -368,6 +368,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         } else {
             CollectiveDtypes::default()
         },
+        made_for: None,
         stages: vec![Stage {
             layers: LayerRange {
                 start: 0,

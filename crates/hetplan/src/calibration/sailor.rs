@@ -165,6 +165,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         engine: Engine::Deepspeed,
         precision: Precision::Fp32,
         collective_dtypes: Default::default(),
+        made_for: None,
         stages,
     };
     Ok((cluster, plan))

@@ -510,6 +510,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         engine,
         precision,
         collective_dtypes: Default::default(),
+        made_for: None,
         stages,
     };
     // Everything above should have ruled these out; report rather than hand on a bad plan,

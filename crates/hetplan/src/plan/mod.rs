@@ -242,6 +242,60 @@ pub struct Plan {
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
     /// order, chunk j on the devices of chunk j mod pp).
     pub stages: Vec<Stage>,
+    /// The cluster and model the plan was made for (written by `hetplan plan`); absent in
+    /// hand-written and older plan files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_for: Option<MadeFor>,
+}
+
+/// Fingerprints of the cluster and the model a plan was made for: a plan names GPUs by node
+/// index, so the same file on a cluster whose node groups were reordered means other GPUs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MadeFor {
+    /// Of the nodes in order (GPU type and its numbers, GPU count, bandwidths), per-pair
+    /// bandwidths and latencies; not the cluster's name.
+    pub cluster: String,
+    /// Of the model's layers (their ops, parameters, bytes); not its name.
+    pub model: String,
+}
+
+impl MadeFor {
+    pub fn of(model: &crate::model::Model, cluster: &crate::cluster::Cluster) -> MadeFor {
+        let c = (
+            &cluster.gpu_types,
+            &cluster.nodes,
+            cluster.pair_bandwidth.iter().collect::<Vec<_>>(),
+            cluster.intra_latency,
+            cluster.inter_latency,
+        );
+        MadeFor {
+            cluster: fnv1a_hex(&serde_json::to_string(&c).unwrap_or_default()),
+            model: fnv1a_hex(&serde_json::to_string(&model.layers).unwrap_or_default()),
+        }
+    }
+
+    /// What differs from `other`, in words: "the cluster", "the model", or both.
+    pub fn differences(&self, other: &MadeFor) -> Vec<&'static str> {
+        let mut d = Vec::new();
+        if self.cluster != other.cluster {
+            d.push("the cluster");
+        }
+        if self.model != other.model {
+            d.push("the model");
+        }
+        d
+    }
+}
+
+/// FNV-1a, 64 bits, as 16 hex digits: stable across Rust versions (`DefaultHasher` is not).
+fn fnv1a_hex(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 impl Plan {
