@@ -460,7 +460,11 @@ fn with_compute<T>(
 fn warn_if_it_does_not_fit(est: &Estimate) {
     if !est.fits {
         eprintln!("warning: this plan does not fit in memory; it would not run");
-        for n in est.notes.iter().filter(|n| n.contains("out of memory")) {
+        for n in est
+            .notes
+            .iter()
+            .filter(|n| n.contains("out of memory") || n.contains("out of host memory"))
+        {
             eprintln!("  {n}");
         }
     }

@@ -8,10 +8,22 @@ pub mod builtin;
 pub mod spec;
 
 use crate::gpu::GpuSpec;
-use crate::units::{BytesPerSec, Seconds};
+use crate::units::{Bytes, BytesPerSec, Seconds};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+
+/// Host memory per GPU of a node whose cluster file does not say (`host_memory` per node
+/// group): 48 GiB, the RAM per GPU of AWS's g4dn.12xlarge (192 GiB for 4 T4), low among cloud
+/// GPU instances (p3.16xlarge: 488 GiB for 8 V100, 61 GiB a GPU; p4d.24xlarge: 1,152 GiB for 8
+/// A100, 144 GiB a GPU), so that an offloading plan is not called a fit on RAM a node may not
+/// have. Set it for your nodes.
+pub const DEFAULT_HOST_MEMORY_PER_GPU_GIB: f64 = 48.0;
+
+/// A node's host memory when its cluster file does not say.
+pub fn default_host_memory(gpus: u32) -> Bytes {
+    Bytes::gib(DEFAULT_HOST_MEMORY_PER_GPU_GIB * gpus as f64)
+}
 
 /// A GPU in the cluster: its node and its index inside the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -39,6 +51,8 @@ pub struct Node {
     pub intra_bandwidth: BytesPerSec,
     /// The node's network bandwidth (all its NICs together), per direction.
     pub inter_bandwidth: BytesPerSec,
+    /// The node's host memory, where offloaded states and activations live.
+    pub host_memory: Bytes,
     /// Index of the `[[node_group]]` this node came from.
     pub group: usize,
 }

@@ -13,6 +13,8 @@
 //!                                    # direction; default `GpuSpec::default_intra_node_bandwidth`
 //! inter_node_bandwidth = "16 Gbps"   # the node's network (all NICs), per direction; required
 //!                                    # when the cluster has more than one node
+//! host_memory = "512 GiB"            # optional: each node's RAM for offloading; default
+//!                                    # 48 GiB per GPU (`cluster::DEFAULT_HOST_MEMORY_PER_GPU_GIB`)
 //! [[node_group]]
 //! gpu = "t4"
 //! gpus_per_node = 2
@@ -115,6 +117,7 @@ struct RawGroup {
     nodes: Leaf,
     intra_node_bandwidth: Leaf,
     inter_node_bandwidth: Leaf,
+    host_memory: Leaf,
 }
 
 #[derive(Deserialize)]
@@ -181,6 +184,7 @@ struct Group {
     nodes: u32,
     intra: Option<BytesPerSec>,
     inter: Option<BytesPerSec>,
+    host: Option<Bytes>,
     /// Where to point at the group as a whole: its `[[node_group]]` header.
     at: Option<usize>,
 }
@@ -300,6 +304,9 @@ impl<'a> Resolver<'a> {
                     num_gpus: g.gpus_per_node,
                     intra_bandwidth: intra,
                     inter_bandwidth: inter,
+                    host_memory: g
+                        .host
+                        .unwrap_or_else(|| super::default_host_memory(g.gpus_per_node)),
                     group: i,
                 });
             }
@@ -387,6 +394,11 @@ impl<'a> Resolver<'a> {
                 )
             })
             .transpose()?;
+        let host = g
+            .host_memory
+            .as_ref()
+            .map(|v| self.quantity::<Bytes>(v, &path("host_memory"), units::BYTES_EXPECTED, "GiB"))
+            .transpose()?;
         Ok(Group {
             gpu,
             gpu_at: gpu_v.span(),
@@ -394,6 +406,7 @@ impl<'a> Resolver<'a> {
             nodes,
             intra,
             inter,
+            host,
             at,
         })
     }
@@ -1107,6 +1120,7 @@ pub fn uniform_cluster(
         num_gpus: gpus_per_node,
         intra_bandwidth: gpu.default_intra_node_bandwidth(),
         inter_bandwidth: inter_node_bandwidth,
+        host_memory: super::default_host_memory(gpus_per_node),
         group: 0,
     };
     Cluster {

@@ -116,6 +116,7 @@ mod tests {
                     num_gpus: gpus,
                     intra_bandwidth: BytesPerSec(intra),
                     inter_bandwidth: BytesPerSec(inter),
+                    host_memory: crate::cluster::default_host_memory(gpus),
                     group: 0,
                 })
                 .collect(),

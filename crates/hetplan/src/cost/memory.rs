@@ -18,6 +18,10 @@ pub struct MemoryBreakdown {
     /// Allocator fragmentation and the CUDA context/workspaces.
     pub overhead: Bytes,
     pub total: Bytes,
+    /// Offloaded to the node's host memory (not in `total`): weights, gradients and optimizer
+    /// states by their offload fractions, and the offloaded activations of the micro-batches
+    /// in flight.
+    pub host: Bytes,
 }
 
 /// Parameters of `layers` held by one TP rank (a tied head weight counts: the last stage keeps a

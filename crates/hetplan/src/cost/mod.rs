@@ -74,6 +74,8 @@ pub struct GpuEstimate {
     pub peak_memory_bytes: f64,
     pub capacity_bytes: f64,
     pub fits: bool,
+    /// What it keeps in its node's host memory (offloading).
+    pub host_memory_bytes: f64,
 }
 
 /// The estimate of one iteration.
@@ -736,6 +738,7 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
                     peak_memory_bytes: mem.total.get(),
                     capacity_bytes: cap,
                     fits: mem.total.get() <= cap,
+                    host_memory_bytes: mem.host.get(),
                 });
             }
         }
@@ -824,7 +827,26 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
     let mflop = compute::model_flop(model, plan.global_batch, seq).get();
     let samples_per_s = plan.global_batch as f64 / iteration;
     let tokens_per_s = samples_per_s * tokens_per_sample;
-    let fits = per_gpu.iter().all(|g| g.fits);
+    // Offloaded bytes against each node's host memory.
+    let mut host_of_node: BTreeMap<u32, f64> = BTreeMap::new();
+    for g in &per_gpu {
+        *host_of_node.entry(g.node).or_insert(0.0) += g.host_memory_bytes;
+    }
+    let mut host_fits = true;
+    for (&node, &bytes) in &host_of_node {
+        let has = cluster.nodes[node as usize].host_memory.get();
+        if bytes > has {
+            host_fits = false;
+            notes.push(format!(
+                "node {node}: offloading needs {} of host memory, the node has {}: out of host \
+                 memory by {} (set `host_memory` on its node group if it has more)",
+                Bytes(bytes),
+                Bytes(has),
+                Bytes(bytes - has)
+            ));
+        }
+    }
+    let fits = host_fits && per_gpu.iter().all(|g| g.fits);
     let peak_memory = per_gpu
         .iter()
         .map(|g| g.peak_memory_bytes)
@@ -907,6 +929,8 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
         .sum();
     let (weights, gradients, optimizer) =
         memory::sharded_states(params, plan.precision, st.zero, dp);
+    let offloaded_states =
+        weights * off.weights + gradients * off.gradients + optimizer * off.optimizer;
     let weights = weights * (1.0 - off.weights);
     let gradients = gradients * (1.0 - off.gradients);
     let optimizer = optimizer * (1.0 - off.optimizer);
@@ -943,5 +967,6 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
         temporary: Bytes(temporary),
         overhead: Bytes(overhead),
         total: Bytes(allocated + overhead),
+        host: Bytes(offloaded_states + act_per_mb * (inflight - 1.0).max(0.0) * off.activations),
     }
 }

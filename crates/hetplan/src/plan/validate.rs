@@ -792,6 +792,7 @@ pub(crate) mod test_support {
                     num_gpus: n,
                     intra_bandwidth: BytesPerSec::gb_s(300.0),
                     inter_bandwidth: BytesPerSec::gbps(200.0),
+                    host_memory: crate::cluster::default_host_memory(n),
                     group: 0,
                 })
                 .collect(),

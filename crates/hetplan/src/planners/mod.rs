@@ -323,7 +323,12 @@ pub fn shortfall(e: &Estimate) -> String {
             g.gpu,
             g.stage
         ),
-        None => "it does not fit".to_string(),
+        None => e
+            .notes
+            .iter()
+            .find(|n| n.contains("out of host memory"))
+            .cloned()
+            .unwrap_or_else(|| "it does not fit".to_string()),
     }
 }
 
