@@ -324,6 +324,13 @@ fn span_args(sp: &Span) -> Args {
             mb,
             pass,
             layer,
+        }
+        | Label::TpAllReduce {
+            stage,
+            replica,
+            mb,
+            pass,
+            layer,
         } => {
             a.stage = Some(*stage);
             a.replica = Some(*replica);
@@ -381,19 +388,6 @@ fn span_args(sp: &Span) -> Args {
             a.replica = Some(*replica);
             a.micro_batch = Some(*mb);
             a.pass = Some(pass_word(*pass));
-        }
-        Label::TpAllReduce {
-            stage,
-            replica,
-            mb,
-            pass,
-            layer,
-        } => {
-            a.stage = Some(*stage);
-            a.replica = Some(*replica);
-            a.micro_batch = Some(*mb);
-            a.pass = Some(pass_word(*pass));
-            a.layer = *layer;
         }
         Label::TiedSync => {}
     }
