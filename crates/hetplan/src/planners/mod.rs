@@ -189,6 +189,27 @@ impl<'a> Search<'a> {
         true
     }
 
+    /// Time left before the time limit, read from the clock now (`None`: no time limit). A
+    /// search about to start work it cannot interrupt (a MILP) gives it this budget.
+    pub fn remaining(&self) -> Option<Seconds> {
+        self.limits
+            .time
+            .map(|t| Seconds((t.get() - self.clock.elapsed().get()).max(0.0)))
+    }
+
+    /// Reads the clock now (`tick` reads it every 256 nodes): `false`, and the search stops
+    /// with `TimeLimit`, once the time limit has passed.
+    pub fn within_time(&mut self) -> bool {
+        if self.stopped.is_some() {
+            return false;
+        }
+        if self.remaining().is_some_and(|r| r.get() <= 0.0) {
+            self.stopped = Some(StopReason::TimeLimit);
+            return false;
+        }
+        true
+    }
+
     /// Records a candidate's iteration time (for progress reports).
     pub fn offer(&mut self, t: Seconds) {
         if self.best.is_none_or(|b| t < b) {

@@ -14,7 +14,10 @@
 //!
 //! with tᵢ = Σ_c t_c·x[i,c] and dᵢ likewise: Eq. 2's two maxima linearised by T and D.
 
-use good_lp::{variable, Expression, ProblemVariables, Solution, SolverModel, Variable};
+use crate::units::Seconds;
+use good_lp::{
+    variable, Expression, ProblemVariables, Solution, SolverModel, Variable, WithTimeLimit,
+};
 
 /// One choice for one stage.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,12 +49,15 @@ pub fn feasible(picks: &[&Cand], layers: usize, caps: &[u32]) -> bool {
 }
 
 /// Solves Eq. 2. Returns the chosen candidate index per stage and Eq. 2's value (recomputed
-/// from the picks), or `None` when the program is infeasible.
+/// from the picks), or `None` when the program is infeasible. With `time_limit` the solver
+/// stops there and returns the best integer solution it has (or `None` without one): a MILP
+/// in progress is otherwise not interruptible.
 pub fn solve(
     stages: &[Vec<Cand>],
     g: u64,
     layers: usize,
     caps: &[u32],
+    time_limit: Option<Seconds>,
 ) -> Option<(Vec<usize>, f64)> {
     if stages.is_empty() || stages.iter().any(|s| s.is_empty()) {
         return None;
@@ -101,7 +107,10 @@ pub fn solve(
     let model = problem.using(good_lp::highs);
     #[cfg(not(feature = "highs"))]
     let model = problem.using(good_lp::microlp);
-    let mut model = model;
+    let mut model = match time_limit {
+        Some(t) => model.with_time_limit(t.get().max(0.0)),
+        None => model,
+    };
     for c in cons {
         model = model.with(c);
     }

@@ -553,8 +553,15 @@ impl Planner for Mist {
                     caps,
                 } = sc;
                 cands_total += stages.iter().map(|c| c.len() as u64).sum::<u64>();
+                // The MILP cannot be interrupted: it gets the time left, and none is left
+                // once the limit has passed (the clock is read now, not every 256 ticks).
+                if !search.within_time() {
+                    stopped = true;
+                    break 'outer;
+                }
                 milps += 1;
-                let Some((picks, cost)) = milp::solve(&stages, g, n_layers, &caps) else {
+                let solved = milp::solve(&stages, g, n_layers, &caps, search.remaining());
+                let Some((picks, cost)) = solved else {
                     continue;
                 };
                 let chosen: Vec<(Shape, Point)> =
