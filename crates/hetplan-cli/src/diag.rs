@@ -8,7 +8,6 @@
 use crate::jsonpos::JsonSpans;
 use hetplan::error::line_col;
 use hetplan::plan::validate::PlanError;
-use hetplan::plan::Plan;
 use hetplan::InputError;
 use miette::{
     Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError,
@@ -52,15 +51,6 @@ impl Origin {
     }
 }
 
-/// A plan problem with the place in the plan's text it concerns, when known.
-#[derive(Clone, Debug)]
-pub struct PlanProblem {
-    pub error: PlanError,
-    /// Dotted path into the plan JSON, e.g. `stages[1].devices[3]`.
-    pub path: Option<String>,
-    pub hint: Option<String>,
-}
-
 #[derive(Debug)]
 pub enum CliError {
     /// A file that could not be read (or written).
@@ -73,7 +63,7 @@ pub enum CliError {
     /// A plan that does not fit the model or the cluster: every problem.
     Plan {
         origin: Option<Box<Origin>>,
-        problems: Vec<PlanProblem>,
+        problems: Vec<PlanError>,
         model: String,
         cluster: String,
     },
@@ -154,10 +144,10 @@ impl CliError {
                             } else {
                                 String::new()
                             },
-                            p.error
+                            p
                         ))
-                        .hint(p.hint.clone());
-                        e.field = p.path.clone();
+                        .hint(p.hint());
+                        e.field = Some(p.path());
                         input_diag(origin.as_deref(), &e)
                     })
                     .collect()
@@ -519,215 +509,6 @@ impl JsonSpans {
     pub fn locate_value_first(&self, path: &str) -> Option<(usize, usize)> {
         self.value(path).or_else(|| self.locate(path))
     }
-}
-
-/// Each plan error with the JSON path it concerns and a hint.
-pub fn plan_problems(plan: &Plan, errors: Vec<PlanError>) -> Vec<PlanProblem> {
-    errors
-        .into_iter()
-        .map(|error| {
-            let (path, hint) = describe_plan_error(plan, &error);
-            PlanProblem { error, path, hint }
-        })
-        .collect()
-}
-
-fn describe_plan_error(plan: &Plan, e: &PlanError) -> (Option<String>, Option<String>) {
-    let st = |i: usize, f: &str| Some(format!("stages[{i}].{f}"));
-    let device_at = |i: usize, gpu: hetplan::GpuId, nth: usize| {
-        plan.stages.get(i).and_then(|s| {
-            s.devices
-                .iter()
-                .enumerate()
-                .filter(|(_, g)| **g == gpu)
-                .map(|(j, _)| j)
-                .nth(nth)
-                .map(|j| format!("stages[{i}].devices[{j}]"))
-        })
-    };
-    match e {
-        PlanError::NoStages => (Some("stages".into()), Some("add at least one stage".into())),
-        PlanError::ZeroMicroBatches => (
-            Some("micro_batches".into()),
-            Some("micro_batches must be at least 1".into()),
-        ),
-        PlanError::ZeroVirtualStages => (
-            Some("schedule.virtual_stages".into()),
-            Some("use at least 1 virtual stage, or the `1f1b` schedule".into()),
-        ),
-        PlanError::StagesNotDivisibleByVirtual { virtual_stages, .. } => (
-            Some("stages".into()),
-            Some(format!(
-                "list pp × {virtual_stages} model chunks, chunk j on the GPUs of chunk j mod pp"
-            )),
-        ),
-        PlanError::MicroBatchesNotDivisibleByDepth { pp, .. } => (
-            Some("micro_batches".into()),
-            Some(format!("use a multiple of {pp} micro-batches")),
-        ),
-        PlanError::ZeroDegree { stage, which } => (st(*stage, which), None),
-        PlanError::DeviceCount { stage, dp, tp, .. } => (
-            st(*stage, "devices"),
-            Some(format!(
-                "list exactly dp × tp = {} GPUs, or change dp/tp",
-                *dp as u64 * *tp as u64
-            )),
-        ),
-        PlanError::DeviceRepeated { stage, gpu } => (
-            device_at(*stage, *gpu, 1).or_else(|| st(*stage, "devices")),
-            Some(format!(
-                "list GPU {gpu} once; every GPU of a stage must be distinct"
-            )),
-        ),
-        PlanError::DeviceShared {
-            stage, first, gpus, ..
-        } => (
-            gpus.first()
-                .and_then(|g| device_at(*stage, *g, 0))
-                .or_else(|| st(*stage, "devices")),
-            Some(format!(
-                "give stage {stage} GPUs that stage {first} does not use"
-            )),
-        ),
-        PlanError::InterleavedDevices { stage, base, .. } => (
-            st(*stage, "devices"),
-            Some(format!(
-                "use the same GPUs as stage {base}, in the same order"
-            )),
-        ),
-        PlanError::InterleavedLayout {
-            stage,
-            base,
-            what,
-            base_value,
-            ..
-        } => (
-            st(
-                *stage,
-                match *what {
-                    "micro-batch sizes" => "micro_batch_sizes",
-                    "ZeRO stage" => "zero",
-                    "offload ratios" => "offload",
-                    "sequence parallelism" => "sequence_parallel",
-                    other => other,
-                },
-            ),
-            Some(format!("use stage {base}'s {what}: {base_value}")),
-        ),
-        PlanError::UnknownGpus { stage, gpus, .. } => (
-            gpus.first()
-                .and_then(|g| device_at(*stage, *g, 0))
-                .or_else(|| st(*stage, "devices")),
-            Some(
-                "GPUs are {\"node\": n, \"local\": g}, counted from 0 in the cluster's node order"
-                    .into(),
-            ),
-        ),
-        PlanError::EmptyStage { stage, .. } => (
-            st(*stage, "layers"),
-            Some("a stage's layers are the half-open range [start, end) with end > start".into()),
-        ),
-        PlanError::LayersOutOfRange {
-            stage, num_layers, ..
-        } => (
-            st(*stage, "layers.end"),
-            Some(format!(
-                "layer ranges are half-open [start, end); the last stage ends at {num_layers}"
-            )),
-        ),
-        PlanError::LayerGap { stage, from, .. } => (
-            st(*stage, "layers.start"),
-            Some(format!("start stage {stage} at layer {from}")),
-        ),
-        PlanError::LayerOverlap {
-            stage, overlap_end, ..
-        } => (
-            st(*stage, "layers.start"),
-            Some(format!("start stage {stage} at layer {overlap_end}")),
-        ),
-        PlanError::LayersUncovered { to, .. } => (
-            plan.stages
-                .len()
-                .checked_sub(1)
-                .map(|i| format!("stages[{i}].layers.end")),
-            Some(format!("end the last stage at layer {to}")),
-        ),
-        PlanError::MicroBatchSizesCount { stage, dp, .. } => (
-            st(*stage, "micro_batch_sizes"),
-            Some(format!("give {dp} micro-batch sizes, one per DP replica")),
-        ),
-        PlanError::ZeroMicroBatchSize { stage, replica } => (
-            Some(format!("stages[{stage}].micro_batch_sizes[{replica}]")),
-            Some("use a micro-batch size of at least 1".into()),
-        ),
-        PlanError::BatchMismatch {
-            stage,
-            samples,
-            micro_batches,
-            global_batch,
-        } => {
-            let mut h = format!(
-                "sum(micro_batch_sizes) × micro_batches must equal global_batch: set global_batch \
-                 to {}",
-                *samples as u128 * *micro_batches as u128
-            );
-            if *global_batch % *samples == 0 {
-                h.push_str(&format!(", or micro_batches to {}", global_batch / samples));
-            }
-            (st(*stage, "micro_batch_sizes"), Some(h))
-        }
-        PlanError::TpHeads { stage, heads, .. } => (
-            st(*stage, "tp"),
-            Some(format!(
-                "use a tp that divides {heads}: {}",
-                divisors(*heads)
-            )),
-        ),
-        PlanError::TpKvHeads {
-            stage, kv_heads, ..
-        } => (
-            st(*stage, "tp"),
-            Some(format!(
-                "use a tp that divides {kv_heads} or is a multiple of it"
-            )),
-        ),
-        PlanError::ZeroStage { stage, .. } => {
-            (st(*stage, "zero"), Some("zero is 0, 1, 2 or 3".into()))
-        }
-        PlanError::ReplicaSamples { stage, .. } => (
-            st(*stage, "replica_samples"),
-            Some(
-                "one count per replica, each at least 1, summing to global_batch; micro_batches \
-                 is the largest ⌈count / micro-batch size⌉"
-                    .into(),
-            ),
-        ),
-        PlanError::OffloadRatio { stage, which, .. } => (
-            Some(format!("stages[{stage}].offload.{which}")),
-            Some("offload fractions lie between 0 and 1".into()),
-        ),
-        PlanError::RecomputeLayers {
-            stage,
-            stage_layers,
-            ..
-        } => (
-            st(*stage, "recompute"),
-            Some(format!(
-                "recompute at most {stage_layers} layers, or \"full\""
-            )),
-        ),
-        #[allow(unreachable_patterns)]
-        _ => (None, None),
-    }
-}
-
-/// `1, 2, 4, 8` (the divisors up to 64).
-fn divisors(n: u64) -> String {
-    let d: Vec<String> = (1..=n.min(64))
-        .filter(|k| n.is_multiple_of(*k))
-        .map(|k| k.to_string())
-        .collect();
-    d.join(", ")
 }
 
 #[cfg(test)]

@@ -2,14 +2,15 @@
 //! files, or the inline plan form. Every error keeps the text it points into, so that it can be
 //! shown with its file, line and column.
 
-use crate::diag::{plan_problems, CliError, Origin, Result};
+use crate::diag::{CliError, Origin, Result};
 use hetplan::cluster::spec::{catalog_cluster_noted, parse_cluster_toml_noted};
 use hetplan::gpu::AliasNote;
 use hetplan::model::catalog::catalog_model;
 use hetplan::model::hf::parse_hf_config;
 use hetplan::model::layerlist::parse_layer_list;
 use hetplan::plan::inline::parse_inline_plan;
-use hetplan::plan::validate::{parse_plan_json, validate};
+use hetplan::plan::validate::parse_plan_json;
+use hetplan::plan::ValidPlan;
 use hetplan::profile::ProfileDb;
 use hetplan::{Cluster, InputError, Model, Plan};
 use std::path::Path;
@@ -191,7 +192,7 @@ pub fn plan_from_file(origin: &Origin) -> Result<Plan> {
 }
 
 /// `--plan`: a JSON file or the inline form, checked against the model and the cluster.
-pub fn load_plan(arg: &str, model: &Model, cluster: &Cluster) -> Result<Plan> {
+pub fn load_plan(arg: &str, model: &Model, cluster: &Cluster) -> Result<ValidPlan> {
     let (plan, origin) = if is_inline_plan(arg) {
         let origin = Origin::arg("--plan", arg);
         let plan = parse_inline_plan(arg, model, cluster).map_err(|e| located(&origin, e))?;
@@ -200,20 +201,19 @@ pub fn load_plan(arg: &str, model: &Model, cluster: &Cluster) -> Result<Plan> {
         let origin = read_origin(arg)?;
         (plan_from_file(&origin)?, origin)
     };
-    check_plan(&plan, Some(&origin), model, cluster)?;
-    Ok(plan)
+    check_plan(plan, Some(&origin), model, cluster)
 }
 
 /// Full validation: every problem, each located in the plan's text when it is JSON.
 pub fn check_plan(
-    plan: &Plan,
+    plan: Plan,
     origin: Option<&Origin>,
     model: &Model,
     cluster: &Cluster,
-) -> Result<()> {
-    validate(plan, model, cluster).map_err(|errors| CliError::Plan {
+) -> Result<ValidPlan> {
+    ValidPlan::new(plan, model, cluster).map_err(|problems| CliError::Plan {
         origin: origin.cloned().map(Box::new),
-        problems: plan_problems(plan, errors),
+        problems,
         model: model.name.clone(),
         cluster: cluster.name.clone(),
     })

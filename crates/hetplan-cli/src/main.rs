@@ -363,7 +363,7 @@ struct EstimateOutput<'a> {
 struct Loaded {
     model: hetplan::Model,
     cluster: hetplan::Cluster,
-    plan: Plan,
+    plan: hetplan::plan::ValidPlan,
     seq_len: u64,
     db: Option<ProfileDb>,
 }
@@ -484,7 +484,7 @@ fn estimate(a: EstimateArgs) -> Result<()> {
             } else {
                 "analytic"
             },
-            plan: &l.plan,
+            plan: l.plan.as_plan(),
             estimate: &est,
         })
     } else {
@@ -759,7 +759,7 @@ fn validate(a: ValidateArgs) -> Result<()> {
                     (Some(m), Some(c)) => {
                         let model = inputs::load_model(m)?;
                         let cluster = inputs::load_cluster(c)?;
-                        inputs::check_plan(&plan, Some(&origin), &model, &cluster)?;
+                        let plan = inputs::check_plan(plan, Some(&origin), &model, &cluster)?;
                         format!(
                             "ok: plan: {} stages on {} GPUs, valid for `{}` on `{}`",
                             plan.stages.len(),

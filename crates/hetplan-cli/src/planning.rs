@@ -3,7 +3,7 @@
 use crate::diag::{CliError, Result};
 use crate::inputs;
 use hetplan::cost::{Analytic, ComputeTimes, Profiled, Workload};
-use hetplan::plan::Plan;
+use hetplan::plan::{Engine, Plan, Precision, ValidPlan};
 use hetplan::planners::{
     self, Clock, Limits, Outcome, PlanOptions, Planner, Problem, Progress, Search,
 };
@@ -94,6 +94,51 @@ pub struct ProblemArgs {
     /// Largest tensor-parallel degree to consider.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub max_tp: u32,
+    /// The engine the plan is for: what overlaps compute, how ZeRO prefetches.
+    #[arg(long, value_enum, default_value_t = EngineArg::Megatron)]
+    pub engine: EngineArg,
+    /// Training precision; layer times of a --profile are looked up in it.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::Bf16)]
+    pub precision: PrecisionArg,
+}
+
+/// `--engine`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum EngineArg {
+    Megatron,
+    Deepspeed,
+    Fsdp,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Engine {
+        match e {
+            EngineArg::Megatron => Engine::Megatron,
+            EngineArg::Deepspeed => Engine::Deepspeed,
+            EngineArg::Fsdp => Engine::Fsdp,
+        }
+    }
+}
+
+/// `--precision`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum PrecisionArg {
+    /// BF16 compute, FP32 master weights and Adam states.
+    Bf16,
+    /// FP16 with loss scaling.
+    Fp16,
+    /// FP32 throughout.
+    Fp32,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Precision {
+        match p {
+            PrecisionArg::Bf16 => Precision::Bf16,
+            PrecisionArg::Fp16 => Precision::Fp16,
+            PrecisionArg::Fp32 => Precision::Fp32,
+        }
+    }
 }
 
 struct LoadedProblem {
@@ -196,9 +241,10 @@ fn run_planner(
 }
 
 fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Problem<'_>) -> T) -> T {
+    let precision: Precision = a.precision.into();
     let index =
         l.db.as_ref()
-            .map(|db| ProfileIndex::for_setup(db, Some(l.seq_len), None));
+            .map(|db| ProfileIndex::for_setup(db, Some(l.seq_len), Some(precision)));
     let profiled = index.as_ref().map(|index| Profiled {
         index,
         interpolation: Default::default(),
@@ -215,6 +261,8 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
         compute,
         options: PlanOptions {
             max_tp: a.max_tp,
+            engine: a.engine.into(),
+            precision,
             ..PlanOptions::default()
         },
     };
@@ -366,8 +414,13 @@ pub fn compare(a: CompareArgs) -> Result<()> {
                             cluster: p.cluster,
                             seq_len: p.seq_len,
                         };
-                        let sim = sim::simulate(w, &o.plan, p.compute, &SimOptions::default())
+                        // A planner's answer is valid (`Planner::plan`); a bug would show
+                        // as a missing simulation, not a panic.
+                        let sim = ValidPlan::check(&o.plan, p.model, p.cluster)
                             .ok()
+                            .and_then(|v| {
+                                sim::simulate(w, &v, p.compute, &SimOptions::default()).ok()
+                            })
                             .map(|s| s.iteration_time_s);
                         CompareRow {
                             algo: planner.name().to_string(),

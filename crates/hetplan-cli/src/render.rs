@@ -307,7 +307,13 @@ pub fn estimate(
             s.index.to_string(),
             layer_span(s.layers.start, s.layers.end),
             devices,
-            format!("{}×{}", s.dp, s.tp),
+            if s.replica_tp.is_empty() {
+                format!("{}×{}", s.dp, s.tp)
+            } else {
+                // Replicas at different TP degrees: each one's.
+                let t: Vec<String> = s.replica_tp.iter().map(|t| t.to_string()).collect();
+                format!("{}×[{}]", s.dp, t.join(","))
+            },
             mbs_list(&s.micro_batch_sizes),
             secs(s.forward),
             secs(s.backward),

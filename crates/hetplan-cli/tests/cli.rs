@@ -1020,6 +1020,72 @@ fn plan_writes_a_plan_that_estimate_accepts() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// What `plan` reports as its plan's estimate is what `estimate` says of the file it wrote, key
+/// for key and byte for byte, with and without a profile, in the precision and for the engine
+/// asked for (issue 9: `plan` always planned bf16 for Megatron and looked profiles up in any
+/// precision).
+#[test]
+fn plan_estimates_its_plan_as_estimate_does_in_the_precision_asked_for() {
+    let dir = std::env::temp_dir().join(format!("hetplan-plan-eq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("plan.json");
+    let path_s = path.to_str().unwrap();
+    let problem = [
+        "--model",
+        "gpt3-125m",
+        "--cluster",
+        "1x2xa100-80gb",
+        "--seq-len",
+        "2048",
+    ];
+    let mut checked = 0;
+    for profile in [None, Some("profile.json")] {
+        for (precision, engine) in [
+            ("bf16", "megatron"),
+            ("fp32", "deepspeed"),
+            ("bf16", "fsdp"),
+        ] {
+            // TP 1: the fixture's layer times are at TP 1.
+            let mut args = vec![
+                "plan", "--algo", "oracle", "--json", "-o", path_s, "--gbs", "4", "--max-tp", "1",
+            ];
+            args.extend_from_slice(&problem);
+            args.extend_from_slice(&["--precision", precision, "--engine", engine]);
+            let mut est = vec!["estimate", "--plan", path_s, "--json"];
+            est.extend_from_slice(&problem);
+            if let Some(p) = profile {
+                args.extend_from_slice(&["--profile", p]);
+                est.extend_from_slice(&["--profile", p]);
+            }
+            let planned: serde_json::Value = serde_json::from_str(&ok(&args)).unwrap();
+            let written: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            assert_eq!(written["precision"], precision);
+            assert_eq!(written["engine"], engine);
+            let again: serde_json::Value = serde_json::from_str(&ok(&est)).unwrap();
+            let planned = planned["estimate"].as_object().unwrap();
+            assert!(planned.len() > 10);
+            for (key, value) in planned {
+                assert_eq!(
+                    value.to_string(),
+                    again[key].to_string(),
+                    "{key} with {profile:?}, {precision}, {engine}"
+                );
+            }
+            if profile.is_some() && precision == "bf16" {
+                // The fixture's bf16 layer times were used, not the analytic ones.
+                assert!(
+                    again["stages"][0]["compute_source"] != "analytic",
+                    "{again}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn plan_reports_a_node_limit() {
     let mut args = vec!["plan", "--algo", "oracle", "--max-nodes", "3", "--json"];

@@ -48,7 +48,13 @@ fn main() {
         let mut last = None;
         for _ in 0..3 {
             let t = Instant::now();
-            let s = simulate(w, &plan, &Analytic, &SimOptions::default()).unwrap();
+            let s = simulate(
+                w,
+                &w.validate(&plan).unwrap(),
+                &Analytic,
+                &SimOptions::default(),
+            )
+            .unwrap();
             best = best.min(t.elapsed().as_secs_f64());
             last = Some(s);
         }

@@ -5,7 +5,7 @@ use hetplan::cost::{estimate, Analytic, Estimate, Workload};
 use hetplan::model::layerlist::parse_layer_list;
 use hetplan::model::TransformerConfig;
 use hetplan::plan::inline::parse_inline_plan;
-use hetplan::plan::validate::validate;
+use hetplan::plan::ValidPlan;
 use hetplan::{Cluster, Model};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -38,7 +38,7 @@ output_bytes = "1 MiB"
 
 fn run(model: &Model, cluster: &Cluster, spec: &str) -> Estimate {
     let plan = parse_inline_plan(spec, model, cluster).unwrap();
-    validate(&plan, model, cluster).unwrap();
+    let plan = ValidPlan::new(plan, model, cluster).unwrap();
     estimate(
         Workload {
             model,
@@ -106,6 +106,7 @@ fn activation_memory_of_a_block_under_tp() {
     // Stage 0 holds the embedding and block 0; the layer split gives it layers 0..2.
     let plan = parse_inline_plan("tp=2,pp=2,dp=1,mbs=1,gbs=4", &model, &cluster).unwrap();
     assert_eq!(plan.stages[0].layers.end, 2);
+    let plan = ValidPlan::new(plan, &model, &cluster).unwrap();
     let e = estimate(
         Workload {
             model: &model,

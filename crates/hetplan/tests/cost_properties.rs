@@ -19,7 +19,7 @@ fn run(model: &hetplan::Model, cluster: &Cluster, p: &Plan) -> hetplan::cost::Es
             cluster,
             seq_len: 2048,
         },
-        p,
+        &hetplan::plan::ValidPlan::check(p, model, cluster).unwrap(),
         &Analytic,
     )
 }

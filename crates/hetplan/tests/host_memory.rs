@@ -28,7 +28,7 @@ fn host_notes(host_memory: Option<&str>) -> (bool, Vec<String>, f64) {
         cluster: &cluster,
         seq_len: 2048,
     };
-    let e = estimate(w, &plan, &Analytic);
+    let e = estimate(w, &w.validate(&plan).unwrap(), &Analytic);
     let host: f64 = e.per_gpu.iter().map(|g| g.host_memory_bytes).sum();
     let notes = e
         .notes

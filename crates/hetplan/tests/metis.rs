@@ -411,9 +411,14 @@ fn eq1_follows_the_simulation_on_its_plans() {
     };
     let mut checked = 0;
     for r in o.ranked.iter().take(20) {
-        let sim = simulate(w, &r.plan, &Analytic, &SimOptions::default())
-            .unwrap()
-            .iteration_time_s;
+        let sim = simulate(
+            w,
+            &w.validate(&r.plan).unwrap(),
+            &Analytic,
+            &SimOptions::default(),
+        )
+        .unwrap()
+        .iteration_time_s;
         let rel = (r.planner_cost_s - sim).abs() / sim;
         assert!(
             rel < 0.10,

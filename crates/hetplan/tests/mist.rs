@@ -46,9 +46,14 @@ fn fig2() -> (Model, Cluster, u64, u64) {
 }
 
 fn simulated(p: &Problem<'_>, plan: &Plan) -> f64 {
-    simulate(common::workload(p), plan, p.compute, &SimOptions::default())
-        .unwrap()
-        .iteration_time_s
+    simulate(
+        common::workload(p),
+        &common::workload(p).validate(plan).unwrap(),
+        p.compute,
+        &SimOptions::default(),
+    )
+    .unwrap()
+    .iteration_time_s
 }
 
 #[test]

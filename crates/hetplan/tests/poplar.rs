@@ -190,8 +190,20 @@ fn the_simulator_agrees_that_poplar_beats_uniform_batches_on_cluster_b() {
     let o = poplar(&p, 0);
     let (base, _) = uniform(&p, 0);
     let w = common::workload(&p);
-    let sim_poplar = simulate(w, &o.plan, &Analytic, &SimOptions::default()).unwrap();
-    let sim_uniform = simulate(w, &base, &Analytic, &SimOptions::default()).unwrap();
+    let sim_poplar = simulate(
+        w,
+        &w.validate(&o.plan).unwrap(),
+        &Analytic,
+        &SimOptions::default(),
+    )
+    .unwrap();
+    let sim_uniform = simulate(
+        w,
+        &w.validate(&base).unwrap(),
+        &Analytic,
+        &SimOptions::default(),
+    )
+    .unwrap();
     assert!(
         sim_poplar.iteration_time_s < 0.9 * sim_uniform.iteration_time_s,
         "{} vs {}",

@@ -60,7 +60,7 @@ fn two_stages_four_micro_batches_by_hand() {
         cluster: &cluster,
         seq_len: 1,
     };
-    let s = simulate(w, &p, &Analytic, &no_interference()).unwrap();
+    let s = simulate(w, &w.validate(&p).unwrap(), &Analytic, &no_interference()).unwrap();
     // In units of F:
     // stage 0: F0 [0,1] F1 [1,2] B0 [4,6] F2 [6,7] B1 [7,9] F3 [9,10] B2 [10,12] B3 [13,15]
     // stage 1: F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7] F2 [7,8] B2 [8,10] F3 [10,11] B3 [11,13]
@@ -91,7 +91,7 @@ fn two_stages_four_micro_batches_by_hand() {
     let opt = 1000.0 * 30.0 / (2039e9 * 0.8);
     assert!((s.iteration_time_s - (15.0 * F + opt)).abs() < 1e-12);
     // The same iteration from the formula.
-    let e = estimate(w, &p, &Analytic);
+    let e = estimate(w, &w.validate(&p).unwrap(), &Analytic);
     assert!((e.iteration_time_s - s.iteration_time_s).abs() / e.iteration_time_s < 1e-9);
 }
 
@@ -112,8 +112,8 @@ fn agrees_with_the_estimate_where_the_formula_is_exact() {
             cluster: &cluster,
             seq_len: 1,
         };
-        let s = simulate(w, &p, &Analytic, &no_interference()).unwrap();
-        let e = estimate(w, &p, &Analytic);
+        let s = simulate(w, &w.validate(&p).unwrap(), &Analytic, &no_interference()).unwrap();
+        let e = estimate(w, &w.validate(&p).unwrap(), &Analytic);
         let diff = (s.iteration_time_s - e.iteration_time_s).abs() / e.iteration_time_s;
         assert!(
             diff < 0.01,
@@ -140,7 +140,13 @@ fn never_below_the_compute_bound() {
             cluster: &cluster,
             seq_len: 1024,
         };
-        let s = simulate(w, &p, &Analytic, &SimOptions::default()).unwrap();
+        let s = simulate(
+            w,
+            &w.validate(&p).unwrap(),
+            &Analytic,
+            &SimOptions::default(),
+        )
+        .unwrap();
         for g in &s.per_gpu {
             assert!(g.busy <= 1.0 + 1e-9, "{spec}: {g:?}");
             assert!(
@@ -162,10 +168,26 @@ fn identical_input_identical_output() {
         cluster: &cluster,
         seq_len: 1024,
     };
-    let a = serde_json::to_string(&simulate(w, &p, &Analytic, &SimOptions::default()).unwrap())
-        .unwrap();
-    let b = serde_json::to_string(&simulate(w, &p, &Analytic, &SimOptions::default()).unwrap())
-        .unwrap();
+    let a = serde_json::to_string(
+        &simulate(
+            w,
+            &w.validate(&p).unwrap(),
+            &Analytic,
+            &SimOptions::default(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let b = serde_json::to_string(
+        &simulate(
+            w,
+            &w.validate(&p).unwrap(),
+            &Analytic,
+            &SimOptions::default(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
     assert_eq!(a, b);
 }
 
@@ -201,7 +223,7 @@ mod properties {
             let run = |c: &Cluster| {
                 simulate(
                     Workload { model: &model, cluster: c, seq_len: 1024 },
-                    &p,
+                    &hetplan::plan::ValidPlan::check(&p, &model, c).unwrap(),
                     &Analytic,
                     &SimOptions::default(),
                 )
@@ -258,7 +280,7 @@ fn the_task_graph_is_bounded_before_it_is_built() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 11);
+    assert_eq!(checked, 12);
     let model = catalog_model("gpt3-1.3b").unwrap();
     let cluster = catalog_cluster("1x2xa100-80gb").unwrap();
     let w = Workload {
@@ -268,7 +290,12 @@ fn the_task_graph_is_bounded_before_it_is_built() {
     };
     for gbs in [2_000_000u64, 100_000_000, 1_000_000_000] {
         let p = plan(&format!("pp=2,mbs=1,gbs={gbs}"), &model, &cluster);
-        match simulate(w, &p, &Analytic, &SimOptions::default()) {
+        match simulate(
+            w,
+            &w.validate(&p).unwrap(),
+            &Analytic,
+            &SimOptions::default(),
+        ) {
             Err(SimError::TooLarge { tasks, limit, .. }) => {
                 assert!(tasks > limit && tasks >= 8 * gbs, "{tasks} {limit}")
             }
@@ -298,7 +325,7 @@ fn the_validation_table_agrees() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 11);
+    assert_eq!(checked, 12);
 }
 
 /// Per-replica step counts (`Stage::replica_samples`, Poplar): spelling out the uniform plan
@@ -318,12 +345,24 @@ fn replicas_with_different_micro_batch_counts() {
     spelled.stages[0].replica_samples = vec![4, 4];
     validate(&spelled, &model, &cluster).unwrap();
     let (eb, es) = (
-        estimate(w, &base, &Analytic),
-        estimate(w, &spelled, &Analytic),
+        estimate(w, &w.validate(&base).unwrap(), &Analytic),
+        estimate(w, &w.validate(&spelled).unwrap(), &Analytic),
     );
     assert_eq!(eb.iteration_time_s, es.iteration_time_s);
-    let sb = simulate(w, &base, &Analytic, &no_interference()).unwrap();
-    let ss = simulate(w, &spelled, &Analytic, &no_interference()).unwrap();
+    let sb = simulate(
+        w,
+        &w.validate(&base).unwrap(),
+        &Analytic,
+        &no_interference(),
+    )
+    .unwrap();
+    let ss = simulate(
+        w,
+        &w.validate(&spelled).unwrap(),
+        &Analytic,
+        &no_interference(),
+    )
+    .unwrap();
     assert_eq!(sb.iteration_time_s, ss.iteration_time_s);
 
     // Replica 0: 5 samples as 2 + 2 + 1; replica 1: 3 as 2 + 1. Replica 0 is the slowest: two
@@ -332,14 +371,20 @@ fn replicas_with_different_micro_batch_counts() {
     uneven.stages[0].replica_samples = vec![5, 3];
     uneven.micro_batches = 3;
     validate(&uneven, &model, &cluster).unwrap();
-    let e = estimate(w, &uneven, &Analytic);
-    let s = simulate(w, &uneven, &Analytic, &no_interference()).unwrap();
+    let e = estimate(w, &w.validate(&uneven).unwrap(), &Analytic);
+    let s = simulate(
+        w,
+        &w.validate(&uneven).unwrap(),
+        &Analytic,
+        &no_interference(),
+    )
+    .unwrap();
     let per = |mbs: u64| {
         let mut one = base.clone();
         one.stages[0].micro_batch_sizes = vec![mbs, mbs];
         one.global_batch = 2 * mbs;
         one.micro_batches = 1;
-        estimate(w, &one, &Analytic).stages[0]
+        estimate(w, &w.validate(&one).unwrap(), &Analytic).stages[0]
             .micro_batch_time
             .get()
     };

@@ -388,6 +388,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
             offload: Default::default(),
             sequence_parallel: false,
             replica_samples: Vec::new(),
+            replica_tp: Vec::new(),
         }],
     }
 }
@@ -419,13 +420,13 @@ pub fn check(rows: &[Row]) -> Result<Report, InputError> {
         };
         let cluster = cluster_for(row, row.inter_node)?;
         let plan = plan_for(row, &cluster, model.layers.len());
-        if let Err(errs) = crate::plan::validate::validate(&plan, &model, &cluster) {
+        let plan = crate::plan::ValidPlan::new(plan, &model, &cluster).map_err(|errs| {
             let all: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-            return Err(at_row(InputError::new(format!(
+            at_row(InputError::new(format!(
                 "the FSDP plan of this row is not valid: {}",
                 all.join("; ")
-            ))));
-        }
+            )))
+        })?;
         let est = cost::estimate(
             Workload {
                 model: &model,

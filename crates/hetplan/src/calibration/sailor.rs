@@ -122,11 +122,23 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
     let mut start = 0usize;
     for (si, layers) in p.layers_per_stage.iter().enumerate() {
         let dp = p.dp[si];
-        let tp = p.tmp_per_stage[si].first().map_or(1, |r| r.1);
-        if dp == 0 || tp == 0 {
-            return Err(format!("stage {si} has dp = {dp}, tp = {tp}"));
+        // Each replica's TP degree when the list has one entry per replica (Sailor mixes
+        // degrees within a stage), else the first's for all.
+        let listed: Vec<u32> = p.tmp_per_stage[si].iter().map(|r| r.1).collect();
+        if dp == 0 || listed.contains(&0) {
+            return Err(format!("stage {si} has dp = {dp}, tp = {listed:?}"));
         }
-        let n = dp as usize * tp as usize;
+        let per_replica = listed.len() == dp as usize && listed.iter().any(|&t| t != listed[0]);
+        let (tp, replica_tp) = if per_replica {
+            (listed.iter().copied().max().unwrap_or(1), listed)
+        } else {
+            (listed.first().copied().unwrap_or(1), Vec::new())
+        };
+        let n = if replica_tp.is_empty() {
+            dp as usize * tp as usize
+        } else {
+            replica_tp.iter().map(|&t| t as usize).sum()
+        };
         let devices = match next.checked_add(n).and_then(|end| all.get(next..end)) {
             Some(d) => d.to_vec(),
             None => {
@@ -153,6 +165,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
             offload: Default::default(),
             sequence_parallel: false,
             replica_samples: Vec::new(),
+            replica_tp,
         });
         start += layers.len();
     }
@@ -220,13 +233,16 @@ pub fn check_sailor(
                 continue;
             }
         };
-        if let Err(errs) = crate::plan::validate::validate(&plan, &model, &cluster) {
-            let reason = errs
-                .first()
-                .map_or_else(|| "invalid plan".into(), |e| e.to_string());
-            skipped.push((file.clone(), reason));
-            continue;
-        }
+        let plan = match crate::plan::ValidPlan::new(plan, &model, &cluster) {
+            Ok(plan) => plan,
+            Err(errs) => {
+                let reason = errs
+                    .first()
+                    .map_or_else(|| "invalid plan".into(), |e| e.to_string());
+                skipped.push((file.clone(), reason));
+                continue;
+            }
+        };
         let est = cost::estimate(
             Workload {
                 model: &model,

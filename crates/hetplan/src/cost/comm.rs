@@ -77,12 +77,22 @@ pub fn collective_time(
             bw = bw.min(pair * share(a).min(share(b)));
         }
     }
-    let latency = if nodes.len() > 1 {
+    Seconds(volume / (bw * k::COLLECTIVE_EFFICIENCY)) + collective_latency(cluster, group, kind)
+}
+
+/// The message latencies of one `kind` ring collective over `group`: `passes·(n−1)` steps,
+/// each a message across the slowest kind of link the ring crosses.
+pub fn collective_latency(cluster: &Cluster, group: &[GpuId], kind: Collective) -> Seconds {
+    let n = group.len();
+    if n <= 1 {
+        return Seconds::ZERO;
+    }
+    let latency = if group.iter().any(|g| g.node != group[0].node) {
         cluster.inter_latency
     } else {
         cluster.intra_latency
     };
-    Seconds(volume / (bw * k::COLLECTIVE_EFFICIENCY) + steps * latency.get())
+    Seconds(kind.passes() * (n as f64 - 1.0) * latency.get())
 }
 
 /// Time to send `bytes` from `from` to `to` when the network between them carries `load` times

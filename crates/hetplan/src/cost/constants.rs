@@ -9,6 +9,7 @@
 
 use crate::gpu::Arch;
 use crate::model::AttnImpl;
+use crate::plan::Engine;
 
 /// Achievable fraction of the dense tensor-core peak for a large BF16/FP16 GEMM (all dimensions
 /// ≫ 1k), per architecture.
@@ -147,3 +148,20 @@ pub const CPU_ADAM_PARAMS_PER_S: f64 = 1.0e9;
 /// is a documented default, to be refit from profile data.
 pub const COMPUTE_SLOWDOWN_UNDER_NCCL: f64 = 1.10;
 pub const NCCL_SLOWDOWN_UNDER_COMPUTE: f64 = 1.10;
+
+/// Parameters (on one rank, after TP) per gradient-reduction bucket, by engine; `None`: one
+/// bucket per layer.
+/// - Megatron-LM: `bucket_size = max(40_000_000, 1_000_000 × dp)` when the user gives none
+///   (megatron/core/distributed/distributed_data_parallel.py: larger buckets at large dp "to
+///   ensure that chunks used in NCCL ring-reduce implementations are large enough to remain
+///   bandwidth-bound rather than latency-bound").
+/// - DeepSpeed: ZeRO's `reduce_bucket_size` default 5e8 elements
+///   (deepspeed/runtime/zero/config.py).
+/// - PyTorch FSDP: reduce-scatters per wrapped unit, one transformer layer.
+pub fn grad_bucket_params(engine: Engine, dp: u32) -> Option<f64> {
+    match engine {
+        Engine::Megatron => Some(40.0e6_f64.max(1.0e6 * dp as f64)),
+        Engine::Deepspeed => Some(5.0e8),
+        Engine::Fsdp => None,
+    }
+}

@@ -118,12 +118,13 @@ pub fn recomputed_layers(stage: &Stage) -> usize {
     }
 }
 
-/// Activation bytes of one micro-batch through a stage, and the working set of recomputing its
-/// largest checkpointed layer.
+/// Activation bytes of one micro-batch of `mbs` samples through a replica of a stage at TP
+/// degree `tp`, and the working set of recomputing its largest checkpointed layer.
 pub fn micro_batch_activations(
     model: &Model,
     stage: &Stage,
     mbs: u64,
+    tp: u32,
     seq: u64,
     precision: Precision,
     engine: Engine,
@@ -138,21 +139,14 @@ pub fn micro_batch_activations(
             &model.layers[i],
             tokens,
             seq,
-            stage.tp,
+            tp,
             stage.sequence_parallel,
             selective,
             precision,
             engine,
         );
         if j < n_ckpt {
-            kept += checkpoint_bytes(
-                model,
-                i,
-                tokens,
-                stage.tp,
-                stage.sequence_parallel,
-                precision,
-            );
+            kept += checkpoint_bytes(model, i, tokens, tp, stage.sequence_parallel, precision);
             working = working.max(full);
         } else {
             kept += full;
@@ -182,7 +176,7 @@ pub fn in_flight(schedule: Schedule, pipeline_depth: usize, stage: usize, m: u64
 /// The largest transient buffer of one micro-batch: the 16-bit logits the head's GEMM writes
 /// before the loss turns them into the fp32 probabilities it keeps (those are counted with the
 /// saved activations, Korthikanti et al. 2022 §4.1: 4sbv/t).
-pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, seq: u64) -> f64 {
+pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, tp: u32, seq: u64) -> f64 {
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64;
     let mut t: f64 = 0.0;
     for i in stage.layers.iter() {
@@ -191,7 +185,7 @@ pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, seq: u64) -> f64 
                 if split == crate::model::TpSplit::Column
                     && model.layers[i].kind == crate::model::LayerKind::Head
                 {
-                    t = t.max(2.0 * tokens * n as f64 / stage.tp.max(1) as f64);
+                    t = t.max(2.0 * tokens * n as f64 / tp.max(1) as f64);
                 }
             }
         }

@@ -17,7 +17,7 @@ pub use profiled::Profiled;
 
 use crate::cluster::{Cluster, GpuId};
 use crate::model::Model;
-use crate::plan::{Engine, LayerRange, Plan, Recompute, Schedule, Stage};
+use crate::plan::{Engine, LayerRange, Plan, Recompute, Schedule, Stage, ValidPlan};
 use crate::units::{Bytes, Seconds};
 use comm::{collective_time, members_per_node, p2p_time, Collective};
 use constants as k;
@@ -32,12 +32,25 @@ pub struct Workload<'a> {
     pub seq_len: u64,
 }
 
+impl Workload<'_> {
+    /// Checks a copy of `plan` against this model and cluster (see `ValidPlan::check`).
+    pub fn validate(
+        &self,
+        plan: &Plan,
+    ) -> Result<ValidPlan, Vec<crate::plan::validate::PlanError>> {
+        ValidPlan::check(plan, self.model, self.cluster)
+    }
+}
+
 /// Cost of one stage (the slowest of its DP replicas sets the pace).
 #[derive(Clone, Debug, Serialize)]
 pub struct StageEstimate {
     pub index: usize,
     pub layers: LayerRange,
+    /// The TP degree; with replicas at different degrees, the largest, and each in `replica_tp`.
     pub tp: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replica_tp: Vec<u32>,
     pub dp: u32,
     pub micro_batch_sizes: Vec<u64>,
     /// Per micro-batch, slowest replica: forward and backward compute (backward includes
@@ -102,9 +115,19 @@ pub struct Estimate {
     pub notes: Vec<String>,
 }
 
-/// The GPUs of TP rank `k` in every DP replica of a stage: one data-parallel group.
+/// The GPUs that hold parameter shard `k` in every DP replica of a stage: one data-parallel
+/// group (TP rank k when the replicas share one TP degree; see `Stage::shard_group`).
 fn dp_group(st: &Stage, k: usize) -> Vec<GpuId> {
-    (0..st.dp as usize).map(|r| st.replica(r)[k]).collect()
+    st.shard_group(k)
+}
+
+/// Parameters of one shard of a stage (`1/tp` of its split parameters): what each DP ring
+/// reduces. With replicas at different TP degrees (`Stage::replica_tp`) a GPU of a replica at
+/// degree t takes part in tp/t of the `tp` rings at once; across nodes they share its node's
+/// network as every ring does (the node's GPUs × the rings crossing it), inside a node the
+/// estimate does not charge the GPU's link for the extra rings (the simulator does).
+fn dp_params(model: &Model, st: &Stage) -> f64 {
+    memory::stage_params(model, st.layers.iter(), st.tp)
 }
 
 /// Per-replica, per-micro-batch timing of a stage (seconds).
@@ -153,7 +176,7 @@ struct NicLoad {
     /// node → tied-embedding pairs crossing it.
     tied: BTreeMap<u32, usize>,
     /// node → rings of the end-of-iteration DP synchronisation (every physical stage's, one per
-    /// TP rank) crossing it: the stages' syncs run together after the pipeline drains.
+    /// parameter shard) crossing it: the stages' syncs run together after the pipeline drains.
     dp_rings: BTreeMap<u32, usize>,
 }
 
@@ -181,7 +204,7 @@ impl NicLoad {
                     let bytes =
                         from_st.micro_batch_sizes[r] as f64 * tokens_per_sample * out * elem
                             / 2.0
-                            / from_st.tp.max(1) as f64;
+                            / from_st.tp_of(r).max(1) as f64;
                     for (k, &g) in from_st.replica(r).iter().enumerate() {
                         let t = to[k % to.len()];
                         if g.node != t.node {
@@ -362,10 +385,11 @@ fn layer_costs_in(
     let devs = st.replica(r);
     let mbs = st.micro_batch_sizes[r];
     let tokens = mbs as f64 * ctx.tokens_per_sample;
+    let tp = st.tp_of(r);
     let shape = LayerShape {
         mbs,
         seq,
-        tp: st.tp,
+        tp,
         sequence_parallel: st.sequence_parallel,
         precision: plan.precision,
     };
@@ -376,7 +400,7 @@ fn layer_costs_in(
         .map(|(j, li)| {
             let lt = slowest_layer_time(ctx, devs, li, shape);
             let layer = &model.layers[li];
-            let tp_bytes = if st.tp > 1 && !lt.includes_tp_comm {
+            let tp_bytes = if tp > 1 && !lt.includes_tp_comm {
                 Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0)
             } else {
                 Bytes(0.0)
@@ -416,7 +440,7 @@ pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f
     let st = &plan.stages[si];
     let devs = st.replica(r);
     let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
-    let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
+    let params_local = memory::stage_params(model, st.layers.iter(), st.tp_of(r));
     let shard = if st.zero >= 1 {
         st.dp.max(1) as f64
     } else {
@@ -468,7 +492,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
     // Pipeline sends: this replica's activations to the next stage and its input gradients to
     // the previous one, 1/tp per TP rank (Megatron scatter-gather), to the replica of the
     // neighbour that consumes them (r mod its dp).
-    let tp = st.tp.max(1) as f64;
+    let tp = st.tp_of(r).max(1) as f64;
     if let Some(nx) = plan.stages.get(si + 1) {
         let out = model.layers[st.layers.end - 1].output_bytes_per_token;
         let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
@@ -484,7 +508,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         let load = ctx.nic().slowdown(si, false, devs[0], to, bytes.get());
         rt.p2p += p2p_time(cluster, devs[0], to, bytes, load).get();
     }
-    let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
+    let params_local = dp_params(model, st);
     let nlayers = st.layers.len().max(1) as f64;
     // ZeRO-3: every micro-batch gathers the parameters in forward and in backward and
     // reduce-scatters gradients in backward; ZeRO-2 only the reduce-scatter. Prefetching (FSDP,
@@ -535,7 +559,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
 pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64, f64) {
     let st = &plan.stages[si];
     let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
-    let params = memory::stage_params(w.model, st.layers.iter(), st.tp);
+    let params = memory::stage_params(w.model, st.layers.iter(), st.tp_of(r));
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
     let wb = off.weights * params * w_bytes / if st.zero >= 3 { dp } else { 1.0 };
@@ -543,6 +567,7 @@ pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64,
         w.model,
         st,
         st.micro_batch_sizes[r],
+        st.tp_of(r),
         w.seq_len,
         plan.precision,
         plan.engine,
@@ -550,6 +575,33 @@ pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64,
     let ab = off.activations * act;
     let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
     (wb + ab, wb + ab + gb)
+}
+
+/// The gradient-reduction buckets of a stage at the end of the iteration, in the order the
+/// backward fills them (last layers first): each bucket is the layers `[start, end)` whose
+/// local parameters reach the engine's bucket size (`constants::grad_bucket_params`), the
+/// last one what is left. The estimate and the simulator share this partition (a byte count),
+/// not its time.
+pub fn grad_buckets(model: &Model, plan: &Plan, st: &Stage) -> Vec<LayerRange> {
+    let limit = k::grad_bucket_params(plan.engine, st.dp);
+    let mut buckets = Vec::new();
+    let mut end = st.layers.end;
+    let mut params = 0.0;
+    for l in st.layers.iter().rev() {
+        params += memory::stage_params(model, l..l + 1, st.tp);
+        if limit.is_none_or(|b| params >= b) {
+            buckets.push(LayerRange { start: l, end });
+            end = l;
+            params = 0.0;
+        }
+    }
+    if end > st.layers.start {
+        buckets.push(LayerRange {
+            start: st.layers.start,
+            end,
+        });
+    }
+    buckets
 }
 
 /// Parameters of a tied embedding that the first and the last stage both hold, when they are
@@ -595,7 +647,7 @@ fn end_of_iteration(
 ) -> (f64, f64, f64) {
     let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
-    let params_local = memory::stage_params(model, st.layers.iter(), st.tp);
+    let params_local = dp_params(model, st);
     let nlayers = st.layers.len().max(1) as f64;
     let group = dp_group(st, 0);
     let g = Bytes(params_local * ctx.gg_bytes);
@@ -610,13 +662,17 @@ fn end_of_iteration(
     };
     let time = |b: Bytes, c: Collective| collective_time(cluster, &group, b, c, &rings).get();
     // Gradient reduction after the last backward, bucketed so that it overlaps that backward
-    // (Megatron overlap-grad-reduce, DDP, DeepSpeed overlap_comm); ZeRO-2/3 reduced per
-    // micro-batch already.
+    // (Megatron overlap-grad-reduce, DDP, DeepSpeed overlap_comm): one collective per bucket,
+    // each paying the ring's message latencies; ZeRO-2/3 reduced per micro-batch already.
+    let buckets = grad_buckets(model, plan, st).len().max(1);
+    let bucketed = |c: Collective| {
+        time(g, c) + (buckets - 1) as f64 * comm::collective_latency(cluster, &group, c).get()
+    };
     let (reduce, gather) = if st.dp > 1 {
         match st.zero {
-            0 => (time(g, Collective::AllReduce), 0.0),
+            0 => (bucketed(Collective::AllReduce), 0.0),
             1 => (
-                time(g, Collective::ReduceScatter),
+                bucketed(Collective::ReduceScatter),
                 time(p, Collective::AllGather),
             ),
             2 => (0.0, time(p, Collective::AllGather)),
@@ -625,7 +681,8 @@ fn end_of_iteration(
     } else {
         (0.0, 0.0)
     };
-    let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, nlayers);
+    // The last bucket to fill waits for the whole backward; the others run behind it.
+    let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, buckets as f64);
     // The parameter all-gather of ZeRO-1/2 follows the optimizer step: Megatron
     // (overlap-param-gather) and FSDP hide it behind the next forward, layer by layer;
     // DeepSpeed waits for it.
@@ -640,7 +697,10 @@ fn end_of_iteration(
     let tied = if tied_params > 0.0 && (si == 0 || si == last) {
         let other = &plan.stages[if si == 0 { last } else { 0 }];
         let pair = [st.replica(0)[0], other.replica(0)[0]];
-        let bytes = Bytes(tied_params / st.tp.max(1) as f64 * ctx.gg_bytes);
+        // Shard by shard over the finer TP split: a GPU of the coarser side moves its whole
+        // share.
+        let coarser = st.tp_of(0).min(other.tp_of(0)).max(1);
+        let bytes = Bytes(tied_params / coarser as f64 * ctx.gg_bytes);
         let pairs = |node: u32| ctx.nic().tied.get(&node).copied().unwrap_or(0);
         collective_time(cluster, &pair, bytes, Collective::AllReduce, &pairs).get()
     } else {
@@ -649,9 +709,13 @@ fn end_of_iteration(
     (reduce + gather, exposed, tied)
 }
 
-/// Estimates one training iteration of `plan`. The plan must have passed
-/// `plan::validate::validate` against the same model and cluster.
-pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Estimate {
+/// Estimates one training iteration of `plan`, validated against the same model and cluster.
+pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -> Estimate {
+    debug_assert!(
+        plan.checked_for(w.model, w.cluster),
+        "validated for another problem"
+    );
+    let plan: &Plan = plan;
     let model = w.model;
     let cluster = w.cluster;
     let seq = w.seq_len;
@@ -747,6 +811,7 @@ pub fn estimate(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Est
             index: si,
             layers: st.layers,
             tp: st.tp,
+            replica_tp: st.replica_tp.clone(),
             dp: st.dp,
             micro_batch_sizes: st.micro_batch_sizes.clone(),
             forward: Seconds(worst.forward),
@@ -921,11 +986,12 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let chunks: Vec<&Stage> = plan.stages.iter().skip(p).step_by(depth).collect();
     let st = chunks[0];
     let mbs = st.micro_batch_sizes[r];
+    let tp = st.tp_of(r);
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
     let params: f64 = chunks
         .iter()
-        .map(|c| memory::stage_params(model, c.layers.iter(), c.tp))
+        .map(|c| memory::stage_params(model, c.layers.iter(), c.tp_of(r)))
         .sum();
     let (weights, gradients, optimizer) =
         memory::sharded_states(params, plan.precision, st.zero, dp);
@@ -940,16 +1006,16 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let mut gathered: f64 = 0.0;
     for c in &chunks {
         let (a, wk) =
-            memory::micro_batch_activations(model, c, mbs, seq, plan.precision, plan.engine);
+            memory::micro_batch_activations(model, c, mbs, tp, seq, plan.precision, plan.engine);
         act_per_mb += a;
         working = working.max(wk);
-        transient = transient.max(memory::transient_bytes(model, c, mbs, seq));
+        transient = transient.max(memory::transient_bytes(model, c, mbs, tp, seq));
         if c.zero >= 3 {
             // ZeRO-3 holds the gathered current layer and the prefetched next one.
             let largest = c
                 .layers
                 .iter()
-                .map(|l| memory::stage_params(model, l..l + 1, c.tp))
+                .map(|l| memory::stage_params(model, l..l + 1, tp))
                 .fold(0.0, f64::max);
             gathered = gathered.max(2.0 * largest * ctx.pg_bytes);
         }

@@ -501,6 +501,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             offload,
             sequence_parallel,
             replica_samples: Vec::new(),
+            replica_tp: Vec::new(),
         })
         .collect();
     let plan = Plan {
@@ -922,7 +923,14 @@ mod tests {
             }),
             "tp"
         );
-        assert_eq!(key_of(&PlanError::LayersUncovered { from: 1, to: 2 }), "pp");
+        assert_eq!(
+            key_of(&PlanError::LayersUncovered {
+                from: 1,
+                to: 2,
+                last_stage: 0
+            }),
+            "pp"
+        );
     }
 
     #[test]

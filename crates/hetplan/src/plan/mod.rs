@@ -1,7 +1,8 @@
 //! Training plans: everything the seed papers search over, as one complete value.
 //!
 //! A plan is read from JSON (`serde`) or from the inline form (`inline`), then checked against a
-//! model and a cluster (`validate`). The cost model and the simulator accept only validated plans.
+//! model and a cluster (`validate`) into a [`ValidPlan`], the only plan the cost model and the
+//! simulator accept.
 
 pub mod inline;
 pub mod validate;
@@ -174,10 +175,17 @@ impl LayerRange {
 #[serde(deny_unknown_fields)]
 pub struct Stage {
     pub layers: LayerRange,
-    /// The stage's GPUs, `dp × tp` of them, replica-major: replica r is
-    /// `devices[r·tp .. (r+1)·tp]`.
+    /// The stage's GPUs, replica-major: `dp × tp` of them, replica r is
+    /// `devices[r·tp .. (r+1)·tp]`; with `replica_tp`, replica r is the next `replica_tp[r]`.
     pub devices: Vec<GpuId>,
+    /// The TP degree of every replica; with `replica_tp`, the largest of them.
     pub tp: u32,
+    /// The TP degree of each DP replica, when replicas differ (Sailor's OPT plans mix A100
+    /// replicas at TP 1 with V100 replicas at TP 4 in one stage; FlashFlex, HexiScale). Each
+    /// degree divides the largest, so the parameters split into `tp` shards and a replica at
+    /// degree t holds `tp / t` of them per GPU. Empty: every replica has `tp`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replica_tp: Vec<u32>,
     pub dp: u32,
     /// Micro-batch size of each DP replica (replicas may differ, as Metis and Poplar need).
     pub micro_batch_sizes: Vec<u64>,
@@ -213,10 +221,40 @@ impl Stage {
         }
     }
 
+    /// The TP degree of DP replica `r`.
+    pub fn tp_of(&self, r: usize) -> u32 {
+        self.replica_tp.get(r).copied().unwrap_or(self.tp)
+    }
+
+    /// The smallest TP degree of the stage's replicas (`tp` when they agree): its GPUs hold
+    /// the largest share of the stage's parameters.
+    pub fn min_tp(&self) -> u32 {
+        self.replica_tp.iter().copied().min().unwrap_or(self.tp)
+    }
+
+    /// The first of DP replica `r`'s GPUs in `devices`.
+    fn replica_offset(&self, r: usize) -> usize {
+        if self.replica_tp.is_empty() {
+            r * self.tp as usize
+        } else {
+            self.replica_tp[..r].iter().map(|&t| t as usize).sum()
+        }
+    }
+
     /// The GPUs of DP replica `r`.
     pub fn replica(&self, r: usize) -> &[GpuId] {
-        let tp = self.tp as usize;
-        &self.devices[r * tp..(r + 1) * tp]
+        let start = self.replica_offset(r);
+        &self.devices[start..start + self.tp_of(r) as usize]
+    }
+
+    /// The members of the stage's `k`-th gradient-synchronisation group (`k < tp`): parameter
+    /// shard k lives on GPU `k·t/tp` of a replica at degree t. With one TP degree these are the
+    /// GPUs of TP rank k in every replica.
+    pub fn shard_group(&self, k: usize) -> Vec<GpuId> {
+        let tp = self.tp.max(1) as usize;
+        (0..self.dp as usize)
+            .map(|r| self.replica(r)[k * self.tp_of(r) as usize / tp])
+            .collect()
     }
     /// Samples one micro-batch carries through this stage, over all replicas.
     pub fn samples_per_micro_batch(&self) -> u64 {
@@ -246,6 +284,72 @@ pub struct Plan {
     /// hand-written and older plan files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub made_for: Option<MadeFor>,
+}
+
+/// A plan that passed `plan::validate::validate` against a model and a cluster: the only plan
+/// `cost::estimate` and `sim::simulate` accept. It reads as a [`Plan`] (`Deref`) and serialises
+/// as one; it cannot be changed, only turned back into a `Plan` (`into_plan`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidPlan {
+    plan: Plan,
+    /// Layers of the model and GPUs of the cluster it was checked against: a cheap guard against
+    /// handing it to the cost model with another problem.
+    checked_for: (usize, usize),
+}
+
+impl ValidPlan {
+    /// Checks `plan` against `model` and `cluster` (every problem, not only the first).
+    pub fn new(
+        plan: Plan,
+        model: &crate::model::Model,
+        cluster: &crate::cluster::Cluster,
+    ) -> Result<ValidPlan, Vec<validate::PlanError>> {
+        validate::validate(&plan, model, cluster)?;
+        Ok(ValidPlan {
+            plan,
+            checked_for: (model.layers.len(), cluster.num_gpus()),
+        })
+    }
+
+    /// Checks a copy of `plan`.
+    pub fn check(
+        plan: &Plan,
+        model: &crate::model::Model,
+        cluster: &crate::cluster::Cluster,
+    ) -> Result<ValidPlan, Vec<validate::PlanError>> {
+        ValidPlan::new(plan.clone(), model, cluster)
+    }
+
+    /// Whether this plan was checked against a model and a cluster of these sizes (the cost
+    /// model and the simulator assert it in debug builds).
+    pub fn checked_for(
+        &self,
+        model: &crate::model::Model,
+        cluster: &crate::cluster::Cluster,
+    ) -> bool {
+        self.checked_for == (model.layers.len(), cluster.num_gpus())
+    }
+
+    pub fn as_plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn into_plan(self) -> Plan {
+        self.plan
+    }
+}
+
+impl std::ops::Deref for ValidPlan {
+    type Target = Plan;
+    fn deref(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+impl Serialize for ValidPlan {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.plan.serialize(s)
+    }
 }
 
 /// Fingerprints of the cluster and the model a plan was made for: a plan names GPUs by node
@@ -336,6 +440,12 @@ impl Plan {
             .map(|s| {
                 let first = s.devices.first().map(|g| g.to_string()).unwrap_or_default();
                 let last = s.devices.last().map(|g| g.to_string()).unwrap_or_default();
+                let tp = if s.replica_tp.is_empty() {
+                    s.tp.to_string()
+                } else {
+                    let t: Vec<String> = s.replica_tp.iter().map(|t| t.to_string()).collect();
+                    format!("[{}]", t.join(","))
+                };
                 format!(
                     "{}-{}@{}..{} ({}x{})",
                     s.layers.start,
@@ -343,7 +453,7 @@ impl Plan {
                     first,
                     last,
                     s.dp,
-                    s.tp
+                    tp
                 )
             })
             .collect();

@@ -59,6 +59,9 @@
 //!   embedding and the head count as layers). Stages cover every layer once, in order.
 //! - `stages[i].devices`: `dp × tp` GPUs, replica-major (replica `r` is
 //!   `devices[r·tp .. (r+1)·tp]`); a GPU is `{"node": n, "local": g}` (`n{n}g{g}` in messages).
+//! - `stages[i].replica_tp` (optional): each DP replica's TP degree when they differ, each
+//!   dividing `tp`, which is then the largest; `devices` lists `sum(replica_tp)` GPUs, replica
+//!   by replica.
 //! - `stages[i].micro_batch_sizes`: one micro-batch size per DP replica (they may differ).
 //! - `zero` (0–3, default 0), `recompute` (`"none"`, `"selective"`, `"full"` or a number of
 //!   layers, default `"none"`), `offload` (fractions 0–1 of `weights`, `gradients`, `optimizer`,
@@ -169,8 +172,22 @@ pub enum PlanError {
         dp: u32,
         tp: u32,
     },
+    #[error(
+        "stage {stage} lists {devices} GPUs, but its replicas' TP degrees (replica_tp) add up to \
+         {expected}"
+    )]
+    DeviceCountReplicaTp {
+        stage: usize,
+        devices: usize,
+        expected: u64,
+    },
     #[error("stage {stage} lists GPU {gpu} more than once")]
-    DeviceRepeated { stage: usize, gpu: GpuId },
+    DeviceRepeated {
+        stage: usize,
+        gpu: GpuId,
+        /// Where in `devices` it is listed again.
+        index: usize,
+    },
     #[error(
         "stage {stage} uses {} that stage {first} already uses, but a GPU can serve only one stage \
          (only interleaved chunks share GPUs)",
@@ -180,6 +197,8 @@ pub enum PlanError {
         stage: usize,
         first: usize,
         gpus: Vec<GpuId>,
+        /// Where in `devices` the first of them is.
+        index: usize,
     },
     #[error(
         "stage {stage} is a chunk of the interleaved schedule over {pp} GPU stages, so it must \
@@ -198,6 +217,8 @@ pub enum PlanError {
         stage: usize,
         base: usize,
         what: &'static str,
+        /// The JSON field that differs.
+        field: &'static str,
         value: String,
         base_value: String,
     },
@@ -210,6 +231,8 @@ pub enum PlanError {
         gpus: Vec<GpuId>,
         /// What the cluster does have, in words.
         available: String,
+        /// Where in `devices` the first of them is.
+        index: usize,
     },
     #[error(
         "stage {stage} has no layers: its range starts at layer {start} and ends before layer {end}"
@@ -257,7 +280,12 @@ pub enum PlanError {
         "{} in no stage: the stages end before layer {from}, but the model has {to} layers",
         span_are(.from, .to)
     )]
-    LayersUncovered { from: usize, to: usize },
+    LayersUncovered {
+        from: usize,
+        to: usize,
+        /// The last stage, which should end at `to`.
+        last_stage: usize,
+    },
     #[error(
         "stage {stage} lists {sizes} micro-batch sizes, but has dp = {dp} replicas; give one size \
          per replica"
@@ -293,6 +321,26 @@ pub enum PlanError {
         tp: u32,
         kv_heads: u64,
     },
+    #[error(
+        "stage {stage} gives {given} TP degrees in replica_tp, but has dp = {dp} replicas; give \
+         one per replica"
+    )]
+    ReplicaTpCount { stage: usize, given: usize, dp: u32 },
+    #[error(
+        "stage {stage} gives DP replica {replica} a TP degree of {degree}, which does not divide \
+         the stage's tp = {tp}"
+    )]
+    ReplicaTpDivides {
+        stage: usize,
+        replica: usize,
+        degree: u32,
+        tp: u32,
+    },
+    #[error(
+        "stage {stage} has tp = {tp}, but the largest of its replicas' TP degrees (replica_tp) is \
+         {largest}"
+    )]
+    ReplicaTpLargest { stage: usize, tp: u32, largest: u32 },
     #[error("stage {stage}'s replica_samples are inconsistent: {reason}")]
     ReplicaSamples { stage: usize, reason: String },
     #[error("stage {stage} has zero = {zero}, but the ZeRO stages are 0, 1, 2 and 3")]
@@ -309,6 +357,168 @@ pub enum PlanError {
         layers: u32,
         stage_layers: usize,
     },
+}
+
+impl PlanError {
+    /// The dotted path of the JSON field the error concerns (`stages[1].devices[3]`), for
+    /// pointing at it in the plan's text.
+    pub fn path(&self) -> String {
+        let st = |i: &usize, f: &str| format!("stages[{i}].{f}");
+        match self {
+            PlanError::NoStages | PlanError::StagesNotDivisibleByVirtual { .. } => "stages".into(),
+            PlanError::ZeroMicroBatches | PlanError::MicroBatchesNotDivisibleByDepth { .. } => {
+                "micro_batches".into()
+            }
+            PlanError::ZeroVirtualStages => "schedule.virtual_stages".into(),
+            PlanError::ZeroDegree { stage, which } => st(stage, which),
+            PlanError::DeviceCount { stage, .. }
+            | PlanError::DeviceCountReplicaTp { stage, .. }
+            | PlanError::InterleavedDevices { stage, .. } => st(stage, "devices"),
+            PlanError::DeviceRepeated { stage, index, .. }
+            | PlanError::DeviceShared { stage, index, .. }
+            | PlanError::UnknownGpus { stage, index, .. } => {
+                st(stage, &format!("devices[{index}]"))
+            }
+            PlanError::InterleavedLayout { stage, field, .. } => st(stage, field),
+            PlanError::EmptyStage { stage, .. } => st(stage, "layers"),
+            PlanError::LayersOutOfRange { stage, .. } => st(stage, "layers.end"),
+            PlanError::LayerGap { stage, .. } | PlanError::LayerOverlap { stage, .. } => {
+                st(stage, "layers.start")
+            }
+            PlanError::LayersUncovered { last_stage, .. } => st(last_stage, "layers.end"),
+            PlanError::MicroBatchSizesCount { stage, .. }
+            | PlanError::BatchMismatch { stage, .. } => st(stage, "micro_batch_sizes"),
+            PlanError::ZeroMicroBatchSize { stage, replica } => {
+                st(stage, &format!("micro_batch_sizes[{replica}]"))
+            }
+            PlanError::TpHeads { stage, .. } | PlanError::TpKvHeads { stage, .. } => {
+                st(stage, "tp")
+            }
+            PlanError::ReplicaTpCount { stage, .. } | PlanError::ReplicaTpLargest { stage, .. } => {
+                st(stage, "replica_tp")
+            }
+            PlanError::ReplicaTpDivides { stage, replica, .. } => {
+                st(stage, &format!("replica_tp[{replica}]"))
+            }
+            PlanError::ReplicaSamples { stage, .. } => st(stage, "replica_samples"),
+            PlanError::ZeroStage { stage, .. } => st(stage, "zero"),
+            PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
+            PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
+        }
+    }
+
+    /// What to change, when there is more to say than the message.
+    pub fn hint(&self) -> Option<String> {
+        Some(match self {
+            PlanError::NoStages => "add at least one stage".into(),
+            PlanError::ZeroMicroBatches => "micro_batches must be at least 1".into(),
+            PlanError::ZeroVirtualStages => {
+                "use at least 1 virtual stage, or the `1f1b` schedule".into()
+            }
+            PlanError::StagesNotDivisibleByVirtual { virtual_stages, .. } => format!(
+                "list pp × {virtual_stages} model chunks, chunk j on the GPUs of chunk j mod pp"
+            ),
+            PlanError::MicroBatchesNotDivisibleByDepth { pp, .. } => {
+                format!("use a multiple of {pp} micro-batches")
+            }
+            PlanError::ZeroDegree { .. } => return None,
+            PlanError::DeviceCount { dp, tp, .. } => format!(
+                "list exactly dp × tp = {} GPUs, or change dp/tp",
+                *dp as u64 * *tp as u64
+            ),
+            PlanError::DeviceCountReplicaTp { expected, .. } => {
+                format!("list exactly {expected} GPUs, replica by replica, or change replica_tp")
+            }
+            PlanError::DeviceRepeated { gpu, .. } => {
+                format!("list GPU {gpu} once; every GPU of a stage must be distinct")
+            }
+            PlanError::DeviceShared { stage, first, .. } => {
+                format!("give stage {stage} GPUs that stage {first} does not use")
+            }
+            PlanError::InterleavedDevices { base, .. } => {
+                format!("use the same GPUs as stage {base}, in the same order")
+            }
+            PlanError::InterleavedLayout {
+                base,
+                what,
+                base_value,
+                ..
+            } => format!("use stage {base}'s {what}: {base_value}"),
+            PlanError::UnknownGpus { .. } => {
+                "GPUs are {\"node\": n, \"local\": g}, counted from 0 in the cluster's node order"
+                    .into()
+            }
+            PlanError::EmptyStage { .. } => {
+                "a stage's layers are the half-open range [start, end) with end > start".into()
+            }
+            PlanError::LayersOutOfRange { num_layers, .. } => format!(
+                "layer ranges are half-open [start, end); the last stage ends at {num_layers}"
+            ),
+            PlanError::LayerGap { stage, from, .. } => {
+                format!("start stage {stage} at layer {from}")
+            }
+            PlanError::LayerOverlap {
+                stage, overlap_end, ..
+            } => format!("start stage {stage} at layer {overlap_end}"),
+            PlanError::LayersUncovered { to, .. } => format!("end the last stage at layer {to}"),
+            PlanError::MicroBatchSizesCount { dp, .. } => {
+                format!("give {dp} micro-batch sizes, one per DP replica")
+            }
+            PlanError::ZeroMicroBatchSize { .. } => "use a micro-batch size of at least 1".into(),
+            PlanError::BatchMismatch {
+                samples,
+                micro_batches,
+                global_batch,
+                ..
+            } => {
+                let mut h = format!(
+                    "sum(micro_batch_sizes) × micro_batches must equal global_batch: set \
+                     global_batch to {}",
+                    *samples as u128 * *micro_batches as u128
+                );
+                if *samples > 0 && global_batch.is_multiple_of(*samples) {
+                    h.push_str(&format!(", or micro_batches to {}", global_batch / samples));
+                }
+                h
+            }
+            PlanError::TpHeads { heads, .. } => {
+                format!("use a tp that divides {heads}: {}", divisors(*heads))
+            }
+            PlanError::TpKvHeads { kv_heads, .. } => {
+                format!("use a tp that divides {kv_heads} or is a multiple of it")
+            }
+            PlanError::ReplicaTpCount { dp, .. } => {
+                format!("give {dp} TP degrees, one per DP replica, or leave replica_tp out")
+            }
+            PlanError::ReplicaTpDivides { tp, .. } => format!(
+                "use a degree that divides {tp} ({}), so that every replica's shards line up for \
+                 the gradient reduction",
+                divisors(*tp as u64)
+            ),
+            PlanError::ReplicaTpLargest { largest, .. } => {
+                format!("set tp to {largest}, the largest of replica_tp")
+            }
+            PlanError::ReplicaSamples { .. } => {
+                "one count per replica, each at least 1, summing to global_batch; micro_batches is \
+                 the largest ⌈count / micro-batch size⌉"
+                    .into()
+            }
+            PlanError::ZeroStage { .. } => "zero is 0, 1, 2 or 3".into(),
+            PlanError::OffloadRatio { .. } => "offload fractions lie between 0 and 1".into(),
+            PlanError::RecomputeLayers { stage_layers, .. } => {
+                format!("recompute at most {stage_layers} layers, or \"full\"")
+            }
+        })
+    }
+}
+
+/// `1, 2, 4, 8` (the divisors up to 64).
+fn divisors(n: u64) -> String {
+    let d: Vec<String> = (1..=n.min(64))
+        .filter(|k| n.is_multiple_of(*k))
+        .map(|k| k.to_string())
+        .collect();
+    d.join(", ")
 }
 
 /// `layer 3` or `layers 3-5` for the half-open range `[start, end)`.
@@ -451,13 +661,17 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
             which: "dp",
         });
     }
-    if s.tp > 0 && s.dp > 0 && s.devices.len() as u64 != s.tp as u64 * s.dp as u64 {
-        errs.push(PlanError::DeviceCount {
-            stage: i,
-            devices: s.devices.len(),
-            dp: s.dp,
-            tp: s.tp,
-        });
+    if s.replica_tp.is_empty() {
+        if s.tp > 0 && s.dp > 0 && s.devices.len() as u64 != s.tp as u64 * s.dp as u64 {
+            errs.push(PlanError::DeviceCount {
+                stage: i,
+                devices: s.devices.len(),
+                dp: s.dp,
+                tp: s.tp,
+            });
+        }
+    } else {
+        check_replica_tp(i, s, errs);
     }
     if s.dp > 0 && s.micro_batch_sizes.len() != s.dp as usize {
         errs.push(PlanError::MicroBatchSizesCount {
@@ -521,16 +735,24 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
     // GPUs: repeated inside the stage, or not in the cluster.
     let mut seen = BTreeSet::new();
     let mut missing = Vec::new();
-    for &g in &s.devices {
+    let mut first_missing = None;
+    for (j, &g) in s.devices.iter().enumerate() {
         if !seen.insert(g) {
             // Report each repeated GPU once.
-            let err = PlanError::DeviceRepeated { stage: i, gpu: g };
-            if !errs.contains(&err) {
-                errs.push(err);
+            let reported = errs.iter().any(|e| {
+                matches!(e, PlanError::DeviceRepeated { stage, gpu, .. } if *stage == i && *gpu == g)
+            });
+            if !reported {
+                errs.push(PlanError::DeviceRepeated {
+                    stage: i,
+                    gpu: g,
+                    index: j,
+                });
             }
         }
         if !cluster.contains(g) && !missing.contains(&g) {
             missing.push(g);
+            first_missing.get_or_insert(j);
         }
     }
     if !missing.is_empty() {
@@ -538,13 +760,17 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
             stage: i,
             available: describe_cluster(cluster, &missing),
             gpus: missing,
+            index: first_missing.unwrap_or(0),
         });
     }
 
     // Tensor parallelism against the attention heads of every attention core in the stage
     // (models may mix shapes: MoE splices, AMP's heterogeneous model).
-    if s.tp > 0 {
-        let tp = s.tp as u64;
+    let mut degrees: BTreeSet<u32> = s.replica_tp.iter().copied().collect();
+    degrees.insert(s.tp);
+    degrees.remove(&0);
+    for degree in degrees {
+        let tp = degree as u64;
         let end = s.layers.end.min(model.layers.len());
         let mut shapes: BTreeSet<(u64, u64)> = BTreeSet::new();
         for l in &model.layers[s.layers.start.min(end)..end] {
@@ -562,7 +788,7 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
             if !heads_ok {
                 errs.push(PlanError::TpHeads {
                     stage: i,
-                    tp: s.tp,
+                    tp: degree,
                     heads,
                 });
             }
@@ -570,11 +796,54 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
             if (heads_ok || kv_heads != heads) && !tp_fits_kv_heads(tp, kv_heads) {
                 errs.push(PlanError::TpKvHeads {
                     stage: i,
-                    tp: s.tp,
+                    tp: degree,
                     kv_heads,
                 });
             }
         }
+    }
+}
+
+/// Per-replica TP degrees (`Stage::replica_tp`): one per replica, each at least 1 and dividing
+/// the stage's `tp`, which is the largest; the devices are their sum.
+fn check_replica_tp(i: usize, s: &Stage, errs: &mut Vec<PlanError>) {
+    if s.dp > 0 && s.replica_tp.len() != s.dp as usize {
+        errs.push(PlanError::ReplicaTpCount {
+            stage: i,
+            given: s.replica_tp.len(),
+            dp: s.dp,
+        });
+    }
+    for (r, &t) in s.replica_tp.iter().enumerate() {
+        if t == 0 {
+            errs.push(PlanError::ZeroDegree {
+                stage: i,
+                which: "replica_tp",
+            });
+        } else if s.tp > 0 && !s.tp.is_multiple_of(t) {
+            errs.push(PlanError::ReplicaTpDivides {
+                stage: i,
+                replica: r,
+                degree: t,
+                tp: s.tp,
+            });
+        }
+    }
+    let largest = s.replica_tp.iter().copied().max().unwrap_or(0);
+    if s.tp > 0 && largest != s.tp {
+        errs.push(PlanError::ReplicaTpLargest {
+            stage: i,
+            tp: s.tp,
+            largest,
+        });
+    }
+    let expected: u64 = s.replica_tp.iter().map(|&t| t as u64).sum();
+    if s.devices.len() as u64 != expected {
+        errs.push(PlanError::DeviceCountReplicaTp {
+            stage: i,
+            devices: s.devices.len(),
+            expected,
+        });
     }
 }
 
@@ -682,7 +951,11 @@ fn check_layers(plan: &Plan, model: &Model, errs: &mut Vec<PlanError>) {
         next = next.max(b);
     }
     if !plan.stages.is_empty() && next < n {
-        errs.push(PlanError::LayersUncovered { from: next, to: n });
+        errs.push(PlanError::LayersUncovered {
+            from: next,
+            to: n,
+            last_stage: plan.stages.len() - 1,
+        });
     }
 }
 
@@ -692,24 +965,26 @@ fn check_sharing(plan: &Plan, pp: usize, errs: &mut Vec<PlanError>) {
     let mut owner: BTreeMap<GpuId, usize> = BTreeMap::new();
     for (i, s) in plan.stages.iter().enumerate().take(pp) {
         // (first stage) -> GPUs this stage shares with it
-        let mut shared: BTreeMap<usize, Vec<GpuId>> = BTreeMap::new();
+        // (first stage) -> (GPUs this stage shares with it, where the first is in `devices`)
+        let mut shared: BTreeMap<usize, (Vec<GpuId>, usize)> = BTreeMap::new();
         let mut own = BTreeSet::new();
-        for &g in &s.devices {
+        for (j, &g) in s.devices.iter().enumerate() {
             if !own.insert(g) {
                 continue; // repeated inside the stage: reported by `check_stage`
             }
             match owner.get(&g) {
-                Some(&first) => shared.entry(first).or_default().push(g),
+                Some(&first) => shared.entry(first).or_insert((Vec::new(), j)).0.push(g),
                 None => {
                     owner.insert(g, i);
                 }
             }
         }
-        for (first, gpus) in shared {
+        for (first, (gpus, index)) in shared {
             errs.push(PlanError::DeviceShared {
                 stage: i,
                 first,
                 gpus,
+                index,
             });
         }
     }
@@ -723,32 +998,43 @@ fn check_sharing(plan: &Plan, pp: usize, errs: &mut Vec<PlanError>) {
         if s.devices != b.devices {
             errs.push(PlanError::InterleavedDevices { stage: j, base, pp });
         }
-        let mut differ = |what: &'static str, value: String, base_value: String| {
-            if value != base_value {
-                errs.push(PlanError::InterleavedLayout {
-                    stage: j,
-                    base,
-                    what,
-                    value,
-                    base_value,
-                });
-            }
-        };
-        differ("tp", s.tp.to_string(), b.tp.to_string());
-        differ("dp", s.dp.to_string(), b.dp.to_string());
+        let mut differ =
+            |what: &'static str, field: &'static str, value: String, base_value: String| {
+                if value != base_value {
+                    errs.push(PlanError::InterleavedLayout {
+                        stage: j,
+                        base,
+                        what,
+                        field,
+                        value,
+                        base_value,
+                    });
+                }
+            };
+        differ("tp", "tp", s.tp.to_string(), b.tp.to_string());
+        differ(
+            "replicas' TP degrees",
+            "replica_tp",
+            format!("{:?}", s.replica_tp),
+            format!("{:?}", b.replica_tp),
+        );
+        differ("dp", "dp", s.dp.to_string(), b.dp.to_string());
         differ(
             "micro-batch sizes",
+            "micro_batch_sizes",
             format!("{:?}", s.micro_batch_sizes),
             format!("{:?}", b.micro_batch_sizes),
         );
-        differ("ZeRO stage", s.zero.to_string(), b.zero.to_string());
+        differ("ZeRO stage", "zero", s.zero.to_string(), b.zero.to_string());
         differ(
             "offload ratios",
+            "offload",
             format!("{:?}", s.offload),
             format!("{:?}", b.offload),
         );
         differ(
             "sequence parallelism",
+            "sequence_parallel",
             s.sequence_parallel.to_string(),
             b.sequence_parallel.to_string(),
         );
@@ -973,7 +1259,8 @@ mod tests {
             PlanError::DeviceShared {
                 stage: 1,
                 first: 0,
-                gpus: vec![g(0, 2), g(0, 3)]
+                gpus: vec![g(0, 2), g(0, 3)],
+                index: 0,
             }
         );
     }
@@ -987,7 +1274,8 @@ mod tests {
             e,
             PlanError::DeviceRepeated {
                 stage: 0,
-                gpu: g(0, 0)
+                gpu: g(0, 0),
+                index: 3,
             }
         );
     }
@@ -1073,7 +1361,14 @@ mod tests {
         let mut p = example();
         p.stages[1].layers.end = 5;
         let e = only(&p, &["layer 5 is in no stage", "the model has 6 layers"]);
-        assert_eq!(e, PlanError::LayersUncovered { from: 5, to: 6 });
+        assert_eq!(
+            e,
+            PlanError::LayersUncovered {
+                from: 5,
+                to: 6,
+                last_stage: 1
+            }
+        );
         p.stages[1].layers.end = 4;
         p.stages[1].recompute = Recompute::None;
         only(&p, &["layers 4-5 are in no stage"]);
@@ -1095,7 +1390,11 @@ mod tests {
         assert!(e[0].to_string().contains("stage 1 has no layers"));
         // Layers 3..6 are then covered by no stage.
         assert!(
-            e.contains(&PlanError::LayersUncovered { from: 3, to: 6 }),
+            e.contains(&PlanError::LayersUncovered {
+                from: 3,
+                to: 6,
+                last_stage: 1
+            }),
             "{e:?}"
         );
     }
@@ -1475,6 +1774,7 @@ mod tests {
                 stage: 0,
                 gpus: (0..10).map(|l| g(9, l)).collect(),
                 available: "x".into(),
+                index: 0,
             },
         ];
         for e in samples {
@@ -1484,7 +1784,8 @@ mod tests {
         assert!(PlanError::UnknownGpus {
             stage: 0,
             gpus: (0..10).map(|l| g(9, l)).collect(),
-            available: "x".into()
+            available: "x".into(),
+            index: 0,
         }
         .to_string()
         .contains("and 2 more"));

@@ -63,6 +63,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
                 offload: s.offload,
                 sequence_parallel: false,
                 replica_samples: Vec::new(),
+                replica_tp: Vec::new(),
             })
             .collect(),
     }
@@ -79,8 +80,8 @@ pub fn workload<'a>(problem: &Problem<'a>) -> Workload<'a> {
 
 /// hetplan's estimate of a plan, or `None` when the plan is not valid for the problem.
 pub fn evaluate(problem: &Problem<'_>, plan: &Plan) -> Option<Estimate> {
-    crate::plan::validate::validate(plan, problem.model, problem.cluster).ok()?;
-    Some(cost::estimate(workload(problem), plan, problem.compute))
+    let plan = crate::plan::ValidPlan::check(plan, problem.model, problem.cluster).ok()?;
+    Some(cost::estimate(workload(problem), &plan, problem.compute))
 }
 
 /// The best feasible plan seen so far. Ties keep the first found: search orders are fixed, so

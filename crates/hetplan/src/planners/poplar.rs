@@ -316,6 +316,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
         offload: Default::default(),
         sequence_parallel: false,
         replica_samples: Vec::new(),
+        replica_tp: Vec::new(),
     };
     let params = memory::stage_params(model, 0..model.layers.len(), 1);
     let (weights, gradients, optimizer) = memory::sharded_states(params, precision, zero, n);
@@ -331,11 +332,12 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
         model,
         &stage,
         batch,
+        stage.tp,
         problem.seq_len,
         precision,
         problem.options.engine,
     );
-    let transient = memory::transient_bytes(model, &stage, batch, problem.seq_len);
+    let transient = memory::transient_bytes(model, &stage, batch, stage.tp, problem.seq_len);
     let before = weights + gradients + optimizer + gathered;
     let forward = act + working + transient;
     let allocated = before + forward;

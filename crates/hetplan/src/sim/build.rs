@@ -384,7 +384,9 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// A collective over the DP groups of stage `si` — one per TP rank, all running at once.
+    /// A collective over the DP groups of stage `si` — one per parameter shard (TP rank), all
+    /// running at once; with replicas at different TP degrees a GPU holds several shards and
+    /// takes part in as many rings (`Stage::shard_group`).
     fn dp_collective(
         &mut self,
         si: usize,
@@ -395,7 +397,7 @@ impl<'a> Builder<'a> {
     ) -> TaskId {
         let st = &self.plan.stages[si];
         let groups: Vec<Vec<GpuId>> = (0..st.tp.max(1) as usize)
-            .map(|k| (0..st.dp as usize).map(|r| st.replica(r)[k]).collect())
+            .map(|k| st.shard_group(k))
             .collect();
         let p = si % self.depth;
         let execs: Vec<usize> = (0..st.dp as usize).map(|r| self.exec_of[&(p, r)]).collect();
@@ -860,8 +862,13 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             })
             .collect();
         let mut prev: Option<TaskId> = None;
-        for l in (0..layers[0].len()).rev() {
-            let params = cost::memory::stage_params(model, start + l..start + l + 1, st.tp);
+        // One collective per bucket, once the backward of its first layer (the last it
+        // computes) is done on every replica, after the bucket before it.
+        for bucket in cost::grad_buckets(model, plan, st) {
+            let params: f64 = (bucket.iter())
+                .map(|l| cost::memory::stage_params(model, l..l + 1, st.tp))
+                .sum();
+            let l = bucket.start - start;
             let mut deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();
             deps.extend(prev);
             let kind = if st.zero == 0 {
@@ -896,14 +903,18 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             .map(|(si, r)| passes[&(si, r, lb(si, r), Pass::Backward)].last)
             .collect();
         // Every replica of the first stage all-reduces with its counterpart on the last stage,
-        // each TP rank its shard with its counterpart, all at once.
+        // shard by shard (the finer of the two TP splits), all at once: a GPU that holds
+        // several shards takes part in several pairs.
         let (fs, ls) = (&plan.stages[first], &plan.stages[lastst]);
-        let bytes = tied_params / ls.tp.max(1) as f64 * gg_bytes;
         let mut flows = Vec::new();
         for r in 0..fs.dp as usize {
             let rl = r % ls.dp.max(1) as usize;
             let (a, z) = (fs.replica(r), ls.replica(rl));
-            let pairs: Vec<Vec<GpuId>> = (0..a.len()).map(|k| vec![a[k], z[k % z.len()]]).collect();
+            let shards = a.len().max(z.len());
+            let bytes = tied_params / shards as f64 * gg_bytes;
+            let pairs: Vec<Vec<GpuId>> = (0..shards)
+                .map(|k| vec![a[k * a.len() / shards], z[k * z.len() / shards]])
+                .collect();
             let execs = vec![b.exec_of[&(0, r)], b.exec_of[&(lastst % depth, rl)]];
             let work = b.ring(&pairs, bytes, Collective::AllReduce, 1, execs);
             flows.push(b.task(work, deps.clone(), Label::TiedSync));

@@ -15,7 +15,7 @@ pub use build::{Direction, Executor, Label, Pass, Resource};
 
 use crate::cluster::GpuId;
 use crate::cost::{ComputeTimes, Workload};
-use crate::plan::Plan;
+use crate::plan::{Plan, ValidPlan};
 use engine::{EngineError, TaskId, Work};
 use serde::Serialize;
 
@@ -121,13 +121,18 @@ pub enum SimError {
     Engine(#[from] EngineError),
 }
 
-/// Simulates one iteration of a validated plan.
+/// Simulates one iteration of a plan validated against the same model and cluster.
 pub fn simulate(
     w: Workload<'_>,
-    plan: &Plan,
+    plan: &ValidPlan,
     compute: &dyn ComputeTimes,
     opts: &SimOptions,
 ) -> Result<Simulation, SimError> {
+    debug_assert!(
+        plan.checked_for(w.model, w.cluster),
+        "validated for another problem"
+    );
+    let plan: &Plan = plan;
     let tasks = build::task_count(plan);
     if tasks > opts.max_tasks {
         return Err(SimError::TooLarge {

@@ -601,7 +601,7 @@ pub(crate) mod tests {
     use crate::cost::{Analytic, Workload};
     use crate::model::catalog::catalog_model;
     use crate::plan::inline::parse_inline_plan;
-    use crate::plan::validate::validate;
+    use crate::plan::ValidPlan;
     use crate::sim::{simulate, SimOptions};
 
     /// A small simulation: gpt3-125m on `cluster` with the inline plan `spec`.
@@ -609,7 +609,7 @@ pub(crate) mod tests {
         let model = catalog_model("gpt3-125m").unwrap();
         let cluster = catalog_cluster(cluster).unwrap();
         let plan = parse_inline_plan(spec, &model, &cluster).unwrap();
-        validate(&plan, &model, &cluster).unwrap();
+        let plan = ValidPlan::new(plan, &model, &cluster).unwrap();
         let w = Workload {
             model: &model,
             cluster: &cluster,

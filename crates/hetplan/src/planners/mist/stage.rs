@@ -224,8 +224,9 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         offload: Offload::default(),
         sequence_parallel: false,
         replica_samples: Vec::new(),
+        replica_tp: Vec::new(),
     };
-    t.transient = memory::transient_bytes(model, &dummy, mbs, p.seq_len);
+    t.transient = memory::transient_bytes(model, &dummy, mbs, dummy.tp, p.seq_len);
     // Pipeline sends (§5.3: part of tᵢ): the boundary activation, 1/tp per rank, to a GPU of
     // another node when the cluster has more than one, else of the same node.
     if spec.sends > 0 {
