@@ -88,6 +88,9 @@ pub struct Simulation {
     pub bubble_fraction: f64,
     pub per_gpu: Vec<GpuActivity>,
     pub critical_path: Vec<PathSegment>,
+    /// The tasks on the critical path, in time order: indices into `spans`.
+    #[serde(skip)]
+    pub critical_spans: Vec<usize>,
     /// Distinct event times processed (tasks finishing together count once).
     pub events: u64,
     pub tasks: usize,
@@ -207,7 +210,7 @@ pub fn simulate(
     }
     path.reverse();
     let mut critical_path: Vec<PathSegment> = Vec::new();
-    for t in path {
+    for &t in &path {
         let (what, stage) = describe(&labels[t]);
         let secs = tasks[t].end - tasks[t].start;
         match critical_path.last_mut() {
@@ -248,6 +251,7 @@ pub fn simulate(
         bubble_fraction: idle_sum / n_gpus as f64,
         per_gpu,
         critical_path,
+        critical_spans: path,
         events,
         tasks: tasks.len(),
         spans,
