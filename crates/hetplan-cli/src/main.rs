@@ -9,7 +9,7 @@ mod jsonpos;
 mod planning;
 mod render;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use diag::{CliError, Origin, Result};
 use hetplan::calibration;
 use hetplan::cluster::spec::{catalog_cluster, catalog_cluster_names};
@@ -106,9 +106,8 @@ enum Command {
     Calibrate(CalibrateArgs),
     /// Find a plan: the best way to train the model on the cluster, by one planner.
     #[command(
-        after_help = "Planners: oracle (exhaustive, small problems), metis, amp, mist, \
-        ditto, ditto-exhaustive, poplar, megatron, alpa, dp. Searches stop at --max-nodes \
-        candidates or --time-limit and say why.\n\nExamples:\n  \
+        after_help = "Searches stop at --time-limit (or --max-nodes candidates) and say why.\n\n\
+        Examples:\n  \
         hetplan plan --model gpt3-1.3b --cluster t4-v100 --gbs 64 --algo metis -o plan.json\n  \
         hetplan plan --scenario amp-hetero-cluster --algo amp --json\n  \
         hetplan estimate --model gpt3-1.3b --cluster t4-v100 --plan plan.json"
@@ -274,6 +273,31 @@ struct CalibrateArgs {
     json: bool,
 }
 
+/// The planners, one per line with what each is, from the registry (`planners::all()`): `plan`
+/// and `compare` print it after their help, so a new planner appears there by itself.
+fn planner_list() -> String {
+    let all = hetplan::planners::all();
+    let width = all.iter().map(|p| p.name().len()).max().unwrap_or(0);
+    let mut s = String::from("Planners (--algo NAME; `compare` runs them all):\n");
+    for p in &all {
+        s.push_str(&format!("  {:width$}  {}\n", p.name(), p.description()));
+    }
+    s
+}
+
+fn with_planner_list(cmd: clap::Command) -> clap::Command {
+    let list = planner_list();
+    let add = |c: clap::Command| {
+        let rest = c
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        c.after_help(format!("{list}\n{rest}"))
+    };
+    cmd.mut_subcommand("plan", add)
+        .mut_subcommand("compare", add)
+}
+
 fn main() -> ExitCode {
     // No backtraces and no panic messages in the user's face: a bug is reported in one line.
     std::panic::set_hook(Box::new(|info| {
@@ -296,7 +320,10 @@ fn main() -> ExitCode {
                 .build(),
         )
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&with_planner_list(Cli::command()).get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match std::panic::catch_unwind(|| run(cli)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {

@@ -275,7 +275,7 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
 pub struct PlanArgs {
     #[command(flatten)]
     pub problem: ProblemArgs,
-    /// The planner (see `hetplan compare --help` for the list).
+    /// The planner (listed below).
     #[arg(long, value_name = "NAME", default_value = "metis")]
     pub algo: String,
     /// Write the plan (JSON, accepted by `estimate` and `simulate`) to this file.

@@ -1360,3 +1360,45 @@ fn a_plan_for_another_cluster_is_refused() {
     assert_eq!(est(&ba, "gpt3-1.3b", &[]).code, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Adding a planner is one module and one line in `planners::all()`: `plan --help` and
+/// `compare --help` list it by themselves, and this test fails until the README's list and
+/// docs/planners.md's table name it too.
+#[test]
+fn every_registered_planner_is_in_the_help_the_readme_and_the_docs() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let docs = std::fs::read_to_string(root.join("docs/planners.md")).unwrap();
+    let readme_list = readme
+        .split("(planners: ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .expect("README lists the planners as `(planners: a, b, ...;`");
+    let listed: Vec<&str> = readme_list.split(',').map(|n| n.trim()).collect();
+    let plan_help = ok(&["plan", "--help"]);
+    let compare_help = ok(&["compare", "--help"]);
+    let all = hetplan::planners::all();
+    for p in &all {
+        let name = p.name();
+        assert!(
+            listed.contains(&name),
+            "README's planner list lacks `{name}`"
+        );
+        assert!(
+            docs.contains(&format!("| `{name}` |")),
+            "docs/planners.md's table lacks `{name}`"
+        );
+        for help in [&plan_help, &compare_help] {
+            assert!(
+                help.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{name} "))),
+                "--help does not list `{name}`"
+            );
+        }
+    }
+    assert_eq!(
+        listed.len(),
+        all.len(),
+        "README lists planners that do not exist"
+    );
+}

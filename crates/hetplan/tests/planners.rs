@@ -95,3 +95,38 @@ fn every_planner_is_no_better_than_the_oracle() {
         "only {compared} planners compared with the oracle"
     );
 }
+
+/// Every planner answers an empty problem the same way, from one guard (`Planner::plan`):
+/// `Infeasible` naming what is missing, never a panic.
+#[test]
+fn every_planner_refuses_an_empty_problem_alike() {
+    let (m, c) = (small_model(), small_cluster());
+    let mut no_layers = m.clone();
+    no_layers.layers.clear();
+    let mut no_gpus = c.clone();
+    for n in &mut no_gpus.nodes {
+        n.num_gpus = 0;
+    }
+    let cases: [(&Model, &Cluster, u64, &str); 3] = [
+        (&no_layers, &c, 8, "the model has no layers"),
+        (&m, &no_gpus, 8, "the cluster has no GPUs"),
+        (&m, &c, 0, "the global batch has no sample"),
+    ];
+    let mut checked = 0;
+    for (model, cluster, gbs, why) in cases {
+        let p = Problem {
+            global_batch: gbs,
+            ..problem(model, cluster)
+        };
+        for planner in planners::all() {
+            match planner.plan(&p, &mut Search::unbounded()) {
+                Err(planners::PlannerError::Infeasible(msg)) => {
+                    assert_eq!(msg, format!("nothing to plan: {why}"), "{}", planner.name())
+                }
+                other => panic!("{}: {why}: {:?}", planner.name(), other.map(|o| o.plan)),
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 3 * planners::all().len());
+}

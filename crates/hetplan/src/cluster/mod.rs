@@ -72,7 +72,53 @@ pub struct Cluster {
     pub inter_latency: Seconds,
 }
 
+/// Nodes that are interchangeable for a planner's device groups: the same GPU type, GPU count
+/// and intra- and inter-node bandwidths. A node named in a per-pair bandwidth is a class of its
+/// own (its links differ from its peers').
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeClass {
+    pub gpu_type: GpuTypeId,
+    pub per_node: u32,
+    /// Node indices, ascending.
+    pub nodes: Vec<u32>,
+}
+
 impl Cluster {
+    /// The node classes of the cluster, in order of first appearance; every node is in exactly
+    /// one (nodes without GPUs too: planners that place GPUs skip classes with `per_node` 0).
+    pub fn node_classes(&self) -> Vec<NodeClass> {
+        let mut own = std::collections::BTreeSet::new();
+        for &(a, b) in self.pair_bandwidth.keys() {
+            own.insert(a);
+            own.insert(b);
+        }
+        type Key = (usize, u32, u64, u64, Option<u32>);
+        let mut keys: Vec<Key> = Vec::new();
+        let mut out: Vec<NodeClass> = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let i = i as u32;
+            let key = (
+                n.gpu_type.0,
+                n.num_gpus,
+                n.intra_bandwidth.get().to_bits(),
+                n.inter_bandwidth.get().to_bits(),
+                own.contains(&i).then_some(i),
+            );
+            match keys.iter().position(|k| *k == key) {
+                Some(c) => out[c].nodes.push(i),
+                None => {
+                    keys.push(key);
+                    out.push(NodeClass {
+                        gpu_type: n.gpu_type,
+                        per_node: n.num_gpus,
+                        nodes: vec![i],
+                    });
+                }
+            }
+        }
+        out
+    }
+
     pub fn num_gpus(&self) -> usize {
         self.nodes.iter().map(|n| n.num_gpus as usize).sum()
     }

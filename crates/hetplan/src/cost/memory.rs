@@ -217,3 +217,23 @@ pub fn state_bytes(p: Precision) -> (f64, f64, f64) {
         ),
     }
 }
+
+/// What the device needs beyond `allocated` bytes of tensors: the caching allocator's
+/// fragmentation (`ALLOCATOR_OVERHEAD` of them) and the runtime's reserve (CUDA context, NCCL and
+/// cuBLAS workspaces: `RUNTIME_RESERVED_GIB`). Every memory check of the cost model and the
+/// planners goes through this and its inverse, `allocatable_bytes`.
+pub fn overhead_bytes(allocated: f64) -> f64 {
+    allocated * k::ALLOCATOR_OVERHEAD + Bytes::gib(k::RUNTIME_RESERVED_GIB).get()
+}
+
+/// Device bytes for `allocated` bytes of tensors (see `overhead_bytes`).
+pub fn device_bytes(allocated: f64) -> f64 {
+    allocated + overhead_bytes(allocated)
+}
+
+/// The tensor bytes a device of `capacity` bytes holds: the inverse of `device_bytes`, never
+/// negative.
+pub fn allocatable_bytes(capacity: f64) -> f64 {
+    ((capacity - Bytes::gib(k::RUNTIME_RESERVED_GIB).get()) / (1.0 + k::ALLOCATOR_OVERHEAD))
+        .max(0.0)
+}

@@ -1024,7 +1024,7 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let activations = act_per_mb * (1.0 + (inflight - 1.0).max(0.0) * (1.0 - off.activations));
     let temporary = working + transient + gathered;
     let allocated = weights + gradients + optimizer + activations + temporary;
-    let overhead = allocated * k::ALLOCATOR_OVERHEAD + Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
+    let overhead = memory::overhead_bytes(allocated);
     MemoryBreakdown {
         weights: Bytes(weights),
         gradients: Bytes(gradients),

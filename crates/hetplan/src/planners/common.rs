@@ -2,7 +2,7 @@
 //! with hetplan's cost model, keeping the best deterministically, enumerating device groups and
 //! layer splits, and explaining infeasibility.
 
-use super::Problem;
+use super::{PlannerError, Problem};
 use crate::cluster::{Cluster, GpuId};
 use crate::cost::{self, Estimate, Workload};
 use crate::plan::{LayerRange, Offload, Plan, Recompute, Schedule, Stage};
@@ -75,6 +75,30 @@ pub fn workload<'a>(problem: &Problem<'a>) -> Workload<'a> {
         model: problem.model,
         cluster: problem.cluster,
         seq_len: problem.seq_len,
+    }
+}
+
+/// `Infeasible` when there is nothing to plan: a model without layers, a cluster without GPUs,
+/// a global batch of 0 samples. Every planner's answer goes through it (`Planner::plan`), and
+/// a `find` that cannot start without these calls it first.
+pub fn nothing_to_plan(problem: &Problem<'_>) -> Result<(), PlannerError> {
+    let mut missing = Vec::new();
+    if problem.model.layers.is_empty() {
+        missing.push("the model has no layers");
+    }
+    if problem.cluster.num_gpus() == 0 {
+        missing.push("the cluster has no GPUs");
+    }
+    if problem.global_batch == 0 {
+        missing.push("the global batch has no sample");
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(PlannerError::Infeasible(format!(
+            "nothing to plan: {}",
+            missing.join(", ")
+        )))
     }
 }
 

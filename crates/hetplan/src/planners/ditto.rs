@@ -481,8 +481,7 @@ impl<'p> Model<'p> {
             let alloc = c.states[v] - c.states[u]
                 + (c.acts[v] - c.acts[u]) * inflight as f64
                 + (c.transient[v] - c.transient[u]);
-            let mem =
-                alloc * (1.0 + k::ALLOCATOR_OVERHEAD) + Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
+            let mem = memory::device_bytes(alloc);
             if mem > t.capacity {
                 continue;
             }
@@ -906,8 +905,8 @@ fn finish(
     let Some((plan, estimate, how, b)) = chosen.or(fallback) else {
         return Err(if stop != StopReason::Exhausted {
             PlannerError::Stopped(stop)
-        } else if problem.model.layers.is_empty() || problem.cluster.num_gpus() == 0 {
-            PlannerError::Infeasible("the model has no layers or the cluster no GPUs".into())
+        } else if let Err(e) = common::nothing_to_plan(problem) {
+            e
         } else {
             PlannerError::Infeasible(format!(
                 "no pipeline template fits: {}; hint: {}",
@@ -1103,14 +1102,7 @@ fn stage_models<'a>(
     problem: &'a Problem<'_>,
     micro_batch: Option<u64>,
 ) -> Result<Vec<Model<'a>>, PlannerError> {
-    if problem.model.layers.is_empty()
-        || problem.cluster.num_gpus() == 0
-        || problem.global_batch == 0
-    {
-        return Err(PlannerError::Infeasible(
-            "the model has no layers, the cluster no GPUs or the global batch is 0".into(),
-        ));
-    }
+    common::nothing_to_plan(problem)?;
     let bs = micro_batch_sizes(problem, micro_batch);
     if bs.is_empty() {
         return Err(PlannerError::Infeasible(format!(

@@ -134,7 +134,6 @@ use super::common::{self, StageChoice};
 use super::{Outcome, Planner, PlannerError, Problem, Ranked, Search};
 use crate::cluster::{Cluster, GpuId};
 use crate::cost::comm::{collective_time, p2p_time, Collective};
-use crate::cost::constants as k;
 use crate::cost::{memory, LayerShape};
 use crate::model::{LayerKind, OpKind, TpSplit};
 use crate::plan::{LayerRange, Plan, Recompute, Schedule};
@@ -178,13 +177,7 @@ impl Planner for Metis {
         problem: &Problem<'_>,
         search: &mut Search<'_>,
     ) -> Result<Outcome, PlannerError> {
-        let cluster = problem.cluster;
-        if problem.model.layers.is_empty() || cluster.num_gpus() == 0 || problem.global_batch == 0 {
-            return Err(PlannerError::Infeasible(
-                "the model has no layers, the cluster no GPUs or the global batch no sample"
-                    .to_string(),
-            ));
-        }
+        common::nothing_to_plan(problem)?;
         let mut ctx = Ctx::new(problem);
         let mut top = TopK::new(self.ranked.max(1));
         let mut stats = Stats::default();
@@ -344,33 +337,14 @@ impl<'a, 'p> Ctx<'a, 'p> {
         let cluster = p.cluster;
         let model = p.model;
         // Node classes: nodes that are interchangeable for a device group.
-        let mut overridden = BTreeSet::new();
-        for &(a, b) in cluster.pair_bandwidth.keys() {
-            overridden.insert(a);
-            overridden.insert(b);
+        let classes = cluster.node_classes();
+        let mut node_class = vec![0; cluster.nodes.len()];
+        for (c, class) in classes.iter().enumerate() {
+            for &n in &class.nodes {
+                node_class[n as usize] = c;
+            }
         }
-        type ClassKey = (usize, u32, u64, u64, Option<u32>);
-        let mut keys: Vec<ClassKey> = Vec::new();
-        let mut node_class = Vec::with_capacity(cluster.nodes.len());
-        let mut class_rep = Vec::new();
-        for (i, n) in cluster.nodes.iter().enumerate() {
-            let key = (
-                n.gpu_type.0,
-                n.num_gpus,
-                n.intra_bandwidth.get().to_bits(),
-                n.inter_bandwidth.get().to_bits(),
-                overridden.contains(&(i as u32)).then_some(i as u32),
-            );
-            let c = match keys.iter().position(|k| *k == key) {
-                Some(c) => c,
-                None => {
-                    keys.push(key);
-                    class_rep.push(i as u32);
-                    keys.len() - 1
-                }
-            };
-            node_class.push(c);
-        }
+        let class_rep: Vec<u32> = classes.iter().map(|c| c.nodes[0]).collect();
         let layers = model.layers.len();
         let mut emb = vec![0u32; layers + 1];
         for (l, layer) in model.layers.iter().enumerate() {
@@ -405,7 +379,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             head_layers,
             loads: Vec::new(),
             time_cache: Table::new(
-                keys.len(),
+                classes.len(),
                 p.options.max_tp as usize + 1,
                 p.options.max_micro_batch as usize + 1,
             ),
@@ -633,8 +607,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             .filter(|&&l| l >= a && l < b)
             .map(|&l| t.transient[l] * tokens)
             .fold(0.0, f64::max);
-        let allocated = states + act + trans;
-        allocated * (1.0 + k::ALLOCATOR_OVERHEAD) + Bytes::gib(k::RUNTIME_RESERVED_GIB).get()
+        memory::device_bytes(states + act + trans)
     }
 
     /// At most how many layers stage i of `s` (with `b` micro-batches) can hold at any TP degree
@@ -653,7 +626,6 @@ impl<'a, 'p> Ctx<'a, 'p> {
     }
 
     fn compute_max_layers(&mut self, g: &Group, tp: u32, per_mb: u64, inflight: f64) -> usize {
-        let reserve = Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
         let mut best = 0usize;
         let mut next = Some(tp);
         while let Some(t) = next {
@@ -661,7 +633,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                 let mut fit = usize::MAX;
                 for (r, &m) in mbs.iter().enumerate() {
                     let cap = self.cluster().gpu(g.devices[r * t as usize]).memory.get();
-                    let room = ((cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)).max(0.0);
+                    let room = memory::allocatable_bytes(cap);
                     let least = self.least_layer_memory(t, m, inflight);
                     let n = if least > 0.0 {
                         (room / least).floor().min(self.layers as f64) as usize

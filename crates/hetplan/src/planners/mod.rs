@@ -293,6 +293,7 @@ pub trait Planner {
         problem: &Problem<'_>,
         search: &mut Search<'_>,
     ) -> Result<Outcome, PlannerError> {
+        common::nothing_to_plan(problem)?;
         only_plans_that_fit(self.find(problem, search)?, problem)
     }
 }

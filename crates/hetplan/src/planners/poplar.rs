@@ -122,7 +122,6 @@ use super::common::{self, StageChoice};
 use super::{Outcome, Planner, PlannerError, Problem, Ranked, Search};
 use crate::cluster::{GpuId, GpuTypeId};
 use crate::cost::comm::{collective_time, Collective};
-use crate::cost::constants as k;
 use crate::cost::{memory, LayerShape, TimeSource};
 use crate::parse::MAX_BATCH;
 use crate::plan::{LayerRange, Plan, Recompute, Stage};
@@ -341,8 +340,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
     let before = weights + gradients + optimizer + gathered;
     let forward = act + working + transient;
     let allocated = before + forward;
-    let total =
-        allocated + allocated * k::ALLOCATOR_OVERHEAD + Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
+    let total = memory::device_bytes(allocated);
     (before, forward, Bytes(total))
 }
 

@@ -122,7 +122,7 @@ pub mod stage;
 
 use super::common::{self, StageChoice};
 use super::{Outcome, Planner, PlannerError, Problem, Ranked, Search};
-use crate::cluster::{Cluster, GpuId, GpuTypeId};
+use crate::cluster::{Cluster, GpuId, NodeClass};
 use crate::plan::{LayerRange, Plan, Recompute};
 use crate::units::Seconds;
 use interference::InterferenceParams;
@@ -181,43 +181,12 @@ impl Mist {
     }
 }
 
-/// Nodes that are interchangeable for Mist: same GPU type, GPUs per node and bandwidths.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NodeClass {
-    pub gpu_type: GpuTypeId,
-    pub per_node: u32,
-    /// Node indices, ascending.
-    pub nodes: Vec<u32>,
-}
-
-/// The node classes of a cluster, in order of first appearance.
+/// The node classes Mist places device groups on: the cluster's (`Cluster::node_classes`),
+/// those with GPUs.
 pub fn node_classes(cluster: &Cluster) -> Vec<NodeClass> {
-    let mut out: Vec<NodeClass> = Vec::new();
-    for (i, n) in cluster.nodes.iter().enumerate() {
-        if n.num_gpus == 0 {
-            continue;
-        }
-        let same = |c: &NodeClass| {
-            let r = &cluster.nodes[c.nodes[0] as usize];
-            r.gpu_type == n.gpu_type
-                && r.num_gpus == n.num_gpus
-                && r.intra_bandwidth == n.intra_bandwidth
-                && r.inter_bandwidth == n.inter_bandwidth
-                && !cluster
-                    .pair_bandwidth
-                    .keys()
-                    .any(|&(a, b)| a == i as u32 || b == i as u32)
-        };
-        match out.iter_mut().find(|c| same(c)) {
-            Some(c) => c.nodes.push(i as u32),
-            None => out.push(NodeClass {
-                gpu_type: n.gpu_type,
-                per_node: n.num_gpus,
-                nodes: vec![i as u32],
-            }),
-        }
-    }
-    out
+    let mut classes = cluster.node_classes();
+    classes.retain(|c| c.per_node > 0);
+    classes
 }
 
 /// A device-group shape: `nodes` whole nodes of a class, or a power-of-two slice of one node.

@@ -334,7 +334,7 @@ pub fn intra_stage(
         (e, e)
     };
     let cap = ctx.gpu.memory.get();
-    let reserve = Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
+    let room_all = memory::allocatable_bytes(cap);
     let pcie = ctx.gpu.pcie_bandwidth.get();
     let hbm = ctx.gpu.hbm_bandwidth.get();
     let nl = (spec.end - spec.start) as u32;
@@ -519,7 +519,7 @@ pub fn intra_stage(
             // Exact cut: with every ratio at its top and AO's smallest curve, the most room and
             // the least activation memory; if even that does not fit, by the same monotonicity
             // no grid point of this ZeRO level does, and none would be costed.
-            let room_top = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
+            let room_top = room_all
                 - (w * (1.0 - wos[nw - 1]) + gr * (1.0 - gos[ng - 1]) + o * (1.0 - oos[no - 1]))
                 - tab.transient
                 - gathered;
@@ -537,10 +537,7 @@ pub fn intra_stage(
                         for io in 0..no {
                             let states =
                                 w * (1.0 - wos[iw]) + gr * (1.0 - gos[ig]) + o * (1.0 - oos[io]);
-                            let room = (cap - reserve) / (1.0 + k::ALLOCATOR_OVERHEAD)
-                                - states
-                                - tab.transient
-                                - gathered;
+                            let room = room_all - states - tab.transient - gathered;
                             let mut u = len;
                             if iw > 0 {
                                 u = u.min(fits[at(iw - 1, ig, io, ia)]);
@@ -576,9 +573,9 @@ pub fn intra_stage(
                                 activations: aos[ia],
                             };
                             let (t, d) = cost(n, off);
-                            let mem = (states + curves[ia].0[idx] + tab.transient + gathered)
-                                * (1.0 + k::ALLOCATOR_OVERHEAD)
-                                + reserve;
+                            let mem = memory::device_bytes(
+                                states + curves[ia].0[idx] + tab.transient + gathered,
+                            );
                             sweep.offer(Point {
                                 t,
                                 d,
