@@ -20,25 +20,33 @@ impl Clock for Wall {
 /// 16 nodes of 8 A100-80GB (NVLink), 8 of 8 V100-32GB (NVLink) and 8 of 8 T4 (PCIe), 100 Gbps
 /// between nodes: 256 GPUs of three types.
 pub fn three_types_256() -> Cluster {
-    parse_cluster_toml(
+    three_types(1)
+}
+
+/// The 256-GPU cluster with `k` times as many nodes of each type (`k = 4`: 1,024 GPUs).
+pub fn three_types(k: u32) -> Cluster {
+    parse_cluster_toml(&format!(
         r#"
-name = "a100-v100-t4-256"
+name = "a100-v100-t4-{gpus}"
 [[node_group]]
 gpu = "a100-sxm4-80gb"
 gpus_per_node = 8
-nodes = 16
+nodes = {a}
 inter_node_bandwidth = "100 Gbps"
 [[node_group]]
 gpu = "v100-sxm2-32gb"
 gpus_per_node = 8
-nodes = 8
+nodes = {b}
 inter_node_bandwidth = "100 Gbps"
 [[node_group]]
 gpu = "t4"
 gpus_per_node = 8
-nodes = 8
+nodes = {b}
 inter_node_bandwidth = "100 Gbps"
 "#,
-    )
-    .expect("the 256-GPU cluster parses")
+        gpus = 256 * k,
+        a = 16 * k,
+        b = 8 * k
+    ))
+    .expect("the three-type cluster parses")
 }
