@@ -295,6 +295,10 @@ struct PlanOutput<'a> {
     global_batch: u64,
     seq_len: u64,
     search_time_s: f64,
+    /// No plan of any planner is faster, by hetplan's estimate (`planners::bound`).
+    lower_bound_s: f64,
+    /// How far this plan's estimate is above it, as a fraction of the estimate.
+    gap: f64,
     #[serde(flatten)]
     outcome: &'a Outcome,
 }
@@ -303,8 +307,9 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     let l = load(&a.problem)?;
     let planner = planners::by_name(&a.algo).map_err(CliError::Usage)?;
     let limits = limits(&a.problem)?;
-    let (out, secs) = with_problem(&l, &a.problem, |p| {
-        run_planner(planner.as_ref(), p, limits, planner.name())
+    let (out, secs, bound) = with_problem(&l, &a.problem, |p| {
+        let (out, secs) = run_planner(planner.as_ref(), p, limits, planner.name());
+        (out, secs, planners::bound::lower_bound(p))
     });
     let mut outcome = out.map_err(|e| CliError::Failure(format!("{}: {e}", planner.name())))?;
     // The plan remembers what it was made for: `estimate`/`simulate` refuse it elsewhere.
@@ -328,6 +333,8 @@ pub fn plan(a: PlanArgs) -> Result<()> {
             global_batch: l.global_batch,
             seq_len: l.seq_len,
             search_time_s: secs,
+            lower_bound_s: bound.iteration_time_s,
+            gap: bound.gap(Seconds(outcome.estimate.iteration_time_s)),
             outcome: &outcome,
         });
     }
@@ -358,6 +365,12 @@ pub fn plan(a: PlanArgs) -> Result<()> {
         } else {
             "OUT OF MEMORY".to_string()
         }
+    ));
+    o.push_str(&format!(
+        "bound    no plan is faster than {} (compute alone, every GPU busy): this one is {:.1}% \
+         above it\n",
+        Seconds(bound.iteration_time_s),
+        bound.gap(Seconds(e.iteration_time_s)) * 100.0
     ));
     o.push_str(&format!(
         "search   {} candidates in {:.3} s, stopped: {}\n",
@@ -394,15 +407,19 @@ struct CompareRow {
     stop_reason: Option<planners::StopReason>,
     fits: Option<bool>,
     error: Option<String>,
+    /// How far the estimate is above the certified lower bound, as a fraction of the estimate.
+    gap: Option<f64>,
 }
 
 pub fn compare(a: CompareArgs) -> Result<()> {
     let l = load(&a.problem)?;
     let limits = limits(&a.problem)?;
-    let rows: Vec<CompareRow> = with_problem(&l, &a.problem, |p| {
+    let (bound, rows) = with_problem(&l, &a.problem, |p| {
+        let bound = planners::bound::lower_bound(p);
         let all = planners::all();
         let n = all.len();
-        all.into_iter()
+        let rows: Vec<CompareRow> = all
+            .into_iter()
             .enumerate()
             .map(|(i, planner)| {
                 let what = format!("[{}/{n}] {}", i + 1, planner.name());
@@ -424,6 +441,7 @@ pub fn compare(a: CompareArgs) -> Result<()> {
                             .map(|s| s.iteration_time_s);
                         CompareRow {
                             algo: planner.name().to_string(),
+                            gap: Some(bound.gap(Seconds(o.estimate.iteration_time_s))),
                             plan_summary: Some(o.plan.summary()),
                             fits: Some(o.estimate.fits),
                             plan: Some(o.plan),
@@ -444,10 +462,12 @@ pub fn compare(a: CompareArgs) -> Result<()> {
                         stop_reason: None,
                         fits: None,
                         error: Some(e.to_string()),
+                        gap: None,
                     },
                 }
             })
-            .collect()
+            .collect();
+        (bound, rows)
     });
     if a.json {
         return crate::emit_json(&rows);
@@ -472,8 +492,8 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     order.sort_by(|a, b| key(a).total_cmp(&key(b)));
     let name_w = rows.iter().map(|r| r.algo.len()).max().unwrap_or(7).max(7) + 2;
     o.push_str(&format!(
-        "  {:<name_w$} {:>10} {:>10} {:>22} {:>9} {:<11} plan\n",
-        "planner", "estimate", "simulate", "peak memory / capacity", "search", "stopped"
+        "  {:<name_w$} {:>10} {:>10} {:>6} {:>22} {:>9} {:<11} plan\n",
+        "planner", "estimate", "simulate", "gap", "peak memory / capacity", "search", "stopped"
     ));
     for (i, r) in order.iter().enumerate() {
         let mark = if i == 0 && r.estimate.is_some() {
@@ -498,12 +518,13 @@ pub fn compare(a: CompareArgs) -> Result<()> {
                     })
                     .unwrap_or_default();
                 o.push_str(&format!(
-                    "{mark}{:<name_w$} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
+                    "{mark}{:<name_w$} {:>10} {:>10} {:>5.1}% {:>22} {:>8.3}s {:<11} {}\n",
                     r.algo,
                     Seconds(e.iteration_time_s).to_string(),
                     r.simulate
                         .map(|s| Seconds(s).to_string())
                         .unwrap_or_else(|| "-".into()),
+                    r.gap.unwrap_or(0.0) * 100.0,
                     cap,
                     r.search_time_s,
                     r.stop_reason.map(|s| s.to_string()).unwrap_or_default(),
@@ -511,8 +532,9 @@ pub fn compare(a: CompareArgs) -> Result<()> {
                 ));
             }
             _ => o.push_str(&format!(
-                "{mark}{:<name_w$} {:>10} {:>10} {:>22} {:>8.3}s {:<11} {}\n",
+                "{mark}{:<name_w$} {:>10} {:>10} {:>6} {:>22} {:>8.3}s {:<11} {}\n",
                 r.algo,
+                "-",
                 "-",
                 "-",
                 "-",
@@ -522,7 +544,12 @@ pub fn compare(a: CompareArgs) -> Result<()> {
             )),
         }
     }
-    o.push_str("\n* fastest simulated; full plans with --json\n");
+    o.push_str(&format!(
+        "\n* fastest simulated; full plans with --json\ngap: above the lower bound of {}, which no \
+         plan of any planner beats by hetplan's estimate (every GPU computing all the time at \
+         its best TP degree and micro-batch size)\n",
+        Seconds(bound.iteration_time_s)
+    ));
     crate::emit(&o)
 }
 

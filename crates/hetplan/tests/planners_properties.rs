@@ -135,6 +135,7 @@ fn no_planner_beats_the_oracle_in_its_space() {
     let mut runner = TestRunner::new(config);
     let solved = AtomicUsize::new(0);
     let compared = AtomicUsize::new(0);
+    let bounded = AtomicUsize::new(0);
     let result = runner.run(&spec(), |spec| {
         let (model, cluster) = (spec.model(), spec.cluster());
         let p = Problem {
@@ -146,6 +147,9 @@ fn no_planner_beats_the_oracle_in_its_space() {
             options: PlanOptions::default(),
         };
         let best = Oracle.plan(&p, &mut Search::unbounded()).ok();
+        // No plan of any planner is faster than the certified lower bound.
+        let bound = planners::bound::lower_bound(&p);
+        prop_assert!(bound.iteration_time_s > 0.0, "{bound:?}");
         let mut here = 0;
         for planner in planners::all() {
             let Ok(o) = planner.plan(&p, &mut Search::unbounded()) else {
@@ -165,6 +169,15 @@ fn no_planner_beats_the_oracle_in_its_space() {
                 o.plan.summary(),
                 o.estimate.notes
             );
+            prop_assert!(
+                o.estimate.iteration_time_s >= bound.iteration_time_s,
+                "{} beat the lower bound: {} < {:?} with {}",
+                planner.name(),
+                o.estimate.iteration_time_s,
+                bound,
+                o.plan.summary()
+            );
+            bounded.fetch_add(1, Ordering::Relaxed);
             // Same input, same plan.
             let again = planner.plan(&p, &mut Search::unbounded()).unwrap();
             prop_assert_eq!(&o.plan, &again.plan, "{}", planner.name());
@@ -203,6 +216,10 @@ fn no_planner_beats_the_oracle_in_its_space() {
         panic!("{e}");
     }
     let (solved, compared) = (solved.into_inner(), compared.into_inner());
+    assert!(
+        bounded.into_inner() >= 3 * n,
+        "too few answers checked against the lower bound"
+    );
     eprintln!("{n} problems, {solved} solved by the oracle, {compared} plans compared with it");
     assert!(
         solved * 2 >= n,

@@ -11,6 +11,7 @@
 
 pub mod amp;
 pub mod baselines;
+pub mod bound;
 pub mod common;
 pub mod ditto;
 pub mod metis;
