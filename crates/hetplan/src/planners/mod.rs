@@ -138,6 +138,11 @@ pub struct Search<'a> {
     clock: &'a dyn Clock,
     progress: &'a dyn Progress,
     explored: u64,
+    /// Calls of `tick`/`poll` since the clock was last read, how many calls they wait between
+    /// reads (adapted so that reads come about every millisecond), and the last reading.
+    polls: u32,
+    poll_stride: u32,
+    last_read: f64,
     best: Option<Seconds>,
     stopped: Option<StopReason>,
 }
@@ -149,9 +154,21 @@ impl<'a> Search<'a> {
             clock,
             progress,
             explored: 0,
+            polls: 0,
+            poll_stride: 1,
+            last_read: 0.0,
             best: None,
             stopped: None,
         }
+    }
+
+    /// For work between nodes that is not itself a node (a branch cut by a bound, a placement
+    /// seen before), without counting a node: reads the clock about every millisecond of such
+    /// work (every call where a call is slow, every few hundred where it is fast), so that a
+    /// search whose nodes grow rare as its bounds tighten still stops at its time limit.
+    /// `false` once stopped.
+    pub fn poll(&mut self) -> bool {
+        self.stopped.is_none() && !self.time_is_up()
     }
 
     /// A search without limits, clock or progress (tests, small problems).
@@ -177,17 +194,37 @@ impl<'a> Search<'a> {
             self.stopped = Some(StopReason::NodeLimit);
             return false;
         }
-        // Reading the clock is cheap but not free: every 256 nodes.
         if self.explored.is_multiple_of(256) {
-            if let Some(t) = self.limits.time {
-                if self.clock.elapsed() >= t {
-                    self.stopped = Some(StopReason::TimeLimit);
-                    return false;
-                }
-            }
             self.progress.report(self.explored, self.best);
         }
-        true
+        !self.time_is_up()
+    }
+
+    /// Reads the clock about every millisecond of search, whatever a node or a poll costs
+    /// (reading it is cheap but not free): after every call where calls are slow, every few
+    /// hundred where they are fast. Stops the search with `TimeLimit` once it is over.
+    fn time_is_up(&mut self) -> bool {
+        let Some(limit) = self.limits.time else {
+            return false;
+        };
+        self.polls += 1;
+        if self.polls < self.poll_stride {
+            return false;
+        }
+        self.polls = 0;
+        let now = self.clock.elapsed().get();
+        let gap = now - self.last_read;
+        self.last_read = now;
+        if gap > 2e-3 {
+            self.poll_stride = (self.poll_stride / 2).max(1);
+        } else if gap < 0.5e-3 {
+            self.poll_stride = (self.poll_stride * 2).min(1024);
+        }
+        if now >= limit.get() {
+            self.stopped = Some(StopReason::TimeLimit);
+            return true;
+        }
+        false
     }
 
     /// Time left before the time limit, read from the clock now (`None`: no time limit). A

@@ -40,24 +40,53 @@ struct Radix {
 }
 
 impl Radix {
+    #[cfg(test)]
     fn new(max: &[usize], per_node: &[usize]) -> Radix {
+        Radix::build(max, per_node, || true).expect("not interrupted")
+    }
+
+    /// How many count vectors `x ≤ max` there are, and the bytes the table and one memo row
+    /// over them take (`None` past `usize`).
+    fn size(max: &[usize]) -> Option<(usize, usize)> {
+        let count = max.iter().try_fold(1usize, |a, &m| a.checked_mul(m + 1))?;
+        // Per vector: its digits (a Vec and its heap block), total, min_stages, the subs Vec,
+        // and one memo slot.
+        let per = 3 * std::mem::size_of::<Vec<usize>>()
+            + 8 * max.len()
+            + 16
+            + 2 * std::mem::size_of::<usize>()
+            + std::mem::size_of::<Slot>();
+        Some((count, count.checked_mul(per)?))
+    }
+
+    /// The table, or `None` when `keep_going` (asked every 65,536 vectors) says stop.
+    fn build(
+        max: &[usize],
+        per_node: &[usize],
+        mut keep_going: impl FnMut() -> bool,
+    ) -> Option<Radix> {
         let mut stride = Vec::with_capacity(max.len());
         let mut count = 1;
         for &m in max {
             stride.push(count);
             count *= m + 1;
         }
-        let digits: Vec<Vec<usize>> = (0..count)
-            .map(|mut i| {
+        let mut digits: Vec<Vec<usize>> = Vec::with_capacity(count);
+        for i in 0..count {
+            if i % 65_536 == 0 && !keep_going() {
+                return None;
+            }
+            let mut rest = i;
+            digits.push(
                 max.iter()
                     .map(|&m| {
-                        let d = i % (m + 1);
-                        i /= m + 1;
+                        let d = rest % (m + 1);
+                        rest /= m + 1;
                         d
                     })
-                    .collect()
-            })
-            .collect();
+                    .collect(),
+            );
+        }
         let total = digits.iter().map(|d| d.iter().sum()).collect();
         let min_stages = digits
             .iter()
@@ -69,13 +98,13 @@ impl Radix {
             })
             .collect();
         let subs = vec![Vec::new(); count];
-        Radix {
+        Some(Radix {
             stride,
             digits,
             total,
             min_stages,
             subs,
-        }
+        })
     }
     fn index(&self, d: &[usize]) -> usize {
         d.iter().zip(&self.stride).map(|(a, s)| a * s).sum()
@@ -377,10 +406,25 @@ impl Planner for DittoExhaustive {
         let mut cands = Vec::new();
         let mut capped: Option<StopReason> = None;
         let mut states = 0usize;
+        let mut too_large: Option<usize> = None;
         'outer: for m in &models {
             let full: Vec<usize> = m.types.iter().map(|t| t.gpus.len()).collect();
             let per_node: Vec<usize> = m.types.iter().map(|t| t.per_node).collect();
-            let radix = Radix::new(&full, &per_node);
+            // The table of per-type GPU splits and one memo row over it must fit the memo cap
+            // (34 M splits at 1,024 GPUs of three types: 27 s and gigabytes to build), and
+            // building it must stop at the time limit.
+            match Radix::size(&full) {
+                Some((_, bytes)) if bytes <= self.max_memo_bytes => {}
+                size => {
+                    capped = Some(StopReason::MemoryLimit);
+                    too_large = size.map(|(n, _)| n);
+                    break 'outer;
+                }
+            }
+            let Some(radix) = Radix::build(&full, &per_node, || search.within_time()) else {
+                capped = Some(StopReason::TimeLimit);
+                break 'outer;
+            };
             let top = radix.index(&full);
             let mut ex = Exhaustive::new(m, radix, self.max_nodes, self.max_memo_bytes);
             for sp in 1..=m.gpus.min(m.layers) {
@@ -412,7 +456,7 @@ impl Planner for DittoExhaustive {
             search.offer(Seconds(c.cost));
         }
         let stop = capped.unwrap_or_else(|| search.stop_reason());
-        let notes = vec![format!(
+        let mut notes = vec![format!(
             "{} subproblems T(S', u, v, x) solved over {} micro-batch size(s){}",
             states,
             models.len(),
@@ -422,6 +466,13 @@ impl Planner for DittoExhaustive {
                 String::new()
             }
         )];
+        if let Some(n) = too_large {
+            notes.push(format!(
+                "the {n} per-type GPU splits of this cluster need more memory than the memo's cap \
+                 of {}; ditto-exhaustive is for small clusters (`ditto` folds large ones)",
+                crate::units::Bytes(self.max_memo_bytes as f64)
+            ));
+        }
         finish(problem, &models, cands, search, stop, notes)
     }
 }

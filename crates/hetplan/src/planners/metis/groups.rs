@@ -214,8 +214,11 @@ pub(super) fn place(ctx: &mut Ctx<'_, '_>, order: &[usize], seq: &[u32]) -> Vec<
 type GroupKey = Vec<(usize, u32)>;
 
 /// A placement's identity: its groups' three factors in stage order, and which adjacent stages
-/// share a node.
-pub(super) type PlacementKey = (Vec<GroupKey>, Vec<bool>);
+/// share a node, flattened into one vector (per stage: its pair count, then (class, count)
+/// pairs; then one 0/1 per adjacent pair). One allocation per key: a search at 1,024 GPUs keeps
+/// hundreds of thousands of keys of hundreds of stages, and nested vectors took over a second
+/// to free when it stopped.
+pub(super) type PlacementKey = Vec<u32>;
 
 fn group_key(ctx: &Ctx<'_, '_>, g: &Group) -> GroupKey {
     let mut v: GroupKey = g
@@ -230,16 +233,23 @@ fn group_key(ctx: &Ctx<'_, '_>, g: &Group) -> GroupKey {
 /// The three-factor identity of a placement (per stage: its GPUs as (node class, count on the
 /// node), sorted — which fixes size and GPU types — and whether adjacent stages share a node).
 pub(super) fn placement_key(ctx: &Ctx<'_, '_>, groups: &[Group]) -> PlacementKey {
-    let stages = groups.iter().map(|g| group_key(ctx, g)).collect();
-    let shared = groups
-        .windows(2)
-        .map(|w| {
+    let mut key = Vec::new();
+    for g in groups {
+        let k = group_key(ctx, g);
+        key.push(k.len() as u32);
+        for (class, count) in k {
+            key.push(class as u32);
+            key.push(count);
+        }
+    }
+    key.extend(groups.windows(2).map(|w| {
+        u32::from(
             w[0].per_node
                 .iter()
-                .any(|(n, _)| w[1].per_node.iter().any(|(m, _)| m == n))
-        })
-        .collect();
-    (stages, shared)
+                .any(|(n, _)| w[1].per_node.iter().any(|(m, _)| m == n)),
+        )
+    }));
+    key
 }
 
 #[cfg(test)]

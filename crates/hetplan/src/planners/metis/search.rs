@@ -200,6 +200,10 @@ impl Dfs<'_> {
                 a.mbs[i] = mbs;
                 ctx.rebalance_from(groups, &mut a, i);
                 self.stage(ctx, i, a, search, top, stats);
+                // Unwinding from a stopped search must not rebalance hundreds of stages.
+                if search.stopped() {
+                    return;
+                }
             }
             // Restore and adjust layers (lines 38–41).
             let mut c = st;
@@ -224,6 +228,10 @@ impl Dfs<'_> {
     ) {
         // The stages after i cannot hold the layers left to them: no plan below.
         if ctx.layers - st.bounds[i + 1] > self.room[i + 1] {
+            return;
+        }
+        // Cut branches are not nodes, but late in the search they are most of the work.
+        if !search.poll() {
             return;
         }
         let saved = self.prefix.clone();
@@ -360,6 +368,11 @@ impl Metis {
                 .collect();
             let mut seen: BTreeSet<PlacementKey> = BTreeSet::new();
             let go = partitions(n, s, &allowed, &mut |multiset| {
+                // Multisets cut by the bound and placements already seen are not nodes; at
+                // 1,024 GPUs they are most of the late search.
+                if !search.poll() {
+                    return false;
+                }
                 // The multiset's lower bound on Eq. 1 for each B, against the worst kept plan.
                 let k_max = multiset.iter().copied().max().unwrap_or(1) as f64;
                 let bar = top.bar();
@@ -377,12 +390,18 @@ impl Metis {
                 let mut elems = permutation_elements(multiset, self.max_permute_len);
                 let mut sequences: BTreeSet<Vec<u32>> = BTreeSet::new();
                 loop {
+                    if !search.poll() {
+                        return false;
+                    }
                     let seq: Vec<u32> = elems.iter().flatten().copied().collect();
                     if sequences.insert(seq.clone()) {
                         for order in &orders {
                             for closed in [false, true] {
                                 if closed && s < 2 {
                                     continue;
+                                }
+                                if !search.poll() {
+                                    return false;
                                 }
                                 let groups = if closed {
                                     // The ring-closing rotation: the last stage's group first on
