@@ -271,6 +271,9 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
 
 // ----------------------------------------------------------------------------------------- plan
 
+/// Estimate and simulation of a plan that differ by more than this fraction are reported.
+const SIM_DISAGREES: f64 = 0.05;
+
 #[derive(clap::Args)]
 pub struct PlanArgs {
     #[command(flatten)]
@@ -299,6 +302,8 @@ struct PlanOutput<'a> {
     lower_bound_s: f64,
     /// How far this plan's estimate is above it, as a fraction of the estimate.
     gap: f64,
+    /// The simulator's iteration time of the plan (absent when it could not simulate it).
+    simulate_s: Option<f64>,
     #[serde(flatten)]
     outcome: &'a Outcome,
 }
@@ -307,11 +312,39 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     let l = load(&a.problem)?;
     let planner = planners::by_name(&a.algo).map_err(CliError::Usage)?;
     let limits = limits(&a.problem)?;
-    let (out, secs, bound) = with_problem(&l, &a.problem, |p| {
+    let (out, secs, bound, simulated) = with_problem(&l, &a.problem, |p| {
         let (out, secs) = run_planner(planner.as_ref(), p, limits, planner.name());
-        (out, secs, planners::bound::lower_bound(p))
+        // The simulator checks the answer: a plan whose estimate it does not confirm says so.
+        let simulated = out.as_ref().ok().map(|o| {
+            let w = Workload {
+                model: p.model,
+                cluster: p.cluster,
+                seq_len: p.seq_len,
+            };
+            ValidPlan::check(&o.plan, p.model, p.cluster)
+                .map_err(|e| format!("{} problems", e.len()))
+                .and_then(|v| {
+                    sim::simulate(w, &v, p.compute, &SimOptions::default())
+                        .map(|s| s.iteration_time_s)
+                        .map_err(|e| e.to_string())
+                })
+        });
+        (out, secs, planners::bound::lower_bound(p), simulated)
     });
     let mut outcome = out.map_err(|e| CliError::Failure(format!("{}: {e}", planner.name())))?;
+    let est_s = outcome.estimate.iteration_time_s;
+    match &simulated {
+        Some(Ok(sim_s)) if (sim_s - est_s).abs() > SIM_DISAGREES * est_s => {
+            outcome.notes.push(format!(
+                "the simulator does not confirm the estimate: it runs the plan in {} ({:+.1}%); \
+                 `hetplan simulate` shows where the time goes",
+                Seconds(*sim_s),
+                (sim_s - est_s) / est_s * 100.0
+            ));
+        }
+        Some(Err(e)) => outcome.notes.push(format!("not simulated: {e}")),
+        _ => {}
+    }
     // The plan remembers what it was made for: `estimate`/`simulate` refuse it elsewhere.
     outcome.plan.made_for = Some(hetplan::plan::MadeFor::of(&l.model, &l.cluster));
     if let Some(path) = &a.output {
@@ -335,6 +368,7 @@ pub fn plan(a: PlanArgs) -> Result<()> {
             search_time_s: secs,
             lower_bound_s: bound.iteration_time_s,
             gap: bound.gap(Seconds(outcome.estimate.iteration_time_s)),
+            simulate_s: simulated.as_ref().and_then(|s| s.as_ref().ok().copied()),
             outcome: &outcome,
         });
     }
@@ -355,6 +389,14 @@ pub fn plan(a: PlanArgs) -> Result<()> {
             .unwrap_or_default()
     ));
     o.push_str(&format!("plan     {}\n", outcome.plan.summary()));
+    let simulated_line = match &simulated {
+        Some(Ok(sim_s)) => format!(
+            "{} ({:+.1}% vs the estimate)",
+            Seconds(*sim_s),
+            (sim_s - est_s) / est_s * 100.0
+        ),
+        _ => "not simulated".to_string(),
+    };
     o.push_str(&format!(
         "estimate {} per iteration, {:.0} tokens/s per GPU, MFU {:.1}%, {}\n",
         Seconds(e.iteration_time_s),
@@ -366,6 +408,7 @@ pub fn plan(a: PlanArgs) -> Result<()> {
             "OUT OF MEMORY".to_string()
         }
     ));
+    o.push_str(&format!("simulate {simulated_line}\n"));
     o.push_str(&format!(
         "bound    no plan is faster than {} (compute alone, every GPU busy): this one is {:.1}% \
          above it\n",

@@ -997,9 +997,19 @@ fn plan_writes_a_plan_that_estimate_accepts() {
         "explored",
         "stop_reason",
         "search_time_s",
+        "lower_bound_s",
+        "gap",
+        "simulate_s",
     ] {
         assert!(v.get(key).is_some(), "missing `{key}` in {out}");
     }
+    // The bound is below the answer, and the simulator checked it.
+    let (bound, est) = (
+        v["lower_bound_s"].as_f64().unwrap(),
+        v["estimate"]["iteration_time_s"].as_f64().unwrap(),
+    );
+    assert!(0.0 < bound && bound <= est, "{bound} vs {est}");
+    assert!(v["simulate_s"].as_f64().unwrap() > 0.0);
     assert_eq!(v["stop_reason"], "exhausted");
     let est = ok(&[
         "estimate",

@@ -40,8 +40,6 @@ fn main() {
     for name in names {
         let s = scenario(&name).unwrap_or_else(|e| panic!("{name}: {}", e.message));
         println!("### `{}` — {}\n", s.name, s.description);
-        println!("| planner | estimate (s) | simulated (s) | fits | search (s) | stopped |");
-        println!("|---|---:|---:|:-:|---:|---|");
         let problem = Problem {
             model: &s.model,
             cluster: &s.cluster,
@@ -50,6 +48,13 @@ fn main() {
             compute: &Analytic,
             options: PlanOptions::default(),
         };
+        let bound = planners::bound::lower_bound(&problem);
+        println!(
+            "Lower bound: {:.3} s (no plan is faster by hetplan's estimate).\n",
+            bound.iteration_time_s
+        );
+        println!("| planner | estimate (s) | gap | simulated (s) | fits | search (s) | stopped |");
+        println!("|---|---:|---:|---:|:-:|---:|---|");
         let w = Workload {
             model: &s.model,
             cluster: &s.cluster,
@@ -74,9 +79,10 @@ fn main() {
                         .and_then(|v| simulate(w, &v, &Analytic, &SimOptions::default()).ok())
                         .map_or("—".to_string(), |r| format!("{:.3}", r.iteration_time_s));
                     println!(
-                        "| {} | {:.3} | {} | {} | {:.3} | {} |",
+                        "| {} | {:.3} | {:.1}% | {} | {} | {:.3} | {} |",
                         planner.name(),
                         o.estimate.iteration_time_s,
+                        bound.gap(Seconds(o.estimate.iteration_time_s)) * 100.0,
                         sim,
                         if o.estimate.fits { "yes" } else { "**OOM**" },
                         secs,
@@ -86,7 +92,7 @@ fn main() {
                 Err(e) => {
                     let why: String = e.to_string().chars().take(90).collect();
                     println!(
-                        "| {} | — | — | — | {:.3} | {} |",
+                        "| {} | — | — | — | — | {:.3} | {} |",
                         planner.name(),
                         secs,
                         why.replace('|', "/")
