@@ -279,7 +279,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub problem: ProblemArgs,
     /// The planner (listed below).
-    #[arg(long, value_name = "NAME", default_value = "metis")]
+    #[arg(long, value_name = "NAME", default_value = "hetplan")]
     pub algo: String,
     /// Write the plan (JSON, accepted by `estimate` and `simulate`) to this file.
     #[arg(short = 'o', long, value_name = "FILE")]

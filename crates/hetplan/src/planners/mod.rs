@@ -14,6 +14,7 @@ pub mod baselines;
 pub mod bound;
 pub mod common;
 pub mod ditto;
+pub mod hetplan;
 pub mod metis;
 pub mod mist;
 pub mod oracle;
@@ -169,6 +170,21 @@ impl<'a> Search<'a> {
     /// `false` once stopped.
     pub fn poll(&mut self) -> bool {
         self.stopped.is_none() && !self.time_is_up()
+    }
+
+    /// The clock the search reads (a planner that runs others gives them a clock of its own).
+    pub fn clock(&self) -> &'a dyn Clock {
+        self.clock
+    }
+
+    /// Where the search reports progress.
+    pub fn progress(&self) -> &'a dyn Progress {
+        self.progress
+    }
+
+    /// Counts nodes explored by a search run on this one's behalf (a member of a portfolio).
+    pub fn add_explored(&mut self, n: u64) {
+        self.explored = self.explored.saturating_add(n);
     }
 
     /// A search without limits, clock or progress (tests, small problems).
@@ -395,6 +411,7 @@ pub fn shortfall(e: &Estimate) -> String {
 /// Every planner, in listing order.
 pub fn all() -> Vec<Box<dyn Planner>> {
     vec![
+        Box::new(hetplan::Hetplan),
         Box::new(oracle::Oracle),
         Box::new(metis::Metis::default()),
         Box::new(amp::Amp),
