@@ -130,3 +130,42 @@ fn every_planner_refuses_an_empty_problem_alike() {
     }
     assert_eq!(checked, 3 * planners::all().len());
 }
+
+/// hetplan's answer says which GPU types get which layers, and why GPUs sit idle.
+#[test]
+fn hetplan_explains_its_plan() {
+    let (m, c) = (small_model(), small_cluster());
+    let p = problem(&m, &c);
+    let o = planners::hetplan::Hetplan
+        .plan(&p, &mut Search::unbounded())
+        .unwrap();
+    assert!(o.notes[0].starts_with("the plan of "), "{:?}", o.notes);
+    assert!(
+        o.notes[0].contains("above the lower bound"),
+        "{:?}",
+        o.notes
+    );
+    for t in &c.gpu_types {
+        assert!(
+            o.notes
+                .iter()
+                .any(|n| n.starts_with(&format!("{}: ", t.name))),
+            "no line for {}: {:?}",
+            t.name,
+            o.notes
+        );
+    }
+    let idle = c.num_gpus() - o.plan.devices().len();
+    assert_eq!(
+        o.notes.iter().any(|n| n.contains("GPUs are left idle")),
+        idle > 0,
+        "{:?}",
+        o.notes
+    );
+    // The other seeds' answers are the next best plans, best first, each once.
+    assert!(!o.ranked.is_empty());
+    assert!(o
+        .ranked
+        .windows(2)
+        .all(|w| w[0].estimate_s <= w[1].estimate_s && w[0].plan != w[1].plan));
+}

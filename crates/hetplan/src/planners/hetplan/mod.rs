@@ -176,6 +176,31 @@ impl Planner for Hetplan {
             bound.gap(Seconds(chosen.estimate.iteration_time_s)) * 100.0,
             Seconds(bound.iteration_time_s)
         ));
+        notes.extend(explain(problem, &chosen.plan));
+        // GPUs left out: what using them all would cost, by the seeds' best such answer.
+        let all = problem.cluster.num_gpus();
+        let used = chosen.plan.devices().len();
+        if used < all {
+            let full = answers
+                .iter()
+                .filter(|(_, o)| o.plan.devices().len() == all)
+                .min_by(|a, b| {
+                    (a.1.estimate.iteration_time_s).total_cmp(&b.1.estimate.iteration_time_s)
+                });
+            notes.push(match full {
+                Some((who, o)) => format!(
+                    "{} of {all} GPUs are left idle: the best answer that uses them all ({who}, \
+                     {}) is {:.2}× slower",
+                    all - used,
+                    Seconds(o.estimate.iteration_time_s),
+                    o.estimate.iteration_time_s / chosen.estimate.iteration_time_s
+                ),
+                None => format!(
+                    "{} of {all} GPUs are left idle: no seed planner's answer uses them all",
+                    all - used
+                ),
+            });
+        }
         for f in &failures {
             notes.push(format!("no answer from {f}"));
         }
@@ -188,4 +213,64 @@ impl Planner for Hetplan {
             notes,
         })
     }
+}
+
+/// Which GPUs get which layers: per GPU type, the stages on it with their layers, parallelism
+/// and memory options, and how many of its GPUs the plan uses.
+fn explain(problem: &Problem<'_>, plan: &crate::plan::Plan) -> Vec<String> {
+    let cluster = problem.cluster;
+    let mut lines = Vec::new();
+    for (t, spec) in cluster.gpu_types.iter().enumerate() {
+        let total: u32 = (cluster.nodes.iter())
+            .filter(|n| n.gpu_type.0 == t)
+            .map(|n| n.num_gpus)
+            .sum();
+        if total == 0 {
+            continue;
+        }
+        let on_type = |g: &crate::cluster::GpuId| cluster.gpu_type_of(*g).0 == t;
+        let used = plan.devices().iter().filter(|g| on_type(g)).count();
+        let stages: Vec<String> = (plan.stages.iter().enumerate())
+            .filter(|(_, st)| st.devices.iter().any(on_type))
+            .map(|(i, st)| {
+                let mut options = Vec::new();
+                if st.zero > 0 {
+                    options.push(format!("ZeRO-{}", st.zero));
+                }
+                match st.recompute {
+                    crate::plan::Recompute::None => {}
+                    crate::plan::Recompute::Selective => options.push("selective recompute".into()),
+                    crate::plan::Recompute::Full => options.push("full recompute".into()),
+                    crate::plan::Recompute::Layers(k) => {
+                        options.push(format!("{k} layers recomputed"))
+                    }
+                }
+                if !st.offload.is_none() {
+                    options.push("offloading".into());
+                }
+                format!(
+                    "stage {i} (layers {}-{}, dp {} × tp {}{})",
+                    st.layers.start,
+                    st.layers.end.saturating_sub(1),
+                    st.dp,
+                    st.tp,
+                    if options.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {}", options.join(", "))
+                    }
+                )
+            })
+            .collect();
+        lines.push(if stages.is_empty() {
+            format!("{}: none of its {total} GPUs is used", spec.name)
+        } else {
+            format!(
+                "{}: {used} of {total} GPUs, {}",
+                spec.name,
+                stages.join("; ")
+            )
+        });
+    }
+    lines
 }
