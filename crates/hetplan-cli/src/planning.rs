@@ -410,8 +410,8 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     ));
     o.push_str(&format!("simulate {simulated_line}\n"));
     o.push_str(&format!(
-        "bound    no plan is faster than {} (compute alone, every GPU busy): this one is {:.1}% \
-         above it\n",
+        "bound    no plan of any planner is faster than {} (compute alone, every GPU busy): \
+         this one is {:.1}% above it\n",
         Seconds(bound.iteration_time_s),
         bound.gap(Seconds(e.iteration_time_s)) * 100.0
     ));

@@ -162,8 +162,10 @@ fn hetplan_explains_its_plan() {
         "{:?}",
         o.notes
     );
-    // The other seeds' answers are the next best plans, best first, each once.
+    // The other seeds' answers are the next best plans, best first, each once, the answer not
+    // among them.
     assert!(!o.ranked.is_empty());
+    assert!(o.ranked.iter().all(|r| r.plan != o.plan));
     assert!(o
         .ranked
         .windows(2)

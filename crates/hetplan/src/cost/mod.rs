@@ -243,8 +243,11 @@ impl NicLoad {
             let (fs, ls) = (&plan.stages[0], &plan.stages[plan.stages.len() - 1]);
             for r in 0..fs.dp as usize {
                 let z = ls.replica(r % ls.dp.max(1) as usize);
-                for (k, &a) in fs.replica(r).iter().enumerate() {
-                    let b = z[k % z.len()];
+                // Shard by shard over the finer TP split, as the simulator pairs them.
+                let a_gpus = fs.replica(r);
+                let shards = a_gpus.len().max(z.len());
+                for k in 0..shards {
+                    let (a, b) = (a_gpus[k * a_gpus.len() / shards], z[k * z.len() / shards]);
                     if a.node != b.node {
                         *load.tied.entry(a.node).or_insert(0) += 1;
                         *load.tied.entry(b.node).or_insert(0) += 1;
@@ -699,7 +702,7 @@ fn end_of_iteration(
         let pair = [st.replica(0)[0], other.replica(0)[0]];
         // Shard by shard over the finer TP split: a GPU of the coarser side moves its whole
         // share.
-        let coarser = st.tp_of(0).min(other.tp_of(0)).max(1);
+        let coarser = st.min_tp().min(other.min_tp()).max(1);
         let bytes = Bytes(tied_params / coarser as f64 * ctx.gg_bytes);
         let pairs = |node: u32| ctx.nic().tied.get(&node).copied().unwrap_or(0);
         collective_time(cluster, &pair, bytes, Collective::AllReduce, &pairs).get()

@@ -234,7 +234,8 @@ impl<'a> Search<'a> {
         if gap > 2e-3 {
             self.poll_stride = (self.poll_stride / 2).max(1);
         } else if gap < 0.5e-3 {
-            self.poll_stride = (self.poll_stride * 2).min(1024);
+            // At most 64 calls between reads: calls that turn slow are noticed soon.
+            self.poll_stride = (self.poll_stride * 2).min(64);
         }
         if now >= limit.get() {
             self.stopped = Some(StopReason::TimeLimit);

@@ -71,6 +71,8 @@ impl Planner for Hetplan {
         problem: &Problem<'_>,
         search: &mut Search<'_>,
     ) -> Result<Outcome, PlannerError> {
+        // The bound first, so that its time comes out of the members' budgets.
+        let bound = bound::lower_bound(problem);
         let members = members();
         let n = members.len();
         let mut answers: Vec<(&'static str, Outcome)> = Vec::new();
@@ -140,7 +142,6 @@ impl Planner for Hetplan {
                 s => PlannerError::Stopped(s),
             });
         };
-        let bound = bound::lower_bound(problem);
         // The other members' answers, best first, each plan once.
         let mut order: Vec<usize> = (0..answers.len()).collect();
         order.sort_by(|&a, &b| {
@@ -157,7 +158,7 @@ impl Planner for Hetplan {
         for &i in &order {
             let (name, o) = &answers[i];
             tally.push(format!("{name} {}", Seconds(o.estimate.iteration_time_s)));
-            if ranked.iter().any(|r| r.plan == o.plan) {
+            if o.plan == answers[best].1.plan || ranked.iter().any(|r| r.plan == o.plan) {
                 continue;
             }
             ranked.push(Ranked {
