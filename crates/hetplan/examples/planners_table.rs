@@ -5,6 +5,9 @@
 //! (default: 20 s per planner, the five set-ups of docs/planners.md). Search times are wall
 //! clock and vary with the machine's load; estimates and simulations do not.
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
 use hetplan::cost::{Analytic, Workload};
 use hetplan::plan::ValidPlan;
 use hetplan::planners::{self, Clock, Limits, NoProgress, PlanOptions, Problem, Search};
@@ -12,14 +15,6 @@ use hetplan::scenario::scenario;
 use hetplan::sim::{simulate, SimOptions};
 use hetplan::units::Seconds;
 use std::time::Instant;
-
-struct Wall(Instant);
-
-impl Clock for Wall {
-    fn elapsed(&self) -> Seconds {
-        Seconds(self.0.elapsed().as_secs_f64())
-    }
-}
 
 const DEFAULT: [&str; 5] = [
     "metis-t4-v100-8-gpt3",
@@ -61,7 +56,7 @@ fn main() {
             seq_len: s.seq_len,
         };
         for planner in planners::all() {
-            let clock = Wall(Instant::now());
+            let clock = common::Wall(Instant::now());
             let mut search = Search::new(
                 Limits {
                     max_nodes: None,

@@ -112,8 +112,9 @@ fn agrees_with_the_estimate_where_the_formula_is_exact() {
             cluster: &cluster,
             seq_len: 1,
         };
-        let s = simulate(w, &w.validate(&p).unwrap(), &Analytic, &no_interference()).unwrap();
-        let e = estimate(w, &w.validate(&p).unwrap(), &Analytic);
+        let v = w.validate(&p).unwrap();
+        let s = simulate(w, &v, &Analytic, &no_interference()).unwrap();
+        let e = estimate(w, &v, &Analytic);
         let diff = (s.iteration_time_s - e.iteration_time_s).abs() / e.iteration_time_s;
         assert!(
             diff < 0.01,
@@ -168,27 +169,11 @@ fn identical_input_identical_output() {
         cluster: &cluster,
         seq_len: 1024,
     };
-    let a = serde_json::to_string(
-        &simulate(
-            w,
-            &w.validate(&p).unwrap(),
-            &Analytic,
-            &SimOptions::default(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let b = serde_json::to_string(
-        &simulate(
-            w,
-            &w.validate(&p).unwrap(),
-            &Analytic,
-            &SimOptions::default(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(a, b);
+    let v = w.validate(&p).unwrap();
+    let run = || {
+        serde_json::to_string(&simulate(w, &v, &Analytic, &SimOptions::default()).unwrap()).unwrap()
+    };
+    assert_eq!(run(), run());
 }
 
 mod properties {
@@ -343,26 +328,11 @@ fn replicas_with_different_micro_batch_counts() {
     let base = plan("dp=2,mbs=2,gbs=8", &model, &cluster);
     let mut spelled = base.clone();
     spelled.stages[0].replica_samples = vec![4, 4];
-    validate(&spelled, &model, &cluster).unwrap();
-    let (eb, es) = (
-        estimate(w, &w.validate(&base).unwrap(), &Analytic),
-        estimate(w, &w.validate(&spelled).unwrap(), &Analytic),
-    );
+    let (vb, vs) = (w.validate(&base).unwrap(), w.validate(&spelled).unwrap());
+    let (eb, es) = (estimate(w, &vb, &Analytic), estimate(w, &vs, &Analytic));
     assert_eq!(eb.iteration_time_s, es.iteration_time_s);
-    let sb = simulate(
-        w,
-        &w.validate(&base).unwrap(),
-        &Analytic,
-        &no_interference(),
-    )
-    .unwrap();
-    let ss = simulate(
-        w,
-        &w.validate(&spelled).unwrap(),
-        &Analytic,
-        &no_interference(),
-    )
-    .unwrap();
+    let sb = simulate(w, &vb, &Analytic, &no_interference()).unwrap();
+    let ss = simulate(w, &vs, &Analytic, &no_interference()).unwrap();
     assert_eq!(sb.iteration_time_s, ss.iteration_time_s);
 
     // Replica 0: 5 samples as 2 + 2 + 1; replica 1: 3 as 2 + 1. Replica 0 is the slowest: two
@@ -370,15 +340,9 @@ fn replicas_with_different_micro_batch_counts() {
     let mut uneven = base.clone();
     uneven.stages[0].replica_samples = vec![5, 3];
     uneven.micro_batches = 3;
-    validate(&uneven, &model, &cluster).unwrap();
-    let e = estimate(w, &w.validate(&uneven).unwrap(), &Analytic);
-    let s = simulate(
-        w,
-        &w.validate(&uneven).unwrap(),
-        &Analytic,
-        &no_interference(),
-    )
-    .unwrap();
+    let v = w.validate(&uneven).unwrap();
+    let e = estimate(w, &v, &Analytic);
+    let s = simulate(w, &v, &Analytic, &no_interference()).unwrap();
     let per = |mbs: u64| {
         let mut one = base.clone();
         one.stages[0].micro_batch_sizes = vec![mbs, mbs];

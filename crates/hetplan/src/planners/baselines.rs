@@ -166,18 +166,8 @@ fn finish(
     notes: Vec<String>,
     infeasible: impl FnOnce(Option<(Plan, f64)>) -> String,
 ) -> Result<Outcome, PlannerError> {
-    match best.plan {
-        Some((plan, estimate)) => Ok(Outcome {
-            plan,
-            estimate,
-            explored: search.explored(),
-            stop_reason: search.stop_reason(),
-            ranked,
-            notes,
-        }),
-        None if search.stopped() => Err(PlannerError::Stopped(search.stop_reason())),
-        None => Err(PlannerError::Infeasible(infeasible(best.closest_oom))),
-    }
+    let closest = best.closest_oom;
+    common::conclude(best.plan, search, ranked, notes, || infeasible(closest))
 }
 
 /// Ranked entries from (planner cost, plan, estimate), best planner cost first (stable).

@@ -102,6 +102,30 @@ pub fn nothing_to_plan(problem: &Problem<'_>) -> Result<(), PlannerError> {
     }
 }
 
+/// The end of a search, written once: the chosen plan as an `Outcome` (with the search's node
+/// count and stop reason), or, without one, `Stopped` when a limit cut the search short and
+/// `Infeasible` with `why` when the space has no plan.
+pub fn conclude(
+    chosen: Option<(Plan, Estimate)>,
+    search: &super::Search<'_>,
+    ranked: Vec<super::Ranked>,
+    notes: Vec<String>,
+    why: impl FnOnce() -> String,
+) -> Result<super::Outcome, PlannerError> {
+    match chosen {
+        Some((plan, estimate)) => Ok(super::Outcome {
+            plan,
+            estimate,
+            explored: search.explored(),
+            stop_reason: search.stop_reason(),
+            ranked,
+            notes,
+        }),
+        None if search.stopped() => Err(PlannerError::Stopped(search.stop_reason())),
+        None => Err(PlannerError::Infeasible(why())),
+    }
+}
+
 /// hetplan's estimate of a plan, or `None` when the plan is not valid for the problem.
 pub fn evaluate(problem: &Problem<'_>, plan: &Plan) -> Option<Estimate> {
     let plan = crate::plan::ValidPlan::check(plan, problem.model, problem.cluster).ok()?;

@@ -285,20 +285,9 @@ impl Planner for Oracle {
                 break;
             }
         }
-        match best.plan {
-            Some((plan, estimate)) => Ok(Outcome {
-                plan,
-                estimate,
-                explored: search.explored(),
-                stop_reason: search.stop_reason(),
-                ranked: vec![],
-                notes: vec![],
-            }),
-            None if search.stopped() => Err(PlannerError::Stopped(search.stop_reason())),
-            None => Err(PlannerError::Infeasible(common::infeasible_reason(
-                problem, cluster,
-            ))),
-        }
+        common::conclude(best.plan, search, vec![], vec![], || {
+            common::infeasible_reason(problem, cluster)
+        })
     }
 }
 

@@ -223,19 +223,15 @@ impl Case {
             cluster: &cluster,
             seq_len: self.seq,
         };
+        let valid = w.validate(&plan).unwrap();
         Row {
             model: self.model,
             cluster: self.cluster_name(),
             plan: self.plan_name(),
-            estimate_s: estimate(w, &w.validate(&plan).unwrap(), &Analytic).iteration_time_s,
-            simulate_s: simulate(
-                w,
-                &w.validate(&plan).unwrap(),
-                &Analytic,
-                &SimOptions::default(),
-            )
-            .unwrap()
-            .iteration_time_s,
+            estimate_s: estimate(w, &valid, &Analytic).iteration_time_s,
+            simulate_s: simulate(w, &valid, &Analytic, &SimOptions::default())
+                .unwrap()
+                .iteration_time_s,
         }
     }
 }

@@ -257,21 +257,12 @@ impl Metis {
                 chosen = Some((r.plan.clone(), est));
             }
         }
-        match chosen {
-            Some((plan, estimate)) => Ok(Outcome {
-                plan,
-                estimate,
-                explored: search.explored(),
-                stop_reason: search.stop_reason(),
-                ranked,
-                notes,
-            }),
-            None if search.stopped() => Err(PlannerError::Stopped(search.stop_reason())),
-            None => Err(PlannerError::Infeasible(format!(
+        common::conclude(chosen, search, ranked, notes, || {
+            format!(
                 "Metis's search space (DP-first data and tensor parallelism, no ZeRO, no \
                  recomputation, no offloading) has no plan that fits: {}",
                 common::infeasible_reason(problem, problem.cluster)
-            ))),
-        }
+            )
+        })
     }
 }
