@@ -484,13 +484,13 @@ memory = "1 GiB"
 }
 
 /// A clock that advances one second every time it is read.
-struct SteppingClock(std::cell::Cell<f64>);
+struct SteppingClock(std::sync::Mutex<f64>);
 
 impl hetplan::planners::Clock for SteppingClock {
     fn elapsed(&self) -> hetplan::units::Seconds {
-        let t = self.0.get() + 1.0;
-        self.0.set(t);
-        hetplan::units::Seconds(t)
+        let mut t = self.0.lock().unwrap();
+        *t += 1.0;
+        hetplan::units::Seconds(*t)
     }
 }
 
@@ -501,7 +501,7 @@ impl hetplan::planners::Clock for SteppingClock {
 fn the_time_limit_is_checked_before_every_milp() {
     let s = scenario("mist-l4-16-gpt3").unwrap();
     let p = problem(&s.model, &s.cluster, s.global_batch, s.seq_len);
-    let clock = SteppingClock(std::cell::Cell::new(0.0));
+    let clock = SteppingClock(std::sync::Mutex::new(0.0));
     let limits = Limits {
         max_nodes: None,
         time: Some(hetplan::units::Seconds(6.0)),
@@ -515,8 +515,8 @@ fn the_time_limit_is_checked_before_every_milp() {
     assert_eq!(stop, StopReason::TimeLimit);
     // Two clock reads per MILP (is there time? how much?): a handful of reads, not hundreds.
     assert!(
-        clock.0.get() <= 12.0,
+        *clock.0.lock().unwrap() <= 12.0,
         "the clock was read {} times",
-        clock.0.get()
+        *clock.0.lock().unwrap()
     );
 }

@@ -49,8 +49,8 @@ pub struct LayerShape {
     pub precision: Precision,
 }
 
-/// A source of layer compute times.
-pub trait ComputeTimes {
+/// A source of layer compute times. `Sync`: hetplan's planner estimates plans in parallel.
+pub trait ComputeTimes: Sync {
     fn layer_time(
         &self,
         gpu: &GpuSpec,

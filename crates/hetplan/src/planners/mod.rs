@@ -79,9 +79,9 @@ impl Default for Limits {
     }
 }
 
-/// Time as the caller measures it. The CLI passes a real clock; tests pass [`NoClock`], whose
+/// Time as the caller measures it (`Sync`: hetplan's planner runs searches side by side). The CLI passes a real clock; tests pass [`NoClock`], whose
 /// time never advances, so results never depend on machine speed.
-pub trait Clock {
+pub trait Clock: Sync {
     fn elapsed(&self) -> Seconds;
 }
 
@@ -95,7 +95,7 @@ impl Clock for NoClock {
 }
 
 /// Where a search reports how far it got (a progress bar on a terminal, nothing in tests).
-pub trait Progress {
+pub trait Progress: Sync {
     /// `explored` candidates so far; `best` the best iteration time found.
     fn report(&self, explored: u64, best: Option<Seconds>);
 }

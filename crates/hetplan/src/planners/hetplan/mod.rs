@@ -18,13 +18,17 @@
 //! (members count nodes their own way). Without limits every member runs to its own end, and
 //! the answer is deterministic.
 
-use super::{bound, StopReason};
+mod refine;
+
+use super::{bound, common, StopReason};
 use super::{Clock, Limits, Outcome, Planner, PlannerError, Problem, Progress, Ranked, Search};
+use crate::cost::Estimate;
+use crate::plan::{Plan, Recompute};
 use crate::units::Seconds;
 
 /// The seed planners hetplan runs, fast first (`planners::all()` minus the oracle, which is a
 /// referee for small problems, and hetplan itself).
-fn members() -> Vec<Box<dyn Planner>> {
+fn members() -> Vec<Box<dyn Planner + Send + Sync>> {
     use super::{amp, baselines, ditto, metis, mist, poplar};
     vec![
         Box::new(baselines::DataParallel),
@@ -55,6 +59,76 @@ impl Clock for Since<'_> {
     }
 }
 
+/// The share of a time or node limit the seeds' searches get; hetplan's own search from their
+/// answers gets the rest.
+const MEMBERS_SHARE: f64 = 0.8;
+
+/// Seed answers hetplan's own search starts from (the best distinct ones).
+const STARTS: usize = 3;
+
+/// What a sub-search left behind: its answer, nodes, and why it stopped; or, when its
+/// limits were used up before it began, why it did not run.
+type SubRun<T> = Result<(T, u64, StopReason), StopReason>;
+
+/// Runs `work` under a search of its own on the parent's clock and progress: until `until`
+/// (seconds on the parent's clock) and with at most `nodes` nodes.
+fn run_sub<T>(
+    clock: &dyn Clock,
+    progress: &dyn Progress,
+    until: Option<f64>,
+    nodes: Option<u64>,
+    work: impl FnOnce(&mut Search<'_>) -> T,
+) -> SubRun<T> {
+    let start = clock.elapsed();
+    let budget = until.map(|u| Seconds((u - start.get()).max(0.0)));
+    if nodes == Some(0) {
+        return Err(StopReason::NodeLimit);
+    }
+    if budget.is_some_and(|b| b.get() <= 0.0) {
+        return Err(StopReason::TimeLimit);
+    }
+    let since = Since { clock, start };
+    let mut sub = Search::new(
+        Limits {
+            max_nodes: nodes,
+            time: budget,
+        },
+        &since,
+        progress,
+    );
+    let out = work(&mut sub);
+    Ok((out, sub.explored(), sub.stop_reason()))
+}
+
+/// Runs `planners` one after the other until `until`, member i of n with `1/(n − i)` of the
+/// time and nodes left (time a fast member does not use goes to the ones after it).
+fn run_chain(
+    problem: &Problem<'_>,
+    planners: &[Box<dyn Planner + Send + Sync>],
+    clock: &dyn Clock,
+    progress: &dyn Progress,
+    until: Option<f64>,
+    nodes: Option<u64>,
+) -> Vec<SubRun<Result<Outcome, PlannerError>>> {
+    let n = planners.len();
+    let mut used = 0u64;
+    let mut out = Vec::with_capacity(n);
+    for (i, member) in planners.iter().enumerate() {
+        let left = (n - i) as f64;
+        let now = clock.elapsed().get();
+        let mine = until.map(|u| now + (u - now).max(0.0) / left);
+        let my_nodes = nodes.map(|m| m.saturating_sub(used) / (n - i) as u64);
+        let r = run_sub(clock, progress, mine, my_nodes, |sub| {
+            member.plan(problem, sub)
+        });
+        if let Ok((_, explored, _)) = &r {
+            used = used.saturating_add(*explored);
+        }
+        out.push(r);
+    }
+    out
+}
+
 impl Planner for Hetplan {
     fn name(&self) -> &'static str {
         "hetplan"
@@ -62,8 +136,8 @@ impl Planner for Hetplan {
 
     fn description(&self) -> &'static str {
         "hetplan's planner: every seed's search (Metis, Mist, Poplar, Ditto, AMP, the Megatron \
-         heuristic, ...) on the problem, the best answer by hetplan's estimate, with the gap to \
-         a certified lower bound"
+         heuristic, ...), then its own local search over the union of their spaces from their \
+         best answers, ranked by hetplan's estimate, with the gap to a certified lower bound"
     }
 
     fn find(
@@ -75,47 +149,58 @@ impl Planner for Hetplan {
         let bound = bound::lower_bound(problem);
         let members = members();
         let n = members.len();
+        let time = search.limits.time.map(|t| t.get());
+        let nodes = search.limits.max_nodes;
+        let members_until = time.map(|t| t * MEMBERS_SHARE);
+        let members_nodes = nodes.map(|m| (m as f64 * MEMBERS_SHARE) as u64);
+        // Mist (the last member) on a thread of its own beside the others, one after the
+        // other: on two cores the two searches that gain most from time (Mist, Metis) both
+        // get most of it. Node shares are fixed up front, so a node-limited answer does not
+        // depend on the thread count. On one thread Mist runs first with 1/n of the time.
+        let (clock, progress) = (search.clock(), search.progress());
+        let (chain, solo) = members.split_at(n - 1);
+        let solo_nodes = members_nodes.map(|m| m / n as u64);
+        let chain_nodes = members_nodes.map(|m| m - m / n as u64);
+        let solo_until = members_until.map(|u| {
+            if rayon::current_num_threads() >= 2 {
+                u
+            } else {
+                let now = clock.elapsed().get();
+                now + (u - now).max(0.0) / n as f64
+            }
+        });
+        let (solo_run, mut runs) = rayon::join(
+            || {
+                run_sub(clock, progress, solo_until, solo_nodes, |sub| {
+                    solo[0].plan(problem, sub)
+                })
+            },
+            || run_chain(problem, chain, clock, progress, members_until, chain_nodes),
+        );
+        runs.push(solo_run);
         let mut answers: Vec<(&'static str, Outcome)> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
         let mut stop = StopReason::Exhausted;
-        for (i, member) in members.iter().enumerate() {
-            let left = (n - i) as f64;
-            let budget = search.remaining().map(|r| Seconds(r.get().max(0.0) / left));
-            let nodes = search
-                .limits
-                .max_nodes
-                .map(|m| m.saturating_sub(search.explored()) / (n - i) as u64);
-            if budget.is_some_and(|b| b.get() <= 0.0) || nodes == Some(0) {
-                stop = if nodes == Some(0) {
-                    StopReason::NodeLimit
-                } else {
-                    StopReason::TimeLimit
-                };
-                failures.push(format!(
-                    "{}: not run, its limits were used up",
-                    member.name()
-                ));
-                continue;
-            }
-            let since = Since {
-                clock: search.clock(),
-                start: search.elapsed(),
+        for (member, run) in members.iter().zip(runs) {
+            let out = match run {
+                Ok((out, explored, stopped)) => {
+                    search.add_explored(explored);
+                    if stopped != StopReason::Exhausted && stop == StopReason::Exhausted {
+                        stop = stopped;
+                    }
+                    out
+                }
+                Err(why) => {
+                    if stop == StopReason::Exhausted {
+                        stop = why;
+                    }
+                    failures.push(format!(
+                        "{}: not run, its limits were used up",
+                        member.name()
+                    ));
+                    continue;
+                }
             };
-            let progress: &dyn Progress = search.progress();
-            let mut sub = Search::new(
-                Limits {
-                    max_nodes: nodes,
-                    time: budget,
-                },
-                &since,
-                progress,
-            );
-            let out = member.plan(problem, &mut sub);
-            let (explored, stopped) = (sub.explored(), sub.stop_reason());
-            search.add_explored(explored);
-            if stopped != StopReason::Exhausted && stop == StopReason::Exhausted {
-                stop = stopped;
-            }
             match out {
                 Ok(o) => {
                     search.offer(Seconds(o.estimate.iteration_time_s));
@@ -124,25 +209,7 @@ impl Planner for Hetplan {
                 Err(e) => failures.push(format!("{}: {e}", member.name())),
             }
         }
-        // The best by hetplan's estimate; ties go to the earlier member.
-        let best = (0..answers.len()).min_by(|&a, &b| {
-            answers[a]
-                .1
-                .estimate
-                .iteration_time_s
-                .total_cmp(&answers[b].1.estimate.iteration_time_s)
-                .then(a.cmp(&b))
-        });
-        let Some(best) = best else {
-            return Err(match stop {
-                StopReason::Exhausted => PlannerError::Infeasible(format!(
-                    "no seed planner found a plan that fits: {}",
-                    failures.join("; ")
-                )),
-                s => PlannerError::Stopped(s),
-            });
-        };
-        // The other members' answers, best first, each plan once.
+        // The members' answers, best first (ties to the earlier member), each plan once.
         let mut order: Vec<usize> = (0..answers.len()).collect();
         order.sort_by(|&a, &b| {
             answers[a]
@@ -152,52 +219,157 @@ impl Planner for Hetplan {
                 .total_cmp(&answers[b].1.estimate.iteration_time_s)
                 .then(a.cmp(&b))
         });
-        let mut ranked: Vec<Ranked> = Vec::new();
-        let mut notes = Vec::new();
-        let mut tally = Vec::new();
+        let mut distinct: Vec<usize> = Vec::new();
         for &i in &order {
-            let (name, o) = &answers[i];
-            tally.push(format!("{name} {}", Seconds(o.estimate.iteration_time_s)));
-            if o.plan == answers[best].1.plan || ranked.iter().any(|r| r.plan == o.plan) {
+            if !distinct
+                .iter()
+                .any(|&j| answers[j].1.plan == answers[i].1.plan)
+            {
+                distinct.push(i);
+            }
+        }
+        if distinct.is_empty() {
+            return Err(match stop {
+                StopReason::Exhausted => PlannerError::Infeasible(format!(
+                    "no seed planner found a plan that fits: {}",
+                    failures.join("; ")
+                )),
+                s => PlannerError::Stopped(s),
+            });
+        }
+        // hetplan's own search from the best distinct answers, in that order.
+        let starts: Vec<usize> = distinct.iter().copied().take(STARTS).collect();
+        let mut refined: Vec<(usize, refine::Refined)> = Vec::new();
+        for (k, &i) in starts.iter().enumerate() {
+            let (plan, est) = (answers[i].1.plan.clone(), answers[i].1.estimate.clone());
+            let left = (starts.len() - k) as f64;
+            let now = search.elapsed().get();
+            let until = time.map(|t| now + (t - now).max(0.0) / left);
+            let my_nodes =
+                nodes.map(|m| (m.saturating_sub(search.explored()) as f64 / left) as u64);
+            match run_sub(clock, progress, until, my_nodes, |sub| {
+                refine::refine(problem, plan, est, sub)
+            }) {
+                Ok((r, explored, stopped)) => {
+                    search.add_explored(explored);
+                    if stopped != StopReason::Exhausted && stop == StopReason::Exhausted {
+                        stop = stopped;
+                    }
+                    search.offer(Seconds(r.estimate.iteration_time_s));
+                    refined.push((i, r));
+                }
+                Err(why) => {
+                    if stop == StopReason::Exhausted {
+                        stop = why;
+                    }
+                }
+            }
+        }
+        let best = (0..refined.len()).min_by(|&a, &b| {
+            (refined[a].1.estimate.iteration_time_s)
+                .total_cmp(&refined[b].1.estimate.iteration_time_s)
+                .then(a.cmp(&b))
+        });
+        // Every plan seen, best first, each once: the refined ones, then the members' answers.
+        let mut pool: Vec<(Plan, Estimate)> = Vec::new();
+        for (_, r) in &refined {
+            pool.push((r.plan.clone(), r.estimate.clone()));
+        }
+        for &i in &distinct {
+            pool.push((answers[i].1.plan.clone(), answers[i].1.estimate.clone()));
+        }
+        let (chosen_plan, chosen_est) = match best {
+            Some(b) => (refined[b].1.plan.clone(), refined[b].1.estimate.clone()),
+            None => (
+                answers[distinct[0]].1.plan.clone(),
+                answers[distinct[0]].1.estimate.clone(),
+            ),
+        };
+        let mut ranked: Vec<Ranked> = Vec::new();
+        pool.sort_by(|a, b| a.1.iteration_time_s.total_cmp(&b.1.iteration_time_s));
+        for (plan, est) in pool {
+            if plan == chosen_plan || ranked.iter().any(|r| r.plan == plan) {
                 continue;
             }
             ranked.push(Ranked {
-                plan: o.plan.clone(),
-                planner_cost_s: o.estimate.iteration_time_s,
-                estimate_s: o.estimate.iteration_time_s,
-                fits: o.estimate.fits,
+                plan,
+                planner_cost_s: est.iteration_time_s,
+                estimate_s: est.iteration_time_s,
+                fits: est.fits,
             });
         }
-        let (name, chosen) = answers.swap_remove(best);
+        let tally: Vec<String> = order
+            .iter()
+            .map(|&i| {
+                format!(
+                    "{} {}",
+                    answers[i].0,
+                    Seconds(answers[i].1.estimate.iteration_time_s)
+                )
+            })
+            .collect();
+        let mut notes = Vec::new();
+        let gap = bound.gap(Seconds(chosen_est.iteration_time_s)) * 100.0;
+        match best.map(|b| &refined[b]) {
+            Some((i, r)) if !r.steps.is_empty() => {
+                let from = &answers[*i];
+                let steps: Vec<String> = r
+                    .steps
+                    .iter()
+                    .map(|(m, t)| format!("{} ({})", m.describe(problem.cluster), Seconds(*t)))
+                    .collect();
+                notes.push(format!(
+                    "hetplan's own search improved the plan of {} ({}) by {:.1}% in {} moves: \
+                     {}; the seeds' answers: {}",
+                    from.0,
+                    Seconds(from.1.estimate.iteration_time_s),
+                    (1.0 - chosen_est.iteration_time_s / from.1.estimate.iteration_time_s) * 100.0,
+                    r.steps.len(),
+                    steps.join(", "),
+                    tally.join(", ")
+                ));
+            }
+            _ => {
+                let who = best.map_or(distinct[0], |b| refined[b].0);
+                notes.push(format!(
+                    "the plan of {}, the best of {} seed answers by hetplan's estimate ({}); no \
+                     move of hetplan's own search improves it",
+                    answers[who].0,
+                    tally.len(),
+                    tally.join(", ")
+                ));
+            }
+        }
         notes.push(format!(
-            "the plan of {name}, the best of {} seed answers by hetplan's estimate ({}); {:.1}% \
-             above the lower bound of {} (compute alone, every GPU busy)",
-            tally.len(),
-            tally.join(", "),
-            bound.gap(Seconds(chosen.estimate.iteration_time_s)) * 100.0,
+            "{gap:.1}% above the lower bound of {} (compute alone, every GPU busy)",
             Seconds(bound.iteration_time_s)
         ));
-        notes.extend(explain(problem, &chosen.plan));
-        // GPUs left out: what using them all would cost, by the seeds' best such answer.
+        notes.extend(explain(problem, &chosen_plan));
+        notes.extend(memory_options(problem, &chosen_plan, &chosen_est));
+        // GPUs left out: what using them all would cost, by the best such plan seen.
         let all = problem.cluster.num_gpus();
-        let used = chosen.plan.devices().len();
+        let used = chosen_plan.devices().len();
         if used < all {
-            let full = answers
+            let full = (answers
                 .iter()
-                .filter(|(_, o)| o.plan.devices().len() == all)
-                .min_by(|a, b| {
-                    (a.1.estimate.iteration_time_s).total_cmp(&b.1.estimate.iteration_time_s)
-                });
+                .map(|(w, o)| (*w, &o.plan, o.estimate.iteration_time_s)))
+            .chain(
+                refined
+                    .iter()
+                    .map(|(_, r)| ("hetplan's search", &r.plan, r.estimate.iteration_time_s)),
+            )
+            .filter(|(_, p, _)| p.devices().len() == all)
+            .min_by(|a, b| a.2.total_cmp(&b.2));
             notes.push(match full {
-                Some((who, o)) => format!(
-                    "{} of {all} GPUs are left idle: the best answer that uses them all ({who}, \
+                Some((who, _, t)) => format!(
+                    "{} of {all} GPUs are left idle: the best plan seen that uses them all ({who}, \
                      {}) is {:.2}× slower",
                     all - used,
-                    Seconds(o.estimate.iteration_time_s),
-                    o.estimate.iteration_time_s / chosen.estimate.iteration_time_s
+                    Seconds(t),
+                    t / chosen_est.iteration_time_s
                 ),
                 None => format!(
-                    "{} of {all} GPUs are left idle: no seed planner's answer uses them all",
+                    "{} of {all} GPUs are left idle: no plan seen uses them all",
                     all - used
                 ),
             });
@@ -206,14 +378,79 @@ impl Planner for Hetplan {
             notes.push(format!("no answer from {f}"));
         }
         Ok(Outcome {
-            plan: chosen.plan,
-            estimate: chosen.estimate,
+            plan: chosen_plan,
+            estimate: chosen_est,
             explored: search.explored(),
             stop_reason: stop,
             ranked,
             notes,
         })
     }
+}
+
+/// A stage's memory options in words (ZeRO, checkpointing, offloading); empty when none.
+fn memory_words(st: &crate::plan::Stage) -> Vec<String> {
+    let mut out = Vec::new();
+    if st.zero > 0 {
+        out.push(format!("ZeRO-{}", st.zero));
+    }
+    if st.recompute != Recompute::None {
+        out.push(refine::recompute_words(st.recompute));
+    }
+    let o = st.offload;
+    for (what, r) in [
+        ("weights", o.weights),
+        ("gradients", o.gradients),
+        ("optimizer state", o.optimizer),
+        ("activations", o.activations),
+    ] {
+        if r > 0.0 {
+            out.push(format!("{:.0}% of its {what} offloaded", r * 100.0));
+        }
+    }
+    out
+}
+
+/// What each stage's memory options buy: the plan with one stage's ZeRO, checkpointing and
+/// offloading turned off, estimated — slower, faster or out of memory.
+fn memory_options(problem: &Problem<'_>, plan: &Plan, est: &Estimate) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (s, st) in plan.stages.iter().enumerate() {
+        if st.zero == 0 && st.recompute == Recompute::None && st.offload.is_none() {
+            continue;
+        }
+        let mut without = plan.clone();
+        let w = &mut without.stages[s];
+        (w.zero, w.recompute, w.offload) = (0, Recompute::None, Default::default());
+        let Some(e) = common::evaluate(problem, &without) else {
+            continue;
+        };
+        let peak = |e: &Estimate| {
+            e.per_gpu
+                .iter()
+                .map(|g| g.peak_memory_bytes / g.capacity_bytes)
+                .fold(0.0, f64::max)
+        };
+        let change = est.iteration_time_s / e.iteration_time_s - 1.0;
+        lines.push(if e.fits {
+            format!(
+                "stage {s}'s memory options ({}) make the iteration {:.1}% {}: without them it \
+                 would fit and take {}",
+                memory_words(st).join(", "),
+                change.abs() * 100.0,
+                if change > 0.0 { "slower" } else { "faster" },
+                Seconds(e.iteration_time_s)
+            )
+        } else {
+            format!(
+                "stage {s} needs its memory options ({}): without them its fullest GPU would \
+                 need {:.0}% of its memory",
+                memory_words(st).join(", "),
+                peak(&e) * 100.0
+            )
+        });
+    }
+    lines
 }
 
 /// Which GPUs get which layers: per GPU type, the stages on it with their layers, parallelism
@@ -234,21 +471,7 @@ fn explain(problem: &Problem<'_>, plan: &crate::plan::Plan) -> Vec<String> {
         let stages: Vec<String> = (plan.stages.iter().enumerate())
             .filter(|(_, st)| st.devices.iter().any(on_type))
             .map(|(i, st)| {
-                let mut options = Vec::new();
-                if st.zero > 0 {
-                    options.push(format!("ZeRO-{}", st.zero));
-                }
-                match st.recompute {
-                    crate::plan::Recompute::None => {}
-                    crate::plan::Recompute::Selective => options.push("selective recompute".into()),
-                    crate::plan::Recompute::Full => options.push("full recompute".into()),
-                    crate::plan::Recompute::Layers(k) => {
-                        options.push(format!("{k} layers recomputed"))
-                    }
-                }
-                if !st.offload.is_none() {
-                    options.push("offloading".into());
-                }
+                let options = memory_words(st);
                 format!(
                     "stage {i} (layers {}-{}, dp {} × tp {}{})",
                     st.layers.start,

@@ -1,0 +1,668 @@
+//! hetplan's own search over the union of the seeds' spaces: best-improvement local search from
+//! the seeds' answers.
+//!
+//! Each seed searches its own slice of the space: Metis heterogeneous device groups without
+//! memory options, Mist memory options on homogeneous groups, Poplar per-replica batches on one
+//! stage. Their answers are good starting points, and the best plan often combines what two of
+//! them can express (Metis's stages with Mist's ZeRO and checkpointing, Poplar's uneven batches
+//! inside a pipeline stage). From a plan this search evaluates every neighbour one [`Move`]
+//! away — a ZeRO stage, a checkpointing choice, sequence parallelism or an optimizer offload
+//! ratio on one stage; layers shifted between neighbouring stages; micro-batches halved or
+//! doubled; another schedule (GPipe, 1F1B, interleaved with 2–4 virtual stages); samples moved
+//! between the replicas of two GPU types; a replica or a whole stage left out; idle GPUs added
+//! as a replica — each made to fit, where it does not, by a few rungs of a memory ladder
+//! (`repair`) — and moves to the best neighbour that fits, until none is faster (a local
+//! optimum) or a limit stops it.
+//!
+//! A round's neighbours are estimated in parallel (rayon) in chunks, and the search takes them
+//! in their generated order, counting one node each; the best is the fastest, ties to the
+//! earliest. So the answer does not depend on the number of threads, and under a node limit
+//! not on the machine either.
+
+use super::super::common;
+use super::super::Search;
+use crate::cluster::{Cluster, GpuId};
+use crate::cost::Estimate;
+use crate::plan::{LayerRange, Plan, Recompute, Schedule, Stage};
+use crate::planners::Problem;
+use rayon::prelude::*;
+
+/// Neighbours estimated between two looks at the limits: small enough that a round on a
+/// 4,096-GPU plan overshoots a time limit by little, large enough to keep two cores busy.
+const CHUNK: usize = 32;
+
+/// A relative improvement smaller than this is no improvement (the estimate's own rounding).
+const MIN_GAIN: f64 = 1e-9;
+
+/// One step from a plan to a neighbouring plan. Stage indices are positions in
+/// `Plan::stages`; with an interleaved schedule a move that changes a stage's GPUs or batches
+/// changes every model chunk on those GPUs alike.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Move {
+    Zero {
+        stage: usize,
+        zero: u8,
+    },
+    Recompute {
+        stage: usize,
+        to: Recompute,
+    },
+    SequenceParallel {
+        stage: usize,
+        on: bool,
+    },
+    OffloadOptimizer {
+        stage: usize,
+        ratio: f64,
+    },
+    /// `n` layers from stage `from` to its neighbour `to` (`from ± 1`).
+    ShiftLayers {
+        from: usize,
+        to: usize,
+        n: usize,
+    },
+    /// Every replica's micro-batch halved (and twice the micro-batches), or doubled.
+    MicroBatches {
+        halve: bool,
+    },
+    Schedule(Schedule),
+    /// Every replica of GPU type `from` gives one sample per micro-batch to those of `to`.
+    ShiftSamples {
+        stage: usize,
+        from: usize,
+        to: usize,
+    },
+    /// The last replica on GPU type `gpu_type` leaves the stage; its samples go to the others.
+    DropReplica {
+        stage: usize,
+        gpu_type: usize,
+    },
+    /// The stage leaves the pipeline; its layers go to its neighbour.
+    DropStage {
+        stage: usize,
+    },
+    /// Idle GPUs of `gpu_type`, on one node, join the stage as a replica of its TP degree.
+    AddReplica {
+        stage: usize,
+        gpu_type: usize,
+    },
+}
+
+impl Move {
+    /// What the move does, in words, with the cluster's GPU type names.
+    pub fn describe(&self, cluster: &Cluster) -> String {
+        let ty = |t: usize| cluster.gpu_types[t].name.clone();
+        match self {
+            Move::Zero { stage, zero } => format!("ZeRO-{zero} on stage {stage}"),
+            Move::Recompute { stage, to } => {
+                format!("{} on stage {stage}", recompute_words(*to))
+            }
+            Move::SequenceParallel { stage, on } => format!(
+                "sequence parallelism {} on stage {stage}",
+                if *on { "on" } else { "off" }
+            ),
+            Move::OffloadOptimizer { stage, ratio } => format!(
+                "{:.0}% of stage {stage}'s optimizer state in host memory",
+                ratio * 100.0
+            ),
+            Move::ShiftLayers { from, to, n } => {
+                format!("{n} layer(s) from stage {from} to stage {to}")
+            }
+            Move::MicroBatches { halve: true } => "half the micro-batch size".into(),
+            Move::MicroBatches { halve: false } => "twice the micro-batch size".into(),
+            Move::Schedule(s) => match s {
+                Schedule::Gpipe => "the GPipe schedule".into(),
+                Schedule::OneFOneB => "the 1F1B schedule".into(),
+                Schedule::Interleaved { virtual_stages } => {
+                    format!("interleaved 1F1B with {virtual_stages} virtual stages")
+                }
+            },
+            Move::ShiftSamples { stage, from, to } => format!(
+                "samples from the {} to the {} replicas of stage {stage}",
+                ty(*from),
+                ty(*to)
+            ),
+            Move::DropReplica { stage, gpu_type } => {
+                format!("a {} replica of stage {stage} left idle", ty(*gpu_type))
+            }
+            Move::DropStage { stage } => format!("stage {stage} left out, its layers moved"),
+            Move::AddReplica { stage, gpu_type } => {
+                format!("idle {} GPUs added to stage {stage}", ty(*gpu_type))
+            }
+        }
+    }
+}
+
+/// Activation checkpointing in words.
+pub fn recompute_words(r: Recompute) -> String {
+    match r {
+        Recompute::None => "no activation checkpointing".into(),
+        Recompute::Selective => "selective recompute".into(),
+        Recompute::Full => "full recompute".into(),
+        Recompute::Layers(k) => format!("{k} layers recomputed"),
+    }
+}
+
+/// The result of a local search from one start.
+pub struct Refined {
+    pub plan: Plan,
+    pub estimate: Estimate,
+    /// The moves taken, each with the iteration time after it.
+    pub steps: Vec<(Move, f64)>,
+}
+
+/// Best-improvement local search from `start` (a plan that fits), under `search`'s limits.
+pub fn refine(
+    problem: &Problem<'_>,
+    start: Plan,
+    est: Estimate,
+    search: &mut Search<'_>,
+) -> Refined {
+    let mut cur = Refined {
+        plan: start,
+        estimate: est,
+        steps: Vec::new(),
+    };
+    while search.poll() {
+        let moves = neighbours(problem, &cur.plan);
+        let now = cur.estimate.iteration_time_s;
+        let mut best: Option<(Move, Plan, Estimate)> = None;
+        let mut stopped = false;
+        for chunk in moves.chunks(CHUNK) {
+            let evals: Vec<Option<(Plan, Estimate)>> = chunk
+                .par_iter()
+                .map(|m| {
+                    let p = apply(problem, &cur.plan, m)?;
+                    let e = common::evaluate(problem, &p)?;
+                    repair(problem, p, e)
+                })
+                .collect();
+            for (m, e) in chunk.iter().zip(evals) {
+                if !search.tick() {
+                    stopped = true;
+                    break;
+                }
+                let Some((p, e)) = e else { continue };
+                let t = e.iteration_time_s;
+                if e.fits
+                    && t < now * (1.0 - MIN_GAIN)
+                    && best.as_ref().is_none_or(|(_, _, b)| t < b.iteration_time_s)
+                {
+                    search.offer(crate::units::Seconds(t));
+                    best = Some((m.clone(), p, e));
+                }
+            }
+            if stopped {
+                break;
+            }
+        }
+        // A round cut short still moves to the best neighbour it saw: it fits and is faster.
+        match best {
+            Some((m, p, e)) => {
+                cur.steps.push((m, e.iteration_time_s));
+                cur.plan = p;
+                cur.estimate = e;
+            }
+            None => break,
+        }
+        if stopped {
+            break;
+        }
+    }
+    cur
+}
+
+/// Rungs of the memory ladder a neighbour that does not fit may climb.
+const MAX_REPAIRS: usize = 5;
+
+/// A neighbour made to fit, if a few memory options can: every stage with a GPU out of memory
+/// climbs one rung of a fixed ladder per try — ZeRO-1 (with data parallelism), selective then
+/// full recompute, ZeRO-3, the optimizer state in host memory — so that a move that needs memory
+/// (more layers on a stage, a larger micro-batch) is judged with what makes it fit, as Mist
+/// tunes memory options with the parallelism. `None` when the ladder runs out first.
+fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Plan, Estimate)> {
+    for _ in 0..MAX_REPAIRS {
+        if e.fits {
+            return Some((p, e));
+        }
+        let mut over: Vec<usize> = (e.per_gpu.iter())
+            .filter(|g| !g.fits)
+            .map(|g| g.stage)
+            .collect();
+        over.sort_unstable();
+        over.dedup();
+        let mut climbed = false;
+        for s in over {
+            for j in chunk_group(&p, s) {
+                climbed |= climb(&mut p.stages[j]);
+            }
+        }
+        if !climbed {
+            return None;
+        }
+        e = common::evaluate(problem, &p)?;
+    }
+    e.fits.then_some((p, e))
+}
+
+/// One rung up the memory ladder; `false` at its top.
+fn climb(st: &mut Stage) -> bool {
+    let shards = st.dp > 1;
+    if shards && st.zero < 1 {
+        st.zero = 1;
+    } else if matches!(st.recompute, Recompute::None | Recompute::Layers(_)) {
+        st.recompute = Recompute::Selective;
+    } else if st.recompute == Recompute::Selective {
+        st.recompute = Recompute::Full;
+    } else if shards && st.zero < 3 {
+        st.zero = 3;
+    } else if st.offload.optimizer < 1.0 {
+        st.offload.optimizer = 1.0;
+    } else {
+        return false;
+    }
+    true
+}
+
+/// The stages sharing stage `s`'s GPUs: `s` alone, or with an interleaved schedule every model
+/// chunk `j ≡ s (mod pp)`.
+fn chunk_group(plan: &Plan, s: usize) -> Vec<usize> {
+    let pp = plan.pipeline_depth().max(1);
+    if pp == plan.stages.len() {
+        vec![s]
+    } else {
+        (0..plan.stages.len())
+            .filter(|j| j % pp == s % pp)
+            .collect()
+    }
+}
+
+/// The GPU type of each of a stage's replicas.
+fn replica_types(cluster: &Cluster, st: &Stage) -> Vec<usize> {
+    (0..st.dp as usize)
+        .map(|r| cluster.gpu_type_of(st.replica(r)[0]).0)
+        .collect()
+}
+
+/// Every move from `plan`, in a fixed order.
+pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
+    let cluster = problem.cluster;
+    let mut out = Vec::new();
+    let pp = plan.pipeline_depth().max(1);
+    let interleaved = pp != plan.stages.len();
+    let uneven_steps = plan.stages.iter().any(|s| !s.replica_samples.is_empty());
+    for (s, st) in plan.stages.iter().enumerate() {
+        if st.dp > 1 {
+            for zero in 0..=3u8 {
+                if zero != st.zero {
+                    out.push(Move::Zero { stage: s, zero });
+                }
+            }
+        }
+        let len = st.layers.len() as u32;
+        let mut recompute = vec![Recompute::None, Recompute::Selective, Recompute::Full];
+        for k in [len / 4, len / 2, (3 * len) / 4] {
+            let r = Recompute::Layers(k);
+            if k >= 1 && k < len && !recompute.contains(&r) {
+                recompute.push(r);
+            }
+        }
+        for to in recompute {
+            if to != st.recompute {
+                out.push(Move::Recompute { stage: s, to });
+            }
+        }
+        if st.tp > 1 {
+            out.push(Move::SequenceParallel {
+                stage: s,
+                on: !st.sequence_parallel,
+            });
+        }
+        for ratio in [0.0, 0.5, 1.0] {
+            if ratio != st.offload.optimizer {
+                out.push(Move::OffloadOptimizer { stage: s, ratio });
+            }
+        }
+    }
+    for s in 0..plan.stages.len().saturating_sub(1) {
+        for n in [1, 2] {
+            out.push(Move::ShiftLayers {
+                from: s,
+                to: s + 1,
+                n,
+            });
+            out.push(Move::ShiftLayers {
+                from: s + 1,
+                to: s,
+                n,
+            });
+        }
+    }
+    if !uneven_steps {
+        out.push(Move::MicroBatches { halve: true });
+        out.push(Move::MicroBatches { halve: false });
+    }
+    let schedules = [
+        Schedule::OneFOneB,
+        Schedule::Gpipe,
+        Schedule::Interleaved { virtual_stages: 2 },
+        Schedule::Interleaved { virtual_stages: 3 },
+        Schedule::Interleaved { virtual_stages: 4 },
+    ];
+    if pp > 1 {
+        for sch in schedules {
+            if sch != plan.schedule {
+                out.push(Move::Schedule(sch));
+            }
+        }
+    }
+    if uneven_steps {
+        return out;
+    }
+    let idle = idle_gpus(cluster, plan);
+    for s in 0..pp {
+        let st = &plan.stages[s];
+        let types = replica_types(cluster, st);
+        let mut distinct = types.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        for &a in &distinct {
+            for &b in &distinct {
+                if a != b {
+                    out.push(Move::ShiftSamples {
+                        stage: s,
+                        from: a,
+                        to: b,
+                    });
+                }
+            }
+            if st.dp > 1 {
+                out.push(Move::DropReplica {
+                    stage: s,
+                    gpu_type: a,
+                });
+            }
+        }
+        if st.replica_tp.is_empty() {
+            for t in 0..cluster.gpu_types.len() {
+                if free_group(cluster, &idle, t, st.tp).is_some() {
+                    out.push(Move::AddReplica {
+                        stage: s,
+                        gpu_type: t,
+                    });
+                }
+            }
+        }
+        if !interleaved && pp > 1 {
+            out.push(Move::DropStage { stage: s });
+        }
+    }
+    out
+}
+
+/// The cluster's GPUs the plan does not use, in node and local order.
+fn idle_gpus(cluster: &Cluster, plan: &Plan) -> Vec<GpuId> {
+    let mut used = plan.devices();
+    used.sort_unstable_by_key(|g| (g.node, g.local));
+    let mut out = Vec::new();
+    for (n, node) in cluster.nodes.iter().enumerate() {
+        for local in 0..node.num_gpus {
+            let g = GpuId {
+                node: n as u32,
+                local,
+            };
+            if used
+                .binary_search_by_key(&(g.node, g.local), |u| (u.node, u.local))
+                .is_err()
+            {
+                out.push(g);
+            }
+        }
+    }
+    out
+}
+
+/// The first `tp` idle GPUs of type `t` on one node (a TP group stays inside a node).
+fn free_group(cluster: &Cluster, idle: &[GpuId], t: usize, tp: u32) -> Option<Vec<GpuId>> {
+    let mut i = 0;
+    while i < idle.len() {
+        let node = idle[i].node;
+        let on_node: Vec<GpuId> = idle[i..]
+            .iter()
+            .take_while(|g| g.node == node)
+            .copied()
+            .collect();
+        i += on_node.len();
+        if cluster.nodes[node as usize].gpu_type.0 == t && on_node.len() >= tp as usize {
+            return Some(on_node[..tp as usize].to_vec());
+        }
+    }
+    None
+}
+
+/// Gives `n` samples per micro-batch to replicas `to` of `sizes`, one at a time round-robin.
+fn give(sizes: &mut [u64], to: &[usize], n: u64) {
+    for k in 0..n {
+        sizes[to[k as usize % to.len()]] += 1;
+    }
+}
+
+/// `plan` after `m`, or `None` when the move does not apply (the validator judges the rest).
+pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
+    let cluster = problem.cluster;
+    let mut p = plan.clone();
+    match *m {
+        Move::Zero { stage, zero } => p.stages[stage].zero = zero,
+        Move::Recompute { stage, to } => p.stages[stage].recompute = to,
+        Move::SequenceParallel { stage, on } => p.stages[stage].sequence_parallel = on,
+        Move::OffloadOptimizer { stage, ratio } => p.stages[stage].offload.optimizer = ratio,
+        Move::ShiftLayers { from, to, n } => {
+            if p.stages[from].layers.len() <= n {
+                return None;
+            }
+            if to == from + 1 {
+                p.stages[from].layers.end -= n;
+                p.stages[to].layers.start -= n;
+            } else {
+                p.stages[from].layers.start += n;
+                p.stages[to].layers.end += n;
+            }
+            clamp_recompute(&mut p.stages[from]);
+        }
+        Move::MicroBatches { halve } => {
+            if halve {
+                if p.stages
+                    .iter()
+                    .any(|s| s.micro_batch_sizes.iter().any(|b| !b.is_multiple_of(2)))
+                {
+                    return None;
+                }
+                for s in &mut p.stages {
+                    s.micro_batch_sizes.iter_mut().for_each(|b| *b /= 2);
+                }
+                p.micro_batches *= 2;
+            } else {
+                if !p.micro_batches.is_multiple_of(2) {
+                    return None;
+                }
+                for s in &mut p.stages {
+                    s.micro_batch_sizes.iter_mut().for_each(|b| *b *= 2);
+                }
+                p.micro_batches /= 2;
+                if problem.options.max_micro_batch.lt(p
+                    .stages
+                    .iter()
+                    .flat_map(|s| s.micro_batch_sizes.iter())
+                    .max()?)
+                {
+                    return None;
+                }
+            }
+        }
+        Move::Schedule(to) => {
+            let v_now = match p.schedule {
+                Schedule::Interleaved { virtual_stages } => virtual_stages as usize,
+                _ => 1,
+            };
+            let v_to = match to {
+                Schedule::Interleaved { virtual_stages } => virtual_stages as usize,
+                _ => 1,
+            };
+            if v_now != v_to {
+                p.stages = relayout(&p.stages, p.pipeline_depth(), v_to)?;
+            }
+            p.schedule = to;
+        }
+        Move::ShiftSamples { stage, from, to } => {
+            let types = replica_types(cluster, &p.stages[stage]);
+            let givers: Vec<usize> = (0..types.len())
+                .filter(|&r| types[r] == from && p.stages[stage].micro_batch_sizes[r] > 1)
+                .collect();
+            let takers: Vec<usize> = (0..types.len()).filter(|&r| types[r] == to).collect();
+            if givers.is_empty() || takers.is_empty() {
+                return None;
+            }
+            for j in chunk_group(&p, stage) {
+                let sizes = &mut p.stages[j].micro_batch_sizes;
+                givers.iter().for_each(|&r| sizes[r] -= 1);
+                give(sizes, &takers, givers.len() as u64);
+            }
+        }
+        Move::DropReplica { stage, gpu_type } => {
+            let types = replica_types(cluster, &p.stages[stage]);
+            let r = (0..types.len()).rev().find(|&r| types[r] == gpu_type)?;
+            for j in chunk_group(&p, stage) {
+                let st = &mut p.stages[j];
+                let first: usize = (0..r).map(|q| st.tp_of(q) as usize).sum();
+                st.devices.drain(first..first + st.tp_of(r) as usize);
+                if !st.replica_tp.is_empty() {
+                    st.replica_tp.remove(r);
+                    st.tp = st.replica_tp.iter().copied().max()?;
+                }
+                let m = st.micro_batch_sizes.remove(r);
+                st.dp -= 1;
+                let others: Vec<usize> = (0..st.dp as usize).collect();
+                give(&mut st.micro_batch_sizes, &others, m);
+            }
+        }
+        Move::DropStage { stage } => {
+            let into = if stage > 0 { stage - 1 } else { stage + 1 };
+            let layers = p.stages[stage].layers;
+            let st = &mut p.stages[into];
+            st.layers = LayerRange {
+                start: st.layers.start.min(layers.start),
+                end: st.layers.end.max(layers.end),
+            };
+            p.stages.remove(stage);
+        }
+        Move::AddReplica { stage, gpu_type } => {
+            let idle = idle_gpus(cluster, &p);
+            let tp = p.stages[stage].tp;
+            let group = free_group(cluster, &idle, gpu_type, tp)?;
+            let sizes = &p.stages[stage].micro_batch_sizes;
+            let largest = (0..sizes.len()).max_by_key(|&r| (sizes[r], std::cmp::Reverse(r)))?;
+            if sizes[largest] < 2 {
+                return None;
+            }
+            for j in chunk_group(&p, stage) {
+                let st = &mut p.stages[j];
+                st.devices.extend(group.iter().copied());
+                st.micro_batch_sizes[largest] -= 1;
+                st.micro_batch_sizes.push(1);
+                st.dp += 1;
+            }
+        }
+    }
+    Some(p)
+}
+
+/// A `Layers(k)` count no larger than the stage.
+fn clamp_recompute(st: &mut Stage) {
+    if let Recompute::Layers(k) = st.recompute {
+        let len = st.layers.len() as u32;
+        st.recompute = if k >= len {
+            Recompute::Full
+        } else {
+            Recompute::Layers(k)
+        };
+    }
+}
+
+/// The model chunks of `pp` device groups with `v` chunks each (`v = 1`: one stage per
+/// group), keeping each group's share of the layers: group g's layers split into `v` near-equal
+/// chunks, chunk `k·pp + g` its k-th, laid out in chunk order. Options come from the group's
+/// first chunk. `None` when a group has fewer than `v` layers.
+fn relayout(stages: &[Stage], pp: usize, v: usize) -> Option<Vec<Stage>> {
+    let share: Vec<usize> = (0..pp)
+        .map(|g| {
+            (g..stages.len())
+                .step_by(pp)
+                .map(|j| stages[j].layers.len())
+                .sum()
+        })
+        .collect();
+    if share.iter().any(|&l| l < v) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(pp * v);
+    let mut start = 0;
+    for k in 0..v {
+        for g in 0..pp {
+            let len = share[g] / v + usize::from(k < share[g] % v);
+            let mut st = stages[g].clone();
+            st.layers = LayerRange {
+                start,
+                end: start + len,
+            };
+            clamp_recompute(&mut st);
+            start += len;
+            out.push(st);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(start: usize, end: usize) -> Stage {
+        Stage {
+            layers: LayerRange { start, end },
+            devices: vec![GpuId {
+                node: 0,
+                local: start as u32,
+            }],
+            tp: 1,
+            replica_tp: Vec::new(),
+            dp: 1,
+            micro_batch_sizes: vec![1],
+            zero: 0,
+            recompute: Recompute::None,
+            offload: Default::default(),
+            sequence_parallel: false,
+            replica_samples: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn relayout_interleaves_and_back() {
+        let stages = vec![stage(0, 5), stage(5, 8)];
+        let v2 = relayout(&stages, 2, 2).unwrap();
+        let lens: Vec<usize> = v2.iter().map(|s| s.layers.len()).collect();
+        assert_eq!(lens, vec![3, 2, 2, 1]);
+        assert_eq!(v2[3].layers.end, 8);
+        assert_eq!(v2[2].devices, stages[0].devices);
+        let back = relayout(&v2, 2, 1).unwrap();
+        assert_eq!(back[0].layers, LayerRange { start: 0, end: 5 });
+        assert_eq!(back[1].layers, LayerRange { start: 5, end: 8 });
+        assert!(relayout(&stages, 2, 4).is_none());
+    }
+
+    #[test]
+    fn give_is_round_robin() {
+        let mut s = vec![1, 1, 1];
+        give(&mut s, &[0, 2], 3);
+        assert_eq!(s, vec![3, 1, 2]);
+    }
+}
