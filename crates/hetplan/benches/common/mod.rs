@@ -50,3 +50,19 @@ inter_node_bandwidth = "100 Gbps"
     ))
     .expect("the three-type cluster parses")
 }
+
+/// One group of identical nodes: GPU catalog name, GPUs per node, nodes, and each node's network
+/// (all NICs, per direction), e.g. `("rtx-4090", 4, 2, "25 Gbps")`.
+pub type Group<'a> = (&'a str, u32, u32, &'a str);
+
+/// A cluster of node groups (intra-node links: each GPU's default, NVLink where it has one).
+pub fn fleet(name: &str, groups: &[Group<'_>]) -> Cluster {
+    let mut toml = format!("name = \"{name}\"\n");
+    for (gpu, per_node, nodes, network) in groups {
+        toml.push_str(&format!(
+            "[[node_group]]\ngpu = \"{gpu}\"\ngpus_per_node = {per_node}\nnodes = {nodes}\n\
+             inter_node_bandwidth = \"{network}\"\n"
+        ));
+    }
+    parse_cluster_toml(&toml).unwrap_or_else(|e| panic!("cluster {name}: {e}"))
+}
