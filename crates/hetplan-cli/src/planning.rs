@@ -3,6 +3,7 @@
 use crate::diag::{CliError, Result};
 use crate::inputs;
 use hetplan::cost::{Analytic, ComputeTimes, Profiled, Workload};
+use hetplan::plan::runtime::Runtime;
 use hetplan::plan::{Engine, Plan, Precision, ValidPlan};
 use hetplan::planners::{
     self, Clock, Limits, Outcome, PlanOptions, Planner, Problem, Progress, Search,
@@ -94,8 +95,11 @@ pub struct ProblemArgs {
     /// Largest tensor-parallel degree to consider.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub max_tp: u32,
-    /// The engine the plan is for: what overlaps compute, how ZeRO prefetches.
-    #[arg(long, value_enum, default_value_t = EngineArg::Megatron)]
+    /// The engine the plan must run on. `any`: any plan, a heterogeneity-aware runtime's
+    /// included, with the best plan each mainstream engine runs beside it (hetplan's planner).
+    /// An engine also sets what the cost model assumes overlaps compute and how ZeRO
+    /// prefetches (`any`: Megatron's behaviour).
+    #[arg(long, value_enum, default_value_t = EngineArg::Any)]
     pub engine: EngineArg,
     /// Training precision; layer times of a --profile are looked up in it.
     #[arg(long, value_enum, default_value_t = PrecisionArg::Bf16)]
@@ -105,18 +109,28 @@ pub struct ProblemArgs {
 /// `--engine`.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum EngineArg {
+    Any,
     Megatron,
     Deepspeed,
+    Torchtitan,
     Fsdp,
+}
+
+impl EngineArg {
+    fn runtime(self) -> Option<Runtime> {
+        match self {
+            EngineArg::Any => None,
+            EngineArg::Megatron => Some(Runtime::Megatron),
+            EngineArg::Deepspeed => Some(Runtime::Deepspeed),
+            EngineArg::Torchtitan => Some(Runtime::Torchtitan),
+            EngineArg::Fsdp => Some(Runtime::Fsdp),
+        }
+    }
 }
 
 impl From<EngineArg> for Engine {
     fn from(e: EngineArg) -> Engine {
-        match e {
-            EngineArg::Megatron => Engine::Megatron,
-            EngineArg::Deepspeed => Engine::Deepspeed,
-            EngineArg::Fsdp => Engine::Fsdp,
-        }
+        e.runtime().map_or(Engine::Megatron, Runtime::engine)
     }
 }
 
@@ -262,6 +276,7 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
         options: PlanOptions {
             max_tp: a.max_tp,
             engine: a.engine.into(),
+            runtime: a.engine.runtime(),
             precision,
             ..PlanOptions::default()
         },
@@ -421,6 +436,27 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     ));
     for n in &outcome.notes {
         o.push_str(&format!("note     {n}\n"));
+    }
+    // What a heterogeneity-aware runtime buys: the best plan each mainstream engine runs.
+    for b in &outcome.per_engine {
+        let name = b.engine.name();
+        o.push_str(&match (&b.plan, b.estimate_s) {
+            (Some(p), Some(t)) => format!(
+                "engine   {name:<10} {} ({:.2}× the time{}): {}\n",
+                Seconds(t),
+                b.slower,
+                if b.slower <= 1.0 + 1e-9 {
+                    ", runs this plan's equal"
+                } else {
+                    ""
+                },
+                p.summary()
+            ),
+            _ => format!(
+                "engine   {name:<10} none: {}\n",
+                b.why_none.as_deref().unwrap_or("no plan")
+            ),
+        });
     }
     crate::emit(&o)
 }

@@ -1412,3 +1412,39 @@ fn every_registered_planner_is_in_the_help_the_readme_and_the_docs() {
         "README lists planners that do not exist"
     );
 }
+
+/// `plan` without `--engine` shows, beside its answer, the best plan each mainstream engine
+/// runs; with `--engine`, its answer is one that engine runs, and says so.
+#[test]
+fn plan_shows_what_each_engine_runs() {
+    let problem = [
+        "--model",
+        "gpt3-125m",
+        "--cluster",
+        "1x2xa100-80gb+1x2xv100-32gb",
+        "--gbs",
+        "8",
+        "--time-limit",
+        "none",
+    ];
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&problem);
+    let out = ok(&args);
+    for e in ["megatron", "deepspeed", "torchtitan", "fsdp"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("engine   {e} "))),
+            "{e}: {out}"
+        );
+    }
+    let mut args = vec!["plan", "--json", "--engine", "deepspeed"];
+    args.extend_from_slice(&problem);
+    let v: serde_json::Value = serde_json::from_str(&ok(&args)).unwrap();
+    assert!(v.get("per_engine").is_none(), "{v}");
+    assert_eq!(v["plan"]["engine"], "deepspeed");
+    assert!(
+        v["notes"][0].as_str().unwrap().contains("deepspeed"),
+        "{}",
+        v["notes"]
+    );
+}

@@ -199,3 +199,65 @@ fn hetplan_is_the_same_on_any_number_of_threads() {
     assert_eq!(one, run(2));
     assert_eq!(one, run(4));
 }
+
+/// Without `--engine`, hetplan's answer comes with the best plan of each mainstream engine,
+/// each of which that engine runs and fits (the cost model assumes that engine's overlap, so
+/// it may even be faster than the answer); with `--engine`, the answer runs on that engine.
+#[test]
+fn hetplan_answers_for_each_engine() {
+    use hetplan::plan::runtime::Runtime;
+    let (m, c) = (small_model(), small_cluster());
+    let p = problem(&m, &c);
+    let o = planners::hetplan::Hetplan
+        .plan(&p, &mut Search::unbounded())
+        .unwrap();
+    let engines: Vec<Runtime> = o.per_engine.iter().map(|b| b.engine).collect();
+    assert_eq!(engines, Runtime::ALL.to_vec());
+    let t = o.estimate.iteration_time_s;
+    let mut found = 0;
+    for b in &o.per_engine {
+        match (&b.plan, b.estimate_s) {
+            (Some(plan), Some(s)) => {
+                found += 1;
+                assert!(b.engine.why_not(plan).is_empty(), "{:?}", b.engine);
+                let e = planners::common::evaluate(&p, plan).unwrap();
+                assert!(e.fits);
+                assert_eq!(e.iteration_time_s, s);
+                assert!((b.slower - s / t).abs() < 1e-12);
+            }
+            _ => assert!(b.why_none.is_some()),
+        }
+    }
+    assert!(found >= 2, "{:?}", o.per_engine);
+    for rt in Runtime::ALL {
+        let restricted = Problem {
+            options: PlanOptions {
+                runtime: Some(rt),
+                engine: rt.engine(),
+                ..p.options
+            },
+            ..problem(&m, &c)
+        };
+        match planners::hetplan::Hetplan.plan(&restricted, &mut Search::unbounded()) {
+            Ok(r) => {
+                assert!(
+                    rt.why_not(&r.plan).is_empty(),
+                    "{rt:?}: {:?}",
+                    rt.why_not(&r.plan)
+                );
+                assert!(r.per_engine.is_empty());
+                assert!(
+                    r.notes[0].starts_with("restricted to what"),
+                    "{:?}",
+                    r.notes
+                );
+            }
+            Err(e) => assert!(
+                o.per_engine
+                    .iter()
+                    .any(|b| b.engine == rt && b.plan.is_none()),
+                "{rt:?}: {e}"
+            ),
+        }
+    }
+}

@@ -5,6 +5,7 @@
 //! simulator accept.
 
 pub mod inline;
+pub mod runtime;
 pub mod validate;
 
 use crate::cluster::GpuId;

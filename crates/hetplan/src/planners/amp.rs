@@ -995,6 +995,7 @@ impl Planner for Amp {
             stop_reason: search.stop_reason(),
             ranked,
             notes,
+            per_engine: Vec::new(),
         })
     }
 }

@@ -791,6 +791,7 @@ impl Planner for DataParallel {
             stop_reason: search.stop_reason(),
             ranked: vec![],
             notes,
+            per_engine: Vec::new(),
         })
     }
 }

@@ -120,6 +120,7 @@ pub fn conclude(
             stop_reason: search.stop_reason(),
             ranked,
             notes,
+            per_engine: Vec::new(),
         }),
         None if search.stopped() => Err(PlannerError::Stopped(search.stop_reason())),
         None => Err(PlannerError::Infeasible(why())),

@@ -48,6 +48,9 @@ pub struct PlanOptions {
     pub max_tp: u32,
     /// Largest micro-batch size per replica to consider.
     pub max_micro_batch: u64,
+    /// The engine the plan must run on (`--engine`); `None`: any, a heterogeneity-aware
+    /// runtime included. Honoured by hetplan's planner; the seeds search their own spaces.
+    pub runtime: Option<crate::plan::runtime::Runtime>,
 }
 
 impl Default for PlanOptions {
@@ -57,6 +60,7 @@ impl Default for PlanOptions {
             precision: Precision::Bf16,
             max_tp: 8,
             max_micro_batch: 64,
+            runtime: None,
         }
     }
 }
@@ -303,6 +307,32 @@ pub struct Outcome {
     pub ranked: Vec<Ranked>,
     /// What the planner wants the user to know (e.g. top plans that would run out of memory).
     pub notes: Vec<String>,
+    /// hetplan's planner without `--engine`: the best plan each mainstream engine can run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_engine: Vec<EngineBest>,
+}
+
+/// The best plan a mainstream engine can run, beside a plan that may need a
+/// heterogeneity-aware runtime.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineBest {
+    pub engine: crate::plan::runtime::Runtime,
+    pub plan: Option<Plan>,
+    pub estimate_s: Option<f64>,
+    /// Its iteration time over the answer's (infinite when there is none).
+    #[serde(serialize_with = "finite_or_null")]
+    pub slower: f64,
+    /// Why there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_none: Option<String>,
+}
+
+fn finite_or_null<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if x.is_finite() {
+        s.serialize_some(x)
+    } else {
+        s.serialize_none()
+    }
 }
 
 /// A plan of a ranked list.

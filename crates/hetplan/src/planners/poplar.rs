@@ -1055,6 +1055,7 @@ impl Planner for Poplar {
             stop_reason: search.stop_reason(),
             ranked: listed,
             notes,
+            per_engine: Vec::new(),
         })
     }
 }

@@ -605,6 +605,7 @@ fn finish(
         stop_reason: stop,
         ranked,
         notes,
+        per_engine: Vec::new(),
     })
 }
 

@@ -20,9 +20,10 @@
 
 mod refine;
 
-use super::{bound, common, StopReason};
+use super::{bound, common, EngineBest, PlanOptions, StopReason};
 use super::{Clock, Limits, Outcome, Planner, PlannerError, Problem, Progress, Ranked, Search};
 use crate::cost::Estimate;
+use crate::plan::runtime::Runtime;
 use crate::plan::{Plan, Recompute};
 use crate::units::Seconds;
 
@@ -60,8 +61,10 @@ impl Clock for Since<'_> {
 }
 
 /// The share of a time or node limit the seeds' searches get; hetplan's own search from their
-/// answers gets the rest.
-const MEMBERS_SHARE: f64 = 0.8;
+/// answers runs until `REFINE_SHARE` of it, and the best plan per mainstream engine (without
+/// `--engine`) is searched in the rest.
+const MEMBERS_SHARE: f64 = 0.7;
+const REFINE_SHARE: f64 = 0.85;
 
 /// Seed answers hetplan's own search starts from (the best distinct ones).
 const STARTS: usize = 3;
@@ -209,164 +212,131 @@ impl Planner for Hetplan {
                 Err(e) => failures.push(format!("{}: {e}", member.name())),
             }
         }
-        // The members' answers, best first (ties to the earlier member), each plan once.
-        let mut order: Vec<usize> = (0..answers.len()).collect();
-        order.sort_by(|&a, &b| {
-            answers[a]
-                .1
-                .estimate
-                .iteration_time_s
-                .total_cmp(&answers[b].1.estimate.iteration_time_s)
-                .then(a.cmp(&b))
-        });
-        let mut distinct: Vec<usize> = Vec::new();
-        for &i in &order {
-            if !distinct
-                .iter()
-                .any(|&j| answers[j].1.plan == answers[i].1.plan)
-            {
-                distinct.push(i);
-            }
-        }
-        if distinct.is_empty() {
-            return Err(match stop {
-                StopReason::Exhausted => PlannerError::Infeasible(format!(
+        // The members' answers as starting points, best first (ties to the earlier member),
+        // each plan once; with `--engine`, made to run there (and fit) first.
+        let mut tally: Vec<(&'static str, f64)> = (answers.iter())
+            .map(|(w, o)| (*w, o.estimate.iteration_time_s))
+            .collect();
+        tally.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let seen: Vec<Seen> = (answers.into_iter())
+            .map(|(who, o)| Seen {
+                who: who.to_string(),
+                plan: o.plan,
+                est: o.estimate,
+                steps: Vec::new(),
+            })
+            .collect();
+        let cands = admit(problem, &seen);
+        if cands.is_empty() {
+            return Err(match (stop, problem.options.runtime) {
+                (StopReason::Exhausted, None) => PlannerError::Infeasible(format!(
                     "no seed planner found a plan that fits: {}",
                     failures.join("; ")
                 )),
-                s => PlannerError::Stopped(s),
+                (StopReason::Exhausted, Some(rt)) => PlannerError::Infeasible(format!(
+                    "no seed answer can be made to run on {} and fit{}",
+                    rt.name(),
+                    match seen.first() {
+                        Some(s) => format!(
+                            " (the best, {}'s: {})",
+                            s.who,
+                            rt.why_not(&s.plan).join("; ")
+                        ),
+                        None => format!(": {}", failures.join("; ")),
+                    }
+                )),
+                (s, _) => PlannerError::Stopped(s),
             });
         }
-        // hetplan's own search from the best distinct answers, in that order.
-        let starts: Vec<usize> = distinct.iter().copied().take(STARTS).collect();
-        let mut refined: Vec<(usize, refine::Refined)> = Vec::new();
-        for (k, &i) in starts.iter().enumerate() {
-            let (plan, est) = (answers[i].1.plan.clone(), answers[i].1.estimate.clone());
-            let left = (starts.len() - k) as f64;
-            let now = search.elapsed().get();
-            let until = time.map(|t| now + (t - now).max(0.0) / left);
-            let my_nodes =
-                nodes.map(|m| (m.saturating_sub(search.explored()) as f64 / left) as u64);
-            match run_sub(clock, progress, until, my_nodes, |sub| {
-                refine::refine(problem, plan, est, sub)
-            }) {
-                Ok((r, explored, stopped)) => {
-                    search.add_explored(explored);
-                    if stopped != StopReason::Exhausted && stop == StopReason::Exhausted {
-                        stop = stopped;
-                    }
-                    search.offer(Seconds(r.estimate.iteration_time_s));
-                    refined.push((i, r));
-                }
-                Err(why) => {
-                    if stop == StopReason::Exhausted {
-                        stop = why;
-                    }
-                }
-            }
-        }
-        let best = (0..refined.len()).min_by(|&a, &b| {
-            (refined[a].1.estimate.iteration_time_s)
-                .total_cmp(&refined[b].1.estimate.iteration_time_s)
-                .then(a.cmp(&b))
-        });
-        // Every plan seen, best first, each once: the refined ones, then the members' answers.
-        let mut pool: Vec<(Plan, Estimate)> = Vec::new();
-        for (_, r) in &refined {
-            pool.push((r.plan.clone(), r.estimate.clone()));
-        }
-        for &i in &distinct {
-            pool.push((answers[i].1.plan.clone(), answers[i].1.estimate.clone()));
-        }
-        let (chosen_plan, chosen_est) = match best {
-            Some(b) => (refined[b].1.plan.clone(), refined[b].1.estimate.clone()),
-            None => (
-                answers[distinct[0]].1.plan.clone(),
-                answers[distinct[0]].1.estimate.clone(),
-            ),
+        // hetplan's own search from the best of them; without `--engine`, it ends where the
+        // best plan for each mainstream engine is searched.
+        let until = match (time, problem.options.runtime) {
+            (Some(t), None) => Some(t * REFINE_SHARE),
+            (t, _) => t,
         };
+        let refined = refine_from(problem, &cands, search, until, nodes, &mut stop);
+        let chosen = (refined.iter().chain(&cands))
+            .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s))
+            .cloned()
+            .expect("cands is not empty");
+        let per_engine = match problem.options.runtime {
+            Some(_) => Vec::new(),
+            None => engines(problem, &chosen, &refined, &cands, search, time, &mut stop),
+        };
+        // Every other plan seen, best first, each once.
+        let mut pool: Vec<&Seen> = refined.iter().chain(&cands).collect();
+        pool.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
         let mut ranked: Vec<Ranked> = Vec::new();
-        pool.sort_by(|a, b| a.1.iteration_time_s.total_cmp(&b.1.iteration_time_s));
-        for (plan, est) in pool {
-            if plan == chosen_plan || ranked.iter().any(|r| r.plan == plan) {
+        for s in pool {
+            if s.plan == chosen.plan || ranked.iter().any(|r| r.plan == s.plan) {
                 continue;
             }
             ranked.push(Ranked {
-                plan,
-                planner_cost_s: est.iteration_time_s,
-                estimate_s: est.iteration_time_s,
-                fits: est.fits,
+                plan: s.plan.clone(),
+                planner_cost_s: s.est.iteration_time_s,
+                estimate_s: s.est.iteration_time_s,
+                fits: s.est.fits,
             });
         }
-        let tally: Vec<String> = order
-            .iter()
-            .map(|&i| {
-                format!(
-                    "{} {}",
-                    answers[i].0,
-                    Seconds(answers[i].1.estimate.iteration_time_s)
-                )
-            })
+        let tally: Vec<String> = (tally.iter())
+            .map(|(w, t)| format!("{w} {}", Seconds(*t)))
             .collect();
+        let t = chosen.est.iteration_time_s;
         let mut notes = Vec::new();
-        let gap = bound.gap(Seconds(chosen_est.iteration_time_s)) * 100.0;
-        match best.map(|b| &refined[b]) {
-            Some((i, r)) if !r.steps.is_empty() => {
-                let from = &answers[*i];
-                let steps: Vec<String> = r
-                    .steps
-                    .iter()
-                    .map(|(m, t)| format!("{} ({})", m.describe(problem.cluster), Seconds(*t)))
-                    .collect();
-                notes.push(format!(
-                    "hetplan's own search improved the plan of {} ({}) by {:.1}% in {} moves: \
-                     {}; the seeds' answers: {}",
-                    from.0,
-                    Seconds(from.1.estimate.iteration_time_s),
-                    (1.0 - chosen_est.iteration_time_s / from.1.estimate.iteration_time_s) * 100.0,
-                    r.steps.len(),
-                    steps.join(", "),
-                    tally.join(", ")
-                ));
-            }
-            _ => {
-                let who = best.map_or(distinct[0], |b| refined[b].0);
-                notes.push(format!(
-                    "the plan of {}, the best of {} seed answers by hetplan's estimate ({}); no \
-                     move of hetplan's own search improves it",
-                    answers[who].0,
-                    tally.len(),
-                    tally.join(", ")
-                ));
-            }
+        if let Some(rt) = problem.options.runtime {
+            notes.push(format!(
+                "restricted to what {} runs (--engine {0})",
+                rt.name()
+            ));
+        }
+        if chosen.steps.is_empty() {
+            notes.push(format!(
+                "the plan of {}, the best of {} seed answers by hetplan's estimate ({}); no \
+                 move of hetplan's own search improves it",
+                chosen.who,
+                tally.len(),
+                tally.join(", ")
+            ));
+        } else {
+            let from = chosen.steps.first().map_or(t, |s| s.1 .0);
+            let steps: Vec<String> = (chosen.steps.iter())
+                .map(|(m, (_, after))| {
+                    format!("{} ({})", m.describe(problem.cluster), Seconds(*after))
+                })
+                .collect();
+            notes.push(format!(
+                "hetplan's own search improved the plan of {} ({}) by {:.1}% in {} moves: {}; \
+                 the seeds' answers: {}",
+                chosen.who,
+                Seconds(from),
+                (1.0 - t / from) * 100.0,
+                chosen.steps.len(),
+                steps.join(", "),
+                tally.join(", ")
+            ));
         }
         notes.push(format!(
-            "{gap:.1}% above the lower bound of {} (compute alone, every GPU busy)",
+            "{:.1}% above the lower bound of {} (compute alone, every GPU busy)",
+            bound.gap(Seconds(t)) * 100.0,
             Seconds(bound.iteration_time_s)
         ));
-        notes.extend(explain(problem, &chosen_plan));
-        notes.extend(memory_options(problem, &chosen_plan, &chosen_est));
+        notes.extend(explain(problem, &chosen.plan));
+        notes.extend(memory_options(problem, &chosen.plan, &chosen.est));
         // GPUs left out: what using them all would cost, by the best such plan seen.
         let all = problem.cluster.num_gpus();
-        let used = chosen_plan.devices().len();
+        let used = chosen.plan.devices().len();
         if used < all {
-            let full = (answers
-                .iter()
-                .map(|(w, o)| (*w, &o.plan, o.estimate.iteration_time_s)))
-            .chain(
-                refined
-                    .iter()
-                    .map(|(_, r)| ("hetplan's search", &r.plan, r.estimate.iteration_time_s)),
-            )
-            .filter(|(_, p, _)| p.devices().len() == all)
-            .min_by(|a, b| a.2.total_cmp(&b.2));
+            let full = (refined.iter().chain(&cands))
+                .filter(|s| s.plan.devices().len() == all)
+                .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
             notes.push(match full {
-                Some((who, _, t)) => format!(
-                    "{} of {all} GPUs are left idle: the best plan seen that uses them all ({who}, \
+                Some(s) => format!(
+                    "{} of {all} GPUs are left idle: the best plan seen that uses them all ({}, \
                      {}) is {:.2}× slower",
                     all - used,
-                    Seconds(t),
-                    t / chosen_est.iteration_time_s
+                    s.who,
+                    Seconds(s.est.iteration_time_s),
+                    s.est.iteration_time_s / t
                 ),
                 None => format!(
                     "{} of {all} GPUs are left idle: no plan seen uses them all",
@@ -378,14 +348,172 @@ impl Planner for Hetplan {
             notes.push(format!("no answer from {f}"));
         }
         Ok(Outcome {
-            plan: chosen_plan,
-            estimate: chosen_est,
+            plan: chosen.plan,
+            estimate: chosen.est,
             explored: search.explored(),
             stop_reason: stop,
             ranked,
             notes,
+            per_engine,
         })
     }
+}
+
+/// A plan hetplan has seen: whose it is, its estimate, and the moves of hetplan's search that
+/// led to it from a seed's answer (each with the times before and after).
+#[derive(Clone)]
+struct Seen {
+    who: String,
+    plan: Plan,
+    est: Estimate,
+    steps: Vec<(refine::Move, (f64, f64))>,
+}
+
+/// The plans hetplan may start from, best first, each once: as they are, or with `--engine`
+/// made uniform for that engine and fitted by the memory ladder (`refine::conformed`,
+/// `refine::repair`); those that cannot run there or fit are dropped.
+fn admit(problem: &Problem<'_>, seen: &[Seen]) -> Vec<Seen> {
+    let mut out: Vec<Seen> = Vec::new();
+    for s in seen {
+        let admitted = match problem.options.runtime {
+            None => Some(s.clone()),
+            Some(rt) => refine::conformed(problem, s.plan.clone())
+                .and_then(|p| {
+                    let e = common::evaluate(problem, &p)?;
+                    refine::repair(problem, p, e)
+                })
+                .map(|(plan, est)| Seen {
+                    who: if plan == s.plan {
+                        s.who.clone()
+                    } else {
+                        format!("{}, made to run on {}", s.who, rt.name())
+                    },
+                    plan,
+                    est,
+                    steps: s.steps.clone(),
+                }),
+        };
+        if let Some(a) = admitted.filter(|a| a.est.fits) {
+            if !out.iter().any(|o| o.plan == a.plan) {
+                out.push(a);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
+    out
+}
+
+/// hetplan's local search from the best `STARTS` of `cands` in turn, start k with `1/(n − k)`
+/// of the time (until `until`) and nodes left.
+fn refine_from(
+    problem: &Problem<'_>,
+    cands: &[Seen],
+    search: &mut Search<'_>,
+    until: Option<f64>,
+    nodes: Option<u64>,
+    stop: &mut StopReason,
+) -> Vec<Seen> {
+    let starts = &cands[..cands.len().min(STARTS)];
+    let mut out = Vec::new();
+    for (k, s) in starts.iter().enumerate() {
+        let left = (starts.len() - k) as f64;
+        let now = search.elapsed().get();
+        let mine = until.map(|u| now + (u - now).max(0.0) / left);
+        let my_nodes = nodes.map(|m| (m.saturating_sub(search.explored()) as f64 / left) as u64);
+        let run = run_sub(search.clock(), search.progress(), mine, my_nodes, |sub| {
+            refine::refine(problem, s.plan.clone(), s.est.clone(), sub)
+        });
+        match run {
+            Ok((r, explored, stopped)) => {
+                search.add_explored(explored);
+                if stopped != StopReason::Exhausted && *stop == StopReason::Exhausted {
+                    *stop = stopped;
+                }
+                search.offer(Seconds(r.estimate.iteration_time_s));
+                let mut before = s.est.iteration_time_s;
+                let mut steps = s.steps.clone();
+                for (m, after) in r.steps {
+                    steps.push((m, (before, after)));
+                    before = after;
+                }
+                out.push(Seen {
+                    who: s.who.clone(),
+                    plan: r.plan,
+                    est: r.estimate,
+                    steps,
+                });
+            }
+            Err(why) => {
+                if *stop == StopReason::Exhausted {
+                    *stop = why;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The best plan each mainstream engine runs: every plan seen made to run there
+/// (`admit`), the best refined by hetplan's search restricted to the engine, engine k of n
+/// with `1/(n − k)` of the time left.
+fn engines(
+    problem: &Problem<'_>,
+    chosen: &Seen,
+    refined: &[Seen],
+    cands: &[Seen],
+    search: &mut Search<'_>,
+    time: Option<f64>,
+    stop: &mut StopReason,
+) -> Vec<EngineBest> {
+    let seen: Vec<Seen> = refined.iter().chain(cands).cloned().collect();
+    let n = Runtime::ALL.len();
+    let mut out = Vec::new();
+    for (k, rt) in Runtime::ALL.into_iter().enumerate() {
+        let p = Problem {
+            options: PlanOptions {
+                runtime: Some(rt),
+                engine: rt.engine(),
+                ..problem.options
+            },
+            ..*problem
+        };
+        let mine = admit(&p, &seen);
+        let left = (n - k) as f64;
+        let now = search.elapsed().get();
+        let until = time.map(|t| now + (t - now).max(0.0) / left);
+        let nodes = search
+            .limits
+            .max_nodes
+            .map(|m| (m.saturating_sub(search.explored()) as f64 / left) as u64);
+        let best = refine_from(&p, &mine[..mine.len().min(1)], search, until, nodes, stop)
+            .into_iter()
+            .chain(mine.first().cloned())
+            .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
+        out.push(match best {
+            Some(b) => EngineBest {
+                engine: rt,
+                slower: b.est.iteration_time_s / chosen.est.iteration_time_s,
+                estimate_s: Some(b.est.iteration_time_s),
+                plan: Some(b.plan),
+                why_none: None,
+            },
+            None => EngineBest {
+                engine: rt,
+                plan: None,
+                estimate_s: None,
+                slower: f64::INFINITY,
+                why_none: Some(match seen.first() {
+                    Some(s) if !rt.why_not(&s.plan).is_empty() => format!(
+                        "no plan seen can be made to run on it and fit; the best plan's \
+                         reasons: {}",
+                        rt.why_not(&s.plan).join("; ")
+                    ),
+                    _ => "no plan seen can be made to run on it and fit in memory".into(),
+                }),
+            },
+        });
+    }
+    out
 }
 
 /// A stage's memory options in words (ZeRO, checkpointing, offloading); empty when none.

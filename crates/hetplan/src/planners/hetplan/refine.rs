@@ -6,7 +6,7 @@
 //! stage. Their answers are good starting points, and the best plan often combines what two of
 //! them can express (Metis's stages with Mist's ZeRO and checkpointing, Poplar's uneven batches
 //! inside a pipeline stage). From a plan this search evaluates every neighbour one [`Move`]
-//! away — a ZeRO stage, a checkpointing choice, sequence parallelism or an optimizer offload
+//! away — a ZeRO stage, a checkpointing choice (on one stage or all), sequence parallelism or an optimizer offload
 //! ratio on one stage; layers shifted between neighbouring stages; micro-batches halved or
 //! doubled; another schedule (GPipe, 1F1B, interleaved with 2–4 virtual stages); samples moved
 //! between the replicas of two GPU types; a replica or a whole stage left out; idle GPUs added
@@ -42,6 +42,13 @@ pub enum Move {
     Zero {
         stage: usize,
         zero: u8,
+    },
+    /// One ZeRO stage, or one checkpointing choice, for every stage (engines take one).
+    ZeroAll {
+        zero: u8,
+    },
+    RecomputeAll {
+        to: Recompute,
     },
     Recompute {
         stage: usize,
@@ -94,6 +101,8 @@ impl Move {
         let ty = |t: usize| cluster.gpu_types[t].name.clone();
         match self {
             Move::Zero { stage, zero } => format!("ZeRO-{zero} on stage {stage}"),
+            Move::ZeroAll { zero } => format!("ZeRO-{zero} on every stage"),
+            Move::RecomputeAll { to } => format!("{} on every stage", recompute_words(*to)),
             Move::Recompute { stage, to } => {
                 format!("{} on stage {stage}", recompute_words(*to))
             }
@@ -172,7 +181,7 @@ pub fn refine(
             let evals: Vec<Option<(Plan, Estimate)>> = chunk
                 .par_iter()
                 .map(|m| {
-                    let p = apply(problem, &cur.plan, m)?;
+                    let p = conformed(problem, apply(problem, &cur.plan, m)?)?;
                     let e = common::evaluate(problem, &p)?;
                     repair(problem, p, e)
                 })
@@ -220,7 +229,7 @@ const MAX_REPAIRS: usize = 5;
 /// full recompute, ZeRO-3, the optimizer state in host memory — so that a move that needs memory
 /// (more layers on a stage, a larger micro-batch) is judged with what makes it fit, as Mist
 /// tunes memory options with the parallelism. `None` when the ladder runs out first.
-fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Plan, Estimate)> {
+pub fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Plan, Estimate)> {
     for _ in 0..MAX_REPAIRS {
         if e.fits {
             return Some((p, e));
@@ -231,6 +240,10 @@ fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Plan, 
             .collect();
         over.sort_unstable();
         over.dedup();
+        // An engine runs one choice on every stage: then every stage climbs.
+        if problem.options.runtime.is_some() {
+            over = (0..p.stages.len()).collect();
+        }
         let mut climbed = false;
         for s in over {
             for j in chunk_group(&p, s) {
@@ -240,9 +253,19 @@ fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Plan, 
         if !climbed {
             return None;
         }
+        p = conformed(problem, p)?;
         e = common::evaluate(problem, &p)?;
     }
     e.fits.then_some((p, e))
+}
+
+/// With `--engine`, the plan made uniform for that engine (`Runtime::conform`), if it then
+/// runs there; without, the plan as it is.
+pub fn conformed(problem: &Problem<'_>, p: Plan) -> Option<Plan> {
+    match problem.options.runtime {
+        None => Some(p),
+        Some(rt) => rt.conform(&p).filter(|c| rt.why_not(c).is_empty()),
+    }
 }
 
 /// One rung up the memory ladder; `false` at its top.
@@ -321,6 +344,24 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
         for ratio in [0.0, 0.5, 1.0] {
             if ratio != st.offload.optimizer {
                 out.push(Move::OffloadOptimizer { stage: s, ratio });
+            }
+        }
+    }
+    if plan.stages.len() > 1 {
+        for zero in 0..=3u8 {
+            if plan.stages.iter().any(|s| s.zero != zero) {
+                out.push(Move::ZeroAll { zero });
+            }
+        }
+        let shortest = (plan.stages.iter())
+            .map(|s| s.layers.len() as u32)
+            .min()
+            .unwrap_or(0);
+        let mut all = vec![Recompute::None, Recompute::Selective, Recompute::Full];
+        all.extend((1..shortest.min(4)).map(Recompute::Layers));
+        for to in all {
+            if plan.stages.iter().any(|s| s.recompute != to) {
+                out.push(Move::RecomputeAll { to });
             }
         }
     }
@@ -453,6 +494,13 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
     let mut p = plan.clone();
     match *m {
         Move::Zero { stage, zero } => p.stages[stage].zero = zero,
+        Move::ZeroAll { zero } => p.stages.iter_mut().for_each(|s| s.zero = zero),
+        Move::RecomputeAll { to } => {
+            for s in &mut p.stages {
+                s.recompute = to;
+                clamp_recompute(s);
+            }
+        }
         Move::Recompute { stage, to } => p.stages[stage].recompute = to,
         Move::SequenceParallel { stage, on } => p.stages[stage].sequence_parallel = on,
         Move::OffloadOptimizer { stage, ratio } => p.stages[stage].offload.optimizer = ratio,

@@ -654,6 +654,7 @@ impl Planner for Mist {
                     stop_reason: search.stop_reason(),
                     ranked,
                     notes,
+                    per_engine: Vec::new(),
                 })
             }
             None if stopped || search.stopped() => Err(PlannerError::Stopped(search.stop_reason())),
