@@ -23,8 +23,10 @@ pub fn three_types_256() -> Cluster {
     three_types(1)
 }
 
-/// The 256-GPU cluster with `k` times as many nodes of each type (`k = 4`: 1,024 GPUs).
-pub fn three_types(k: u32) -> Cluster {
+/// The three-type cluster with `gpus` GPUs (a multiple of 32): A100, V100 and T4 nodes of 8
+/// in the ratio 2:1:1.
+pub fn three_types_n(gpus: u32) -> Cluster {
+    let b = gpus / 32;
     parse_cluster_toml(&format!(
         r#"
 name = "a100-v100-t4-{gpus}"
@@ -44,11 +46,14 @@ gpus_per_node = 8
 nodes = {b}
 inter_node_bandwidth = "100 Gbps"
 "#,
-        gpus = 256 * k,
-        a = 16 * k,
-        b = 8 * k
+        a = 2 * b
     ))
     .expect("the three-type cluster parses")
+}
+
+/// The 256-GPU cluster with `k` times as many nodes of each type (`k = 4`: 1,024 GPUs).
+pub fn three_types(k: u32) -> Cluster {
+    three_types_n(256 * k)
 }
 
 /// One group of identical nodes: GPU catalog name, GPUs per node, nodes, and each node's network

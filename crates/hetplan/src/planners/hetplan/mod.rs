@@ -26,6 +26,7 @@ use crate::cost::Estimate;
 use crate::plan::runtime::Runtime;
 use crate::plan::{Plan, Recompute};
 use crate::units::Seconds;
+use std::sync::Mutex;
 
 /// The seed planners hetplan runs, fast first (`planners::all()` minus the oracle, which is a
 /// referee for small problems, and hetplan itself).
@@ -69,6 +70,29 @@ const REFINE_SHARE: f64 = 0.85;
 /// Seed answers hetplan's own search starts from (the best distinct ones).
 const STARTS: usize = 3;
 
+/// Passes a member's progress on with the best answer so far instead of the member's own best.
+struct Relay<'a> {
+    inner: &'a dyn Progress,
+    best: Mutex<Option<Seconds>>,
+}
+
+impl Relay<'_> {
+    fn answer(&self, t: Seconds) {
+        let mut best = self.best.lock().unwrap_or_else(|e| e.into_inner());
+        if best.is_none_or(|b| t < b) {
+            *best = Some(t);
+            self.inner.report(0, *best);
+        }
+    }
+}
+
+impl Progress for Relay<'_> {
+    fn report(&self, explored: u64, _: Option<Seconds>) {
+        let best = *self.best.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.report(explored, best);
+    }
+}
+
 /// What a sub-search left behind: its answer, nodes, and why it stopped; or, when its
 /// limits were used up before it began, why it did not run.
 type SubRun<T> = Result<(T, u64, StopReason), StopReason>;
@@ -109,7 +133,7 @@ fn run_chain(
     problem: &Problem<'_>,
     planners: &[Box<dyn Planner + Send + Sync>],
     clock: &dyn Clock,
-    progress: &dyn Progress,
+    relay: &Relay<'_>,
     until: Option<f64>,
     nodes: Option<u64>,
 ) -> Vec<SubRun<Result<Outcome, PlannerError>>> {
@@ -121,9 +145,12 @@ fn run_chain(
         let now = clock.elapsed().get();
         let mine = until.map(|u| now + (u - now).max(0.0) / left);
         let my_nodes = nodes.map(|m| m.saturating_sub(used) / (n - i) as u64);
-        let r = run_sub(clock, progress, mine, my_nodes, |sub| {
+        let r = run_sub(clock, relay, mine, my_nodes, |sub| {
             member.plan(problem, sub)
         });
+        if let Ok((Ok(o), _, _)) = &r {
+            relay.answer(Seconds(o.estimate.iteration_time_s));
+        }
         if let Ok((_, explored, _)) = &r {
             used = used.saturating_add(*explored);
         }
@@ -160,7 +187,13 @@ impl Planner for Hetplan {
         // other: on two cores the two searches that gain most from time (Mist, Metis) both
         // get most of it. Node shares are fixed up front, so a node-limited answer does not
         // depend on the thread count. On one thread Mist runs first with 1/n of the time.
-        let (clock, progress) = (search.clock(), search.progress());
+        // Members report their node counts with the best *answer* so far, not their own
+        // cost models' bests (which may not fit, and price plans their own way).
+        let relay = Relay {
+            inner: search.progress(),
+            best: Mutex::new(None),
+        };
+        let clock = search.clock();
         let (chain, solo) = members.split_at(n - 1);
         let solo_nodes = members_nodes.map(|m| m / n as u64);
         let chain_nodes = members_nodes.map(|m| m - m / n as u64);
@@ -174,11 +207,15 @@ impl Planner for Hetplan {
         });
         let (solo_run, mut runs) = rayon::join(
             || {
-                run_sub(clock, progress, solo_until, solo_nodes, |sub| {
+                let r = run_sub(clock, &relay, solo_until, solo_nodes, |sub| {
                     solo[0].plan(problem, sub)
-                })
+                });
+                if let Ok((Ok(o), _, _)) = &r {
+                    relay.answer(Seconds(o.estimate.iteration_time_s));
+                }
+                r
             },
-            || run_chain(problem, chain, clock, progress, members_until, chain_nodes),
+            || run_chain(problem, chain, clock, &relay, members_until, chain_nodes),
         );
         runs.push(solo_run);
         let mut answers: Vec<(&'static str, Outcome)> = Vec::new();
