@@ -39,7 +39,12 @@ fn members() -> Vec<Box<dyn Planner + Send + Sync>> {
         Box::new(amp::Amp),
         Box::new(poplar::Poplar::default()),
         Box::new(ditto::Ditto::default()),
-        Box::new(ditto::DittoExhaustive::default()),
+        // A quarter of its own memo cap: hetplan keeps under 2 GiB (issue 10), and where the
+        // exhaustive baseline needs more it is the slowest answer anyway.
+        Box::new(ditto::DittoExhaustive {
+            max_memo_bytes: 1 << 30,
+            ..Default::default()
+        }),
         Box::new(metis::Metis::default()),
         Box::new(mist::Mist::default()),
     ]
@@ -64,8 +69,8 @@ impl Clock for Since<'_> {
 /// The share of a time or node limit the seeds' searches get; hetplan's own search from their
 /// answers runs until `REFINE_SHARE` of it, and the best plan per mainstream engine (without
 /// `--engine`) is searched in the rest.
-const MEMBERS_SHARE: f64 = 0.7;
-const REFINE_SHARE: f64 = 0.85;
+const MEMBERS_SHARE: f64 = 0.85;
+const REFINE_SHARE: f64 = 0.93;
 
 /// Seed answers hetplan's own search starts from (the best distinct ones).
 const STARTS: usize = 3;
@@ -357,6 +362,7 @@ impl Planner for Hetplan {
             bound.gap(Seconds(t)) * 100.0,
             Seconds(bound.iteration_time_s)
         ));
+        notes.extend(simulated(problem, &chosen, &ranked));
         notes.extend(explain(problem, &chosen.plan));
         notes.extend(memory_options(problem, &chosen.plan, &chosen.est));
         // GPUs left out: what using them all would cost, by the best such plan seen.
@@ -551,6 +557,82 @@ fn engines(
         });
     }
     out
+}
+
+/// The best candidates checked by the simulator (the answer and the next `SIMULATED - 1`).
+const SIMULATED: usize = 3;
+
+/// Larger task graphs are not simulated here (a bound on the check's time and memory).
+const SIM_MAX_TASKS: u64 = 200_000;
+
+/// Estimate and simulation parting by more than this fraction are reported.
+const SIM_DISAGREES: f64 = 0.05;
+
+/// The answer and the next best plans run through the simulator (in parallel, results in
+/// order): a note when estimate and simulation part by more than `SIM_DISAGREES` on any of
+/// them, and when the simulator would rank another of them first.
+fn simulated(problem: &Problem<'_>, chosen: &Seen, ranked: &[Ranked]) -> Vec<String> {
+    use rayon::prelude::*;
+    let w = common::workload(problem);
+    let opts = crate::sim::SimOptions {
+        max_tasks: SIM_MAX_TASKS,
+        ..Default::default()
+    };
+    let best: Vec<(&Plan, f64)> = std::iter::once((&chosen.plan, chosen.est.iteration_time_s))
+        .chain(ranked.iter().map(|r| (&r.plan, r.estimate_s)))
+        .take(SIMULATED)
+        .collect();
+    let sims: Vec<Option<f64>> = best
+        .par_iter()
+        .map(|(p, _)| {
+            let v = crate::plan::ValidPlan::check(p, problem.model, problem.cluster).ok()?;
+            crate::sim::simulate(w, &v, problem.compute, &opts)
+                .ok()
+                .map(|s| s.iteration_time_s)
+        })
+        .collect();
+    let parts: Vec<String> = (best.iter().zip(&sims).enumerate())
+        .filter_map(|(i, ((_, est), sim))| {
+            let sim = (*sim)?;
+            let off = (sim - est) / est;
+            (off.abs() > SIM_DISAGREES).then(|| {
+                format!(
+                    "{} {} estimated, {} simulated ({:+.1}%)",
+                    if i == 0 {
+                        "the answer".to_string()
+                    } else {
+                        format!("plan #{}", i + 1)
+                    },
+                    Seconds(*est),
+                    Seconds(sim),
+                    off * 100.0
+                )
+            })
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if !parts.is_empty() {
+        notes.push(format!(
+            "the simulator parts from the estimate on the best candidates: {}",
+            parts.join("; ")
+        ));
+    }
+    if let Some(Some(first)) = sims.first() {
+        let faster = (sims.iter().enumerate().skip(1))
+            .filter_map(|(i, s)| s.map(|s| (i, s)))
+            .filter(|&(_, s)| s < first * (1.0 - 1e-9))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((i, s)) = faster {
+            notes.push(format!(
+                "the simulator runs plan #{} of the ranking ({}) faster than the answer ({}); \
+                 hetplan ranks by its estimate",
+                i + 1,
+                Seconds(s),
+                Seconds(*first)
+            ));
+        }
+    }
+    notes
 }
 
 /// A stage's memory options in words (ZeRO, checkpointing, offloading); empty when none.

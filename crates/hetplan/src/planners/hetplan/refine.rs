@@ -84,6 +84,13 @@ pub enum Move {
         stage: usize,
         gpu_type: usize,
     },
+    /// The stage's GPUs regrouped at twice (`up`) or half its TP degree: pairs of replicas on
+    /// one node merge (their samples add up), or each replica splits in two (its samples
+    /// split).
+    Tp {
+        stage: usize,
+        up: bool,
+    },
     /// The stage leaves the pipeline; its layers go to its neighbour.
     DropStage {
         stage: usize,
@@ -135,6 +142,10 @@ impl Move {
                 format!("a {} replica of stage {stage} left idle", ty(*gpu_type))
             }
             Move::DropStage { stage } => format!("stage {stage} left out, its layers moved"),
+            Move::Tp { stage, up } => format!(
+                "{} the TP degree of stage {stage}",
+                if *up { "twice" } else { "half" }
+            ),
             Move::AddReplica { stage, gpu_type } => {
                 format!("idle {} GPUs added to stage {stage}", ty(*gpu_type))
             }
@@ -434,6 +445,17 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
                 }
             }
         }
+        if st.replica_tp.is_empty() {
+            if st.dp >= 2 && st.dp.is_multiple_of(2) && st.tp * 2 <= problem.options.max_tp {
+                out.push(Move::Tp { stage: s, up: true });
+            }
+            if st.tp >= 2 && st.tp.is_multiple_of(2) {
+                out.push(Move::Tp {
+                    stage: s,
+                    up: false,
+                });
+            }
+        }
         if !interleaved && pp > 1 {
             out.push(Move::DropStage { stage: s });
         }
@@ -591,6 +613,36 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
                 st.dp -= 1;
                 let others: Vec<usize> = (0..st.dp as usize).collect();
                 give(&mut st.micro_batch_sizes, &others, m);
+            }
+        }
+        Move::Tp { stage, up } => {
+            for j in chunk_group(&p, stage) {
+                let st = &mut p.stages[j];
+                if !st.replica_tp.is_empty() {
+                    return None;
+                }
+                let sizes = &st.micro_batch_sizes;
+                if up {
+                    // Replicas 2k and 2k+1 merge; a TP group stays inside a node.
+                    let t = st.tp as usize;
+                    if st
+                        .devices
+                        .chunks(2 * t)
+                        .any(|g| g.iter().any(|d| d.node != g[0].node))
+                    {
+                        return None;
+                    }
+                    st.micro_batch_sizes = sizes.chunks(2).map(|c| c.iter().sum()).collect();
+                    st.tp *= 2;
+                    st.dp /= 2;
+                } else {
+                    if sizes.iter().any(|&b| b < 2) {
+                        return None;
+                    }
+                    st.micro_batch_sizes = sizes.iter().flat_map(|&b| [b - b / 2, b / 2]).collect();
+                    st.tp /= 2;
+                    st.dp *= 2;
+                }
             }
         }
         Move::DropStage { stage } => {
