@@ -7,8 +7,8 @@
 //! Clusters: the three-type fleet of `benches/common` (A100-80GB, V100-32GB and T4 nodes of 8,
 //! 100 Gbps; 2:1:1) at 64, 256, 1,024 and 4,096 GPUs; GPT-3 13B, sequence 2048, global batch
 //! 512 (64 and 256 GPUs) or 2,048 (1,024 and 4,096 GPUs, so that every GPU can get a sample).
-//! Time limits: 10 s up to 1,024 GPUs, 60 s at 4,096 (`LIMIT_SCALE` multiplies them; `SIZES=64,1024`
-//! runs only those).
+//! Rows (GPUs, time limit): 64 at 1 s and at 10 s, 256 and 1,024 at 10 s, 4,096 at 60 s
+//! (`LIMIT_SCALE` multiplies the limits; `SIZES=64,1024` runs only those sizes).
 //!
 //! Run: `cargo bench -p hetplan --bench speed`. Uses rayon's default thread count (every core).
 
@@ -51,10 +51,19 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
-    let sizes: Vec<u32> = std::env::var("SIZES")
+    let sizes: Option<Vec<u32>> = std::env::var("SIZES")
         .ok()
-        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![64, 256, 1024, 4096]);
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect());
+    let rows: Vec<(u32, f64)> = [
+        (64, 1.0),
+        (64, 10.0),
+        (256, 10.0),
+        (1024, 10.0),
+        (4096, 60.0),
+    ]
+    .into_iter()
+    .filter(|(g, _)| sizes.as_ref().is_none_or(|s| s.contains(g)))
+    .collect();
     let model = catalog_model("gpt3-13b").expect("gpt3-13b is in the catalog");
     println!(
         "threads: {} (rayon); model gpt3-13b, seq 2048; three-type fleet (A100-80GB : V100-32GB : T4 = 2:1:1, nodes of 8, 100 Gbps)\n",
@@ -64,7 +73,7 @@ fn main() {
         "| GPUs | gbs | limit (s) | first plan (s) | last gain (s) | ended (s) | stopped | estimate (s) | gap | peak RSS (MiB) |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
-    for gpus in sizes {
+    for (gpus, limit) in rows {
         let cluster = common::three_types_n(gpus);
         let gbs = if gpus >= 1024 { 2048 } else { 512 };
         let problem = Problem {
@@ -75,7 +84,7 @@ fn main() {
             compute: &Analytic,
             options: PlanOptions::default(),
         };
-        let limit = if gpus >= 4096 { 60.0 } else { 10.0 } * scale;
+        let limit = limit * scale;
         let record = Record {
             start: Instant::now(),
             points: Mutex::new(Vec::new()),

@@ -26,6 +26,8 @@ impl Ctx<'_, '_> {
             let cap = self.capacity(g, tp, &m);
             (tp, m, cap)
         });
+        // The entry, the map's slot and the replica micro-batch sizes.
+        self.cached(64 + v.as_ref().map_or(0, |(_, m, _)| 8 * m.len()));
         self.first_cache.insert(key, v.clone());
         v
     }
@@ -177,6 +179,7 @@ impl Ctx<'_, '_> {
             return v;
         }
         let v = self.compute_max_layers(g, tp, per_mb, inflight);
+        self.cached(48);
         self.room_cache.insert(key, v);
         v
     }
@@ -213,6 +216,7 @@ impl Ctx<'_, '_> {
             return v;
         }
         let v = self.compute_least_layer_memory(tp, mbs, inflight);
+        self.cached(40);
         self.least_cache.insert(key, v);
         v
     }

@@ -101,11 +101,32 @@ pub(super) struct Ctx<'a, 'p> {
     pub(super) first_cache: HashMap<(u32, u64), Option<DpFirst>>,
     /// Per (shape, TP, micro-batch samples, in-flight micro-batches): `max_layers`.
     pub(super) room_cache: HashMap<(u32, u32, u64, u64), usize>,
+    /// About how many bytes `first_cache`, `room_cache` and `least_cache` hold (`cached`).
+    cache_bytes: usize,
     /// Lower-bound constants: the whole model's GPU-seconds per sample at the best class, TP
     /// degree and micro-batch size of every layer (H_fast), and Σ over GPUs of 1/κ, κ being
     /// the smallest ratio of a GPU class's per-layer GPU-seconds to the best.
     pub(super) h_fast: f64,
     pub(super) speed: f64,
+}
+
+/// The most the memoising caches (`first_cache`, `room_cache`, `least_cache`) may hold before
+/// they are emptied: at 4,096 GPUs their per-replica micro-batch vectors grew past 7 GiB in a
+/// minute. They only memoise pure functions, so emptying them costs time, never a result.
+const MAX_CACHE_BYTES: usize = 256 << 20;
+
+impl Ctx<'_, '_> {
+    /// Counts `bytes` more in the caches, emptying them first when that would pass
+    /// `MAX_CACHE_BYTES`.
+    pub(super) fn cached(&mut self, bytes: usize) {
+        if self.cache_bytes + bytes > MAX_CACHE_BYTES {
+            self.first_cache.clear();
+            self.room_cache.clear();
+            self.least_cache.clear();
+            self.cache_bytes = 0;
+        }
+        self.cache_bytes += bytes;
+    }
 }
 
 impl<'a, 'p> Ctx<'a, 'p> {
@@ -164,6 +185,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             shapes: HashMap::new(),
             first_cache: HashMap::new(),
             room_cache: HashMap::new(),
+            cache_bytes: 0,
             h_fast: 0.0,
             speed: 0.0,
         };

@@ -134,6 +134,9 @@ struct Prefix {
     last: Vec<f64>,
 }
 
+/// The most the set of placements seen (per stage count) may hold before it is emptied.
+const MAX_SEEN_BYTES: usize = 256 << 20;
+
 /// What the rest of the DFS depends on once stage i is committed: the next stage, the layer
 /// bounds from it on, and stage i's TP degree (its replicas receive the next stage's sends).
 type MemoKey = (usize, Vec<usize>, u32);
@@ -367,6 +370,7 @@ impl Metis {
                 .filter(|&z| z as f64 >= lb - 1e-9)
                 .collect();
             let mut seen: BTreeSet<PlacementKey> = BTreeSet::new();
+            let mut seen_bytes = 0usize;
             let go = partitions(n, s, &allowed, &mut |multiset| {
                 // Multisets cut by the bound and placements already seen are not nodes; at
                 // 1,024 GPUs they are most of the late search.
@@ -415,9 +419,19 @@ impl Metis {
                                 } else {
                                     place(ctx, order, &seq)
                                 };
-                                if !seen.insert(placement_key(ctx, &groups)) {
+                                let key = placement_key(ctx, &groups);
+                                let bytes = 48 + 4 * key.len();
+                                if !seen.contains(&key) && seen_bytes + bytes > MAX_SEEN_BYTES {
+                                    // Forgetting placements seen costs their re-evaluation
+                                    // (same plans, same costs, ties keep the first), never a
+                                    // result: at 4,096 GPUs the set grew past 7 GiB a minute.
+                                    seen.clear();
+                                    seen_bytes = 0;
+                                }
+                                if !seen.insert(key) {
                                     continue;
                                 }
+                                seen_bytes += bytes;
                                 for (bi, &b) in batches.iter().enumerate() {
                                     if !bound_ok[bi] {
                                         continue;
