@@ -69,8 +69,8 @@ impl Clock for Since<'_> {
 /// The share of a time or node limit the seeds' searches get; hetplan's own search from their
 /// answers runs until `REFINE_SHARE` of it, and the best plan per mainstream engine (without
 /// `--engine`) is searched in the rest.
-const MEMBERS_SHARE: f64 = 0.85;
-const REFINE_SHARE: f64 = 0.93;
+const MEMBERS_SHARE: f64 = 0.9;
+const REFINE_SHARE: f64 = 0.96;
 
 /// Seed answers hetplan's own search starts from (the best distinct ones).
 const STARTS: usize = 3;

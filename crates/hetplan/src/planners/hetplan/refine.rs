@@ -759,6 +759,181 @@ mod tests {
         assert!(relayout(&stages, 2, 4).is_none());
     }
 
+    /// Two nodes of four GPUs (A100, then V100) and an 8-block GPT.
+    fn problem_parts() -> (crate::model::Model, Cluster) {
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            r#"
+name = "two-types"
+[[node_group]]
+gpu = "a100-sxm4-80gb"
+gpus_per_node = 4
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+[[node_group]]
+gpu = "v100-sxm2-32gb"
+gpus_per_node = 4
+nodes = 1
+inter_node_bandwidth = "100 Gbps"
+"#,
+        )
+        .unwrap();
+        let model = crate::model::TransformerConfig::gpt("gpt-8", 8, 1024, 16, 1024).build();
+        (model, cluster)
+    }
+
+    fn gpu(node: u32, local: u32) -> GpuId {
+        GpuId { node, local }
+    }
+
+    /// Stage 0: layers 0..4 on two A100s and two V100s, 4 replicas; stage 1: the rest on the
+    /// other two A100s (two V100s idle); 4 samples a micro-batch.
+    fn two_stage(layers: usize) -> Plan {
+        let mut a = stage(0, 4);
+        a.devices = vec![gpu(0, 0), gpu(0, 1), gpu(1, 0), gpu(1, 1)];
+        a.dp = 4;
+        a.micro_batch_sizes = vec![1; 4];
+        let mut b = stage(4, layers);
+        b.devices = vec![gpu(0, 2), gpu(0, 3)];
+        b.dp = 2;
+        b.micro_batch_sizes = vec![2, 2];
+        Plan {
+            global_batch: 32,
+            micro_batches: 8,
+            schedule: Schedule::OneFOneB,
+            engine: Default::default(),
+            precision: Default::default(),
+            collective_dtypes: Default::default(),
+            stages: vec![a, b],
+            made_for: None,
+        }
+    }
+
+    #[test]
+    fn every_move_keeps_the_plan_valid_or_is_refused() {
+        let (model, cluster) = problem_parts();
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 32,
+            seq_len: 1024,
+            compute: &crate::cost::Analytic,
+            options: Default::default(),
+        };
+        let plan = two_stage(model.layers.len());
+        assert!(
+            common::evaluate(&problem, &plan).is_some(),
+            "the start is valid"
+        );
+        let moves = neighbours(&problem, &plan);
+        // Every kind of move is generated from this plan.
+        for kind in [
+            "Zero",
+            "ZeroAll",
+            "RecomputeAll",
+            "Recompute",
+            "Offload",
+            "ShiftLayers",
+            "MicroBatches",
+            "Schedule",
+            "ShiftSamples",
+            "DropReplica",
+            "AddReplica",
+            "Tp",
+            "DropStage",
+        ] {
+            assert!(
+                moves.iter().any(|m| format!("{m:?}").starts_with(kind)),
+                "no {kind} move"
+            );
+        }
+        // With TP, sequence parallelism too.
+        let tp2 = apply(&problem, &plan, &Move::Tp { stage: 0, up: true }).unwrap();
+        assert!(neighbours(&problem, &tp2).contains(&Move::SequenceParallel { stage: 0, on: true }));
+        let mut valid = 0;
+        for m in &moves {
+            let Some(p) = apply(&problem, &plan, m) else {
+                continue;
+            };
+            let e = common::evaluate(&problem, &p);
+            assert!(e.is_some(), "{m:?} made an invalid plan: {}", p.summary());
+            valid += 1;
+            // Samples per iteration never change.
+            let per_mb = p.stages[0].samples_per_micro_batch();
+            assert!(
+                p.stages
+                    .iter()
+                    .all(|s| s.samples_per_micro_batch() == per_mb),
+                "{m:?}"
+            );
+            assert_eq!(per_mb * p.micro_batches, 32, "{m:?}");
+            assert!(!m.describe(&cluster).is_empty());
+        }
+        assert!(valid * 10 >= moves.len() * 9, "{valid} of {}", moves.len());
+    }
+
+    #[test]
+    fn replicas_regroup_leave_and_join() {
+        let (model, cluster) = problem_parts();
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 32,
+            seq_len: 1024,
+            compute: &crate::cost::Analytic,
+            options: Default::default(),
+        };
+        let plan = two_stage(model.layers.len());
+        let up = apply(&problem, &plan, &Move::Tp { stage: 0, up: true }).unwrap();
+        assert_eq!((up.stages[0].tp, up.stages[0].dp), (2, 2));
+        assert_eq!(up.stages[0].micro_batch_sizes, vec![2, 2]);
+        let down = apply(
+            &problem,
+            &up,
+            &Move::Tp {
+                stage: 0,
+                up: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(down.stages[0], plan.stages[0]);
+        let v100 = cluster.gpu_type_of(gpu(1, 0)).0;
+        let joined = apply(
+            &problem,
+            &plan,
+            &Move::AddReplica {
+                stage: 1,
+                gpu_type: v100,
+            },
+        )
+        .unwrap();
+        assert_eq!(joined.stages[1].devices.len(), 3);
+        assert_eq!(joined.stages[1].micro_batch_sizes, vec![1, 2, 1]);
+        let left = apply(
+            &problem,
+            &joined,
+            &Move::DropReplica {
+                stage: 1,
+                gpu_type: v100,
+            },
+        )
+        .unwrap();
+        assert_eq!(left.stages[1].devices, plan.stages[1].devices);
+        assert_eq!(left.stages[1].micro_batch_sizes, vec![2, 2]);
+        let a100 = cluster.gpu_type_of(gpu(0, 0)).0;
+        assert!(apply(
+            &problem,
+            &plan,
+            &Move::AddReplica {
+                stage: 0,
+                gpu_type: a100
+            }
+        )
+        .is_none());
+        let merged = apply(&problem, &plan, &Move::DropStage { stage: 1 }).unwrap();
+        assert_eq!(merged.stages.len(), 1);
+        assert_eq!(merged.stages[0].layers.len(), model.layers.len());
+    }
+
     #[test]
     fn give_is_round_robin() {
         let mut s = vec![1, 1, 1];
