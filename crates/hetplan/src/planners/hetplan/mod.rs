@@ -46,7 +46,11 @@ fn members() -> Vec<Box<dyn Planner + Send + Sync>> {
             ..Default::default()
         }),
         Box::new(metis::Metis::default()),
-        Box::new(mist::Mist::default()),
+        // Mist's space, its stage counts in an anytime order (`StageOrder::PowersFirst`).
+        Box::new(mist::Mist {
+            stage_order: mist::StageOrder::PowersFirst,
+            ..Default::default()
+        }),
     ]
 }
 
