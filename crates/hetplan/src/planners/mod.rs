@@ -19,6 +19,7 @@ pub mod metis;
 pub mod mist;
 pub mod oracle;
 pub mod poplar;
+pub mod referee;
 
 use crate::cluster::Cluster;
 use crate::cost::{ComputeTimes, Estimate};
