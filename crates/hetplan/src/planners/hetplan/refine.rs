@@ -233,11 +233,12 @@ pub fn refine(
 }
 
 /// Rungs of the memory ladder a neighbour that does not fit may climb.
-const MAX_REPAIRS: usize = 5;
+const MAX_REPAIRS: usize = 7;
 
 /// A neighbour made to fit, if a few memory options can: every stage with a GPU out of memory
 /// climbs one rung of a fixed ladder per try — ZeRO-1 (with data parallelism), selective then
-/// full recompute, ZeRO-3, the optimizer state in host memory — so that a move that needs memory
+/// full recompute, ZeRO-3, the optimizer state, then the gradients, then the weights in host
+/// memory — so that a move that needs memory
 /// (more layers on a stage, a larger micro-batch) is judged with what makes it fit, as Mist
 /// tunes memory options with the parallelism. `None` when the ladder runs out first.
 pub fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Plan, Estimate)> {
@@ -292,6 +293,10 @@ fn climb(st: &mut Stage) -> bool {
         st.zero = 3;
     } else if st.offload.optimizer < 1.0 {
         st.offload.optimizer = 1.0;
+    } else if st.offload.gradients < 1.0 {
+        st.offload.gradients = 1.0;
+    } else if st.offload.weights < 1.0 {
+        st.offload.weights = 1.0;
     } else {
         return false;
     }
