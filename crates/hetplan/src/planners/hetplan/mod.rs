@@ -1,22 +1,23 @@
-//! hetplan's own planner (issue 10), first increment: the best plan of the seeds' searches,
-//! with a certified gap.
+//! hetplan's own planner (issue 10): the seeds' searches, then a search of its own over the
+//! union of their spaces, with a certified gap.
 //!
 //! No seed planner wins everywhere (docs/planners.md): Mist wins where memory binds, Metis where
 //! data parallelism over a slow network hurts, Poplar on data-parallel-friendly clusters, the
-//! Megatron heuristic on uniform farms. This planner runs each seed's search on the problem —
-//! the fast ones first, Metis and Mist last with the time the others left — ranks their answers
-//! by hetplan's estimate (each answer fits: `Planner::plan`), and answers the best, with every
-//! member's answer as the next best distinct plans and the gap to `planners::bound`.
+//! Megatron heuristic on uniform farms. This planner runs each seed's search on the problem
+//! (Mist, in an anytime order of its loops, on a second thread beside the others, which run
+//! fast first), then `refine`'s local search from their best distinct answers over moves no
+//! single seed makes, ranks everything by hetplan's estimate (each answer fits:
+//! `Planner::plan`), and answers the best, with the next best distinct plans, the gap to
+//! `planners::bound`, the simulator's check of the three best, and — without `--engine` — the
+//! best plan each mainstream engine runs (`plan::runtime`).
 //!
-//! So its space is the union of the members' spaces, searched by their methods; what it adds is
-//! the choice, the ranking by one cost model, and the certificate. Not yet here (issue 10): a
-//! search of its own over the whole union (per-replica TP degrees, memory options per stage
-//! with heterogeneous device groups, interleaving), a network-aware bound, and rayon.
-//!
-//! Limits: with a time limit, member i of n (in order) gets `remaining / (n − i)`, so time a
-//! fast member does not use goes to the ones after it; a node limit is shared the same way
-//! (members count nodes their own way). Without limits every member runs to its own end, and
-//! the answer is deterministic.
+//! Limits: the seeds get `MEMBERS_SHARE` of a time or node limit (node shares fixed before the
+//! threads start, so a node-limited answer does not depend on the thread count), the local
+//! search runs until `REFINE_SHARE`, the per-engine searches in the rest. In the chain, member
+//! i of n gets `remaining / (n − i)`, so time a fast member does not use goes to the ones after
+//! it. Without limits every search runs to its own end, and the answer is deterministic.
+//! Not yet here (docs/planners.md): a layer split by dynamic programming per stage structure,
+//! TP groups across nodes and mixed-degree replicas in the moves, a network-aware bound.
 
 mod refine;
 
