@@ -254,6 +254,41 @@ pub fn compositions(n: usize, parts: usize) -> Vec<Vec<usize>> {
     out
 }
 
+/// Every way to give `total` items to `parts` ordered parts, each `1..=max`, lexicographic,
+/// stopping after `cap` of them (pruned so that no time goes to splits that cannot be valid).
+/// The oracle's and the referee's per-replica sample splits.
+pub fn bounded_compositions(total: u64, parts: usize, max: u64, cap: usize) -> Vec<Vec<u64>> {
+    fn rec(
+        left: u64,
+        parts: usize,
+        max: u64,
+        cap: usize,
+        acc: &mut Vec<u64>,
+        out: &mut Vec<Vec<u64>>,
+    ) {
+        if out.len() >= cap {
+            return;
+        }
+        if parts == 0 {
+            if left == 0 {
+                out.push(acc.clone());
+            }
+            return;
+        }
+        let rest = (parts - 1) as u64;
+        let lo = left.saturating_sub(rest.saturating_mul(max)).max(1);
+        let hi = max.min(left.saturating_sub(rest));
+        for x in lo..=hi {
+            acc.push(x);
+            rec(left - x, parts - 1, max, cap, acc, out);
+            acc.pop();
+        }
+    }
+    let mut out = Vec::new();
+    rec(total, parts, max, cap, &mut Vec::new(), &mut out);
+    out
+}
+
 /// Layer ranges from run lengths.
 pub fn ranges(lengths: &[usize]) -> Vec<LayerRange> {
     let mut start = 0;

@@ -157,30 +157,7 @@ fn sample_splits(samples: u64, replicas: usize, alike: bool, max: u64) -> Vec<Ve
         }
         return vec![];
     }
-    // Each part 1..=max, pruned so that the rest can still be placed: no time is spent on
-    // splits that cannot be valid.
-    fn rec(left: u64, parts: usize, max: u64, acc: &mut Vec<u64>, out: &mut Vec<Vec<u64>>) {
-        if out.len() >= MAX_SPLITS {
-            return;
-        }
-        if parts == 0 {
-            if left == 0 {
-                out.push(acc.clone());
-            }
-            return;
-        }
-        let rest = (parts - 1) as u64;
-        let lo = left.saturating_sub(rest.saturating_mul(max)).max(1);
-        let hi = max.min(left.saturating_sub(rest));
-        for x in lo..=hi {
-            acc.push(x);
-            rec(left - x, parts - 1, max, acc, out);
-            acc.pop();
-        }
-    }
-    let mut out = Vec::new();
-    rec(samples, replicas, max, &mut Vec::new(), &mut out);
-    out
+    super::common::bounded_compositions(samples, replicas, max, MAX_SPLITS)
 }
 
 impl Planner for Oracle {

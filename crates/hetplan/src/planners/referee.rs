@@ -319,25 +319,7 @@ fn canonical_devices(layout: &[Vec<Replica>], nodes: usize) -> Vec<Vec<GpuId>> {
 /// Every split of `samples` over `replicas` replicas, each `1..=max` (ordered: replicas differ
 /// in their neighbours), lexicographic.
 fn sample_splits(samples: u64, replicas: usize, max: u64) -> Vec<Vec<u64>> {
-    fn rec(left: u64, parts: usize, max: u64, acc: &mut Vec<u64>, out: &mut Vec<Vec<u64>>) {
-        if parts == 0 {
-            if left == 0 {
-                out.push(acc.clone());
-            }
-            return;
-        }
-        let rest = (parts - 1) as u64;
-        let lo = left.saturating_sub(rest.saturating_mul(max)).max(1);
-        let hi = max.min(left.saturating_sub(rest));
-        for x in lo..=hi {
-            acc.push(x);
-            rec(left - x, parts - 1, max, acc, out);
-            acc.pop();
-        }
-    }
-    let mut out = Vec::new();
-    rec(samples, replicas, max, &mut Vec::new(), &mut out);
-    out
+    common::bounded_compositions(samples, replicas, max, usize::MAX)
 }
 
 /// Calls `visit` with every choice of one option per list (lexicographic); stops when `visit`

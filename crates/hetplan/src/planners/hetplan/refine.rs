@@ -786,6 +786,18 @@ inter_node_bandwidth = "100 Gbps"
         (model, cluster)
     }
 
+    /// The two-stage plan's problem: 32 samples of sequence 1024, analytic layer times.
+    fn problem_of<'a>(model: &'a crate::model::Model, cluster: &'a Cluster) -> Problem<'a> {
+        Problem {
+            model,
+            cluster,
+            global_batch: 32,
+            seq_len: 1024,
+            compute: &crate::cost::Analytic,
+            options: Default::default(),
+        }
+    }
+
     fn gpu(node: u32, local: u32) -> GpuId {
         GpuId { node, local }
     }
@@ -816,14 +828,7 @@ inter_node_bandwidth = "100 Gbps"
     #[test]
     fn every_move_keeps_the_plan_valid_or_is_refused() {
         let (model, cluster) = problem_parts();
-        let problem = Problem {
-            model: &model,
-            cluster: &cluster,
-            global_batch: 32,
-            seq_len: 1024,
-            compute: &crate::cost::Analytic,
-            options: Default::default(),
-        };
+        let problem = problem_of(&model, &cluster);
         let plan = two_stage(model.layers.len());
         assert!(
             common::evaluate(&problem, &plan).is_some(),
@@ -879,14 +884,7 @@ inter_node_bandwidth = "100 Gbps"
     #[test]
     fn replicas_regroup_leave_and_join() {
         let (model, cluster) = problem_parts();
-        let problem = Problem {
-            model: &model,
-            cluster: &cluster,
-            global_batch: 32,
-            seq_len: 1024,
-            compute: &crate::cost::Analytic,
-            options: Default::default(),
-        };
+        let problem = problem_of(&model, &cluster);
         let plan = two_stage(model.layers.len());
         let up = apply(&problem, &plan, &Move::Tp { stage: 0, up: true }).unwrap();
         assert_eq!((up.stages[0].tp, up.stages[0].dp), (2, 2));
