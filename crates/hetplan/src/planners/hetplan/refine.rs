@@ -100,6 +100,14 @@ pub enum Move {
         stage: usize,
         gpu_type: usize,
     },
+    /// Every stage's TP degree doubled (`up`) or halved at once, with twice (`up`) or half as
+    /// many micro-batches so that each replica's micro-batch keeps its size: fewer replicas
+    /// then run more micro-batches, a shorter pipeline bubble bought with TP communication
+    /// (or the reverse). No single move gets there: TP doubled on one stage alone doubles its
+    /// micro-batch, and halving micro-batches needs every stage's sizes even.
+    TpAll {
+        up: bool,
+    },
 }
 
 impl Move {
@@ -148,6 +156,12 @@ impl Move {
             ),
             Move::AddReplica { stage, gpu_type } => {
                 format!("idle {} GPUs added to stage {stage}", ty(*gpu_type))
+            }
+            Move::TpAll { up: true } => {
+                "twice the TP degree of every stage, twice the micro-batches".into()
+            }
+            Move::TpAll { up: false } => {
+                "half the TP degree of every stage, half the micro-batches".into()
             }
         }
     }
@@ -465,6 +479,10 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             out.push(Move::DropStage { stage: s });
         }
     }
+    if plan.stages.iter().all(|s| s.replica_tp.is_empty()) {
+        out.push(Move::TpAll { up: true });
+        out.push(Move::TpAll { up: false });
+    }
     out
 }
 
@@ -641,13 +659,30 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
                     st.tp *= 2;
                     st.dp /= 2;
                 } else {
-                    if sizes.iter().any(|&b| b < 2) {
+                    if st.tp < 2 || !st.tp.is_multiple_of(2) || sizes.iter().any(|&b| b < 2) {
                         return None;
                     }
                     st.micro_batch_sizes = sizes.iter().flat_map(|&b| [b - b / 2, b / 2]).collect();
                     st.tp /= 2;
                     st.dp *= 2;
                 }
+            }
+        }
+        Move::TpAll { up } => {
+            if up && p.stages.iter().any(|s| s.tp * 2 > problem.options.max_tp) {
+                return None;
+            }
+            // Down: micro-batches doubled first, so that every replica has two samples to
+            // split. Chunks of an interleaved schedule share their GPUs: regroup each group
+            // once.
+            if !up {
+                p = apply(problem, &p, &Move::MicroBatches { halve: false })?;
+            }
+            for s in 0..p.pipeline_depth().max(1) {
+                p = apply(problem, &p, &Move::Tp { stage: s, up })?;
+            }
+            if up {
+                p = apply(problem, &p, &Move::MicroBatches { halve: true })?;
             }
         }
         Move::DropStage { stage } => {
@@ -850,6 +885,7 @@ inter_node_bandwidth = "100 Gbps"
             "AddReplica",
             "Tp",
             "DropStage",
+            "TpAll",
         ] {
             assert!(
                 moves.iter().any(|m| format!("{m:?}").starts_with(kind)),
@@ -899,6 +935,15 @@ inter_node_bandwidth = "100 Gbps"
         )
         .unwrap();
         assert_eq!(down.stages[0], plan.stages[0]);
+        // Every stage at once, each replica's micro-batch kept: twice the micro-batches.
+        let all = apply(&problem, &plan, &Move::TpAll { up: true }).unwrap();
+        assert_eq!((all.stages[0].tp, all.stages[0].dp), (2, 2));
+        assert_eq!((all.stages[1].tp, all.stages[1].dp), (2, 1));
+        assert_eq!(all.stages[0].micro_batch_sizes, vec![1, 1]);
+        assert_eq!(all.stages[1].micro_batch_sizes, vec![2]);
+        assert_eq!(all.micro_batches, 2 * plan.micro_batches);
+        let back = apply(&problem, &all, &Move::TpAll { up: false }).unwrap();
+        assert_eq!(back, plan);
         let v100 = cluster.gpu_type_of(gpu(1, 0)).0;
         let joined = apply(
             &problem,
