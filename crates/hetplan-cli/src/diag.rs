@@ -69,6 +69,12 @@ pub enum CliError {
     },
     /// A bad combination of arguments.
     Usage(String),
+    /// Something asked of a valid input that cannot be done (an engine that cannot run the
+    /// plan): every reason, and what to do instead.
+    Refused {
+        reasons: Vec<String>,
+        help: Option<String>,
+    },
     /// Anything else.
     Failure(String),
 }
@@ -126,6 +132,13 @@ impl CliError {
             }
             CliError::Usage(m) | CliError::Failure(m) => vec![Diag::plain(m.clone())],
             CliError::Input { origin, error } => vec![input_diag(origin.as_deref(), error)],
+            CliError::Refused { reasons, help } => {
+                let mut d: Vec<Diag> = reasons.iter().map(|r| Diag::plain(r.clone())).collect();
+                if let Some(last) = d.last_mut() {
+                    last.help = help.clone();
+                }
+                d
+            }
             CliError::Plan {
                 origin,
                 problems,

@@ -4,6 +4,7 @@
 //! plans and profiles, `render` formats human-readable output, `diag` shows errors.
 
 mod diag;
+mod export;
 mod inputs;
 mod jsonpos;
 mod planning;
@@ -70,6 +71,19 @@ enum Command {
         hetplan simulate --model gpt3-1.3b --cluster dgx-a100-80gb --plan plan.json --json"
     )]
     Simulate(SimulateArgs),
+    /// Write what starts the plan on an engine: its configuration, one launch command per
+    /// node, and a README.
+    #[command(
+        after_help = "Each stage lands on the GPUs the plan gave it: the launch script \
+        sets each node's `torchrun --node_rank` and `CUDA_VISIBLE_DEVICES` in the engine's \
+        rank order. A plan the engine cannot run gives no files: every reason, and the command \
+        that plans for that engine with how much slower its plan is (exit status 2).\n\n\
+        Examples:\n  \
+        hetplan export --model gpt3-1.3b --cluster dgx-a100-80gb --plan tp=2,pp=2,mbs=4,gbs=64 --to megatron\n  \
+        hetplan plan --model llama3-8b --cluster 2x8xa100-80gb --gbs 512 --engine megatron -o plan.json\n  \
+        hetplan export --model llama3-8b --cluster 2x8xa100-80gb --plan plan.json --to megatron --out job/"
+    )]
+    Export(export::ExportArgs),
     /// List the GPU catalog.
     #[command(after_help = "Examples:\n  hetplan gpus\n  hetplan gpus --json")]
     Gpus(ListArgs),
@@ -338,6 +352,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Estimate(a) => estimate(a),
         Command::Simulate(a) => simulate(a),
+        Command::Export(a) => export::export(a),
         Command::Gpus(a) => gpus(a),
         Command::Models(a) => models(a),
         Command::Clusters(a) => clusters(a),

@@ -687,6 +687,45 @@ pub fn scenarios(a: ScenariosArgs) -> Result<()> {
     crate::emit(&o)
 }
 
+// --------------------------------------------------------------------------- re-plan (export)
+
+/// hetplan's best plan that `runtime` runs, for the problem `plan` was made for (its global
+/// batch and precision), found within `time`: what `export` offers when the engine cannot run
+/// the user's plan. `None` when no plan the engine runs fits.
+#[allow(clippy::too_many_arguments)]
+pub fn best_for_engine(
+    model: &Model,
+    cluster: &Cluster,
+    plan: &Plan,
+    seq_len: u64,
+    compute: &dyn ComputeTimes,
+    runtime: Runtime,
+    time: Seconds,
+) -> Option<Outcome> {
+    let problem = Problem {
+        model,
+        cluster,
+        global_batch: plan.global_batch,
+        seq_len,
+        compute,
+        options: PlanOptions {
+            engine: runtime.engine(),
+            runtime: Some(runtime),
+            precision: plan.precision,
+            ..PlanOptions::default()
+        },
+    };
+    let planner = planners::by_name("hetplan").ok()?;
+    let limits = Limits {
+        max_nodes: None,
+        time: Some(time),
+    };
+    let what = format!("hetplan --engine {}", runtime.name());
+    run_planner(planner.as_ref(), &problem, limits, &what)
+        .0
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ pub mod calibration;
 pub mod cluster;
 pub mod cost;
 pub mod error;
+pub mod export;
 pub mod gpu;
 pub mod model;
 pub mod names;

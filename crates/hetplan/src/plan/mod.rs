@@ -152,6 +152,27 @@ impl Offload {
     }
 }
 
+/// "optimizer state 25%, gradients 100%": what is in host memory, or "nothing".
+impl std::fmt::Display for Offload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = [
+            ("weights", self.weights),
+            ("gradients", self.gradients),
+            ("optimizer state", self.optimizer),
+            ("activations", self.activations),
+        ]
+        .iter()
+        .filter(|(_, r)| *r > 0.0)
+        .map(|(what, r)| format!("{what} {:.0}%", r * 100.0))
+        .collect();
+        if parts.is_empty() {
+            f.write_str("nothing")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
 /// A half-open range of layer indices `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerRange {

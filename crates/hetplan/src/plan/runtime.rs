@@ -168,7 +168,8 @@ impl Runtime {
         // all in host memory).
         if !same(&|s| format!("{:?}", s.offload)) {
             why.push(format!(
-                "{name} offloads every stage alike; the plan's stages differ"
+                "{name} offloads every stage alike; the plan's stages offload {}",
+                list(plan, |s| format!("({})", s.offload))
             ));
         }
         for s in &plan.stages {
@@ -197,7 +198,7 @@ impl Runtime {
                 _ => None,
             };
             if let Some(p) = problem {
-                why.push(format!("{name} offloads {p}; the plan offloads {o:?}"));
+                why.push(format!("{name} offloads {p}; the plan offloads {o}"));
                 break;
             }
         }

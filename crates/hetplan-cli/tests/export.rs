@@ -1,0 +1,277 @@
+//! `hetplan export` end to end: from `plan` to the files that start the job, the launch script
+//! run with a stand-in `torchrun` to see where every rank lands, and refusals with every reason.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("the command runs");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    }
+}
+
+fn hetplan(dir: &Path, args: &[&str]) -> Output {
+    run(Command::new(env!("CARGO_BIN_EXE_hetplan"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("COLUMNS"))
+}
+
+/// A fresh directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hetplan-export-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const CLUSTER: &str = "1x2xa100-80gb@100Gbps+1x2xv100-32gb@100Gbps";
+
+#[test]
+fn a_megatron_plan_exports_and_every_rank_lands_on_its_gpu() {
+    let dir = scratch("megatron");
+    // From `plan --engine megatron` to files.
+    let o = hetplan(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            CLUSTER,
+            "--gbs",
+            "16",
+            "--engine",
+            "megatron",
+            "--time-limit",
+            "none",
+            "-o",
+            "searched.json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "searched.json",
+            "--to",
+            "megatron",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("==> launch.sh <=="), "{}", o.stdout);
+    // A pipeline whose first stage is on the second node: node ranks follow the stages.
+    let plan = r#"{
+  "global_batch": 16, "micro_batches": 8, "schedule": {"kind": "1f1b"},
+  "stages": [
+    {"layers": {"start": 0, "end": 6}, "devices": [{"node": 1, "local": 1}, {"node": 1, "local": 0}],
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "selective"},
+    {"layers": {"start": 6, "end": 14}, "devices": [{"node": 0, "local": 0}, {"node": 0, "local": 1}],
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "selective"}
+  ]
+}"#;
+    std::fs::write(dir.join("plan.json"), plan).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(plan).unwrap();
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "plan.json",
+            "--to",
+            "megatron",
+            "--out",
+            "job",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let job = dir.join("job");
+    for f in ["launch.sh", "megatron_args.json", "README.md"] {
+        assert!(job.join(f).is_file(), "{f} written");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(job.join("launch.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111, "launch.sh is executable");
+    }
+    let args: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(job.join("megatron_args.json")).unwrap())
+            .unwrap();
+    let value = |flag: &str| {
+        let i = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("{flag}"));
+        args[i + 1].clone()
+    };
+    let stages = plan["stages"].as_array().unwrap();
+    assert_eq!(value("--num-layers"), "12");
+    assert_eq!(value("--pipeline-model-parallel-size"), "2");
+    assert_eq!(value("--recompute-granularity"), "selective");
+    assert_eq!(
+        value("--tensor-model-parallel-size"),
+        stages[0]["tp"].to_string()
+    );
+    assert_eq!(value("--global-batch-size"), "16");
+    assert_eq!(value("--pipeline-model-parallel-layout"), "Et*5|t*7L");
+
+    // Where the plan puts each stage's GPUs, and where launch.sh puts each rank: a stand-in
+    // torchrun prints the node rank, the visible GPUs and the process count.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("torchrun"),
+        "#!/usr/bin/env bash\necho \"$CUDA_VISIBLE_DEVICES $2 $4 $6\"\n",
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(bin.join("torchrun"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    let readme = std::fs::read_to_string(job.join("README.md")).unwrap();
+    let nnodes = readme
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| node"))
+        .count();
+    assert_eq!(nnodes, 2, "{readme}");
+    let mut ranks: Vec<(u64, u64)> = Vec::new(); // (node, local GPU) in global-rank order
+    for k in 0..nnodes {
+        let o = run(Command::new("bash")
+            .arg(job.join("launch.sh"))
+            .current_dir(&job)
+            .env("NODE_RANK", k.to_string())
+            .env("MASTER_ADDR", "localhost")
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            ));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let words: Vec<&str> = o.stdout.split_whitespace().collect();
+        let (gpus, n, rank, nproc) = (words[0], words[1], words[2], words[3]);
+        assert_eq!(
+            (n, rank),
+            (nnodes.to_string().as_str(), k.to_string().as_str())
+        );
+        let gpus: Vec<u64> = gpus.split(',').map(|g| g.parse().unwrap()).collect();
+        assert_eq!(gpus.len().to_string(), nproc);
+        // The README's row for this node rank names the cluster node.
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| {k} | n")))
+            .unwrap_or_else(|| panic!("row {k}:\n{readme}"));
+        let node: u64 = row.split('|').nth(2).unwrap().trim()[1..].parse().unwrap();
+        ranks.extend(gpus.into_iter().map(|g| (node, g)));
+    }
+    // Megatron's order: stage-major, replica, TP rank fastest.
+    let mut r = 0;
+    for st in stages {
+        let devs = st["devices"].as_array().unwrap();
+        let tp = st["tp"].as_u64().unwrap() as usize;
+        let mut replicas: Vec<Vec<(u64, u64)>> = devs
+            .chunks(tp)
+            .map(|c| {
+                c.iter()
+                    .map(|d| (d["node"].as_u64().unwrap(), d["local"].as_u64().unwrap()))
+                    .collect()
+            })
+            .collect();
+        let mut got: Vec<Vec<(u64, u64)>> = ranks[r..r + devs.len()]
+            .chunks(tp)
+            .map(|c| c.to_vec())
+            .collect();
+        // Replicas may come in any order; each TP group is one replica of the plan.
+        replicas.sort();
+        got.sort();
+        assert_eq!(got, replicas, "stage {st}");
+        r += devs.len();
+    }
+    assert_eq!(r, ranks.len(), "every rank is one of the plan's GPUs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_plan_megatron_cannot_run_gives_every_reason_and_the_plan_it_can() {
+    let dir = scratch("refused");
+    // Two stages at different TP degrees with different micro-batch sizes.
+    let plan = r#"{
+  "global_batch": 8, "micro_batches": 4, "schedule": {"kind": "gpipe"},
+  "stages": [
+    {"layers": {"start": 0, "end": 7}, "devices": [{"node": 0, "local": 0}, {"node": 0, "local": 1}],
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "none"},
+    {"layers": {"start": 7, "end": 14}, "devices": [{"node": 1, "local": 0}, {"node": 1, "local": 1}],
+     "tp": 1, "dp": 2, "micro_batch_sizes": [1, 1], "zero": 0, "recompute": "full"}
+  ]
+}"#;
+    std::fs::write(dir.join("plan.json"), plan).unwrap();
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "plan.json",
+            "--to",
+            "megatron",
+            "--out",
+            "job",
+            "--replan-time-limit",
+            "2s",
+        ],
+    );
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    assert!(
+        !dir.join("job").exists(),
+        "no files for a plan the engine cannot run"
+    );
+    for reason in [
+        "one TP degree in every stage",
+        "one data-parallel degree",
+        "one micro-batch size",
+        "no GPipe schedule",
+        "checkpoints every stage alike",
+    ] {
+        assert!(o.stderr.contains(reason), "{reason}:\n{}", o.stderr);
+    }
+    assert!(
+        o.stderr
+            .contains("hetplan plan --engine megatron --model gpt3-125m"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("× this plan's"), "{}", o.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,536 @@
+//! Megatron-LM: `pretrain_gpt.py` arguments for the model and the plan, one `torchrun` per node,
+//! and a README.
+//!
+//! Flags were read from Megatron-LM d98e8a6 (core 0.19, `megatron/training/arguments.py`; the
+//! model-shape flags are generated from `TransformerConfig`'s fields by
+//! `ArgumentGroupFactory`, `--num-query-groups` from `num_query_groups`):
+//! - shape: `--num-layers --hidden-size --ffn-hidden-size --num-attention-heads
+//!   [--group-query-attention --num-query-groups] [--kv-channels] --seq-length
+//!   --max-position-embeddings --position-embedding-type {learned_absolute,rope}
+//!   --normalization {LayerNorm,RMSNorm} [--swiglu] [--untie-embeddings-and-output-weights]
+//!   [--disable-bias-linear] [--add-qkv-bias] --attention-backend {flash,unfused}`, MoE
+//!   `--num-experts --moe-router-topk --moe-ffn-hidden-size
+//!   [--moe-shared-expert-intermediate-size]`;
+//! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
+//!   --pipeline-model-parallel-layout` (core 0.13+: `E` embedding, `t` decoder layer, `L` loss,
+//!   `|` between stages, stage `i = vpp_rank·PP + pp_rank`; it sets the virtual pipeline size,
+//!   so `--num-virtual-stages-per-pipeline-rank` must not be given beside it),
+//!   `--sequence-parallel`;
+//! - batches: `--micro-batch-size --global-batch-size` (micro-batches = GBS / (MBS·DP));
+//! - memory: `--recompute-granularity {selective,full} --recompute-method {uniform,block}
+//!   --recompute-num-layers N` (block: the first N layers of each stage, as hetplan's "k
+//!   layers"), ZeRO-1 `--use-distributed-optimizer`, ZeRO-2/3 without pipelining
+//!   `--use-megatron-fsdp --data-parallel-sharding-strategy {optim_grads,optim_grads_params}`,
+//!   `--overlap-grad-reduce --overlap-param-gather` (what hetplan's Megatron estimate assumes),
+//!   `--optimizer-cpu-offload --optimizer-offload-fraction F --use-precision-aware-optimizer`;
+//! - precision `--bf16` / `--fp16`; data `--mock-data --tokenizer-type NullTokenizer
+//!   --vocab-size V` (as `examples/llama/train_llama3_8b_h100_fp8.sh` runs without a dataset).
+
+use super::ranks::{self, RankLayout};
+use super::{shell_quote, Export, ExportError, ExportFile, Job, Target};
+use crate::model::{AttnImpl, LayerKind, MlpKind, Model, NormKind, PositionKind};
+use crate::plan::runtime::Runtime;
+use crate::plan::{Plan, Precision, Recompute};
+
+/// The export of `job` for Megatron-LM, or every reason it cannot run there.
+pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
+    let plan: &Plan = job.plan;
+    let mut why = Runtime::Megatron.why_not(plan);
+    let model_args = model_args(job.model, job.seq_len).unwrap_or_else(|mut w| {
+        why.append(&mut w);
+        Vec::new()
+    });
+    let mut notes = Vec::new();
+    if let Some(cfg) = &job.model.transformer {
+        if cfg.attn_bias && !cfg.mlp_bias {
+            notes.push(
+                "the model has biases on its attention projections only; Megatron's \
+                 `--add-qkv-bias` gives the QKV projection one, not the output projection"
+                    .to_string(),
+            );
+        }
+    }
+    let layout = ranks::stage_major(plan).unwrap_or_else(|mut w| {
+        why.append(&mut w);
+        RankLayout {
+            nodes: Vec::new(),
+            ranks: Vec::new(),
+        }
+    });
+    if let Some(first) = plan.stages.first() {
+        let mbs = first.micro_batch_sizes.first().copied().unwrap_or(1);
+        let per_step = mbs * first.dp as u64;
+        if per_step == 0 || per_step * plan.micro_batches != plan.global_batch {
+            why.push(format!(
+                "Megatron runs global batch / (micro-batch size × DP) micro-batches: {} / ({} × \
+                 {}) is not the plan's {}",
+                plan.global_batch, mbs, first.dp, plan.micro_batches
+            ));
+        }
+    }
+    if !why.is_empty() {
+        return Err(ExportError::Unsupported {
+            target: Target::Megatron,
+            reasons: why,
+        });
+    }
+    let mut args = model_args;
+    args.extend(plan_args(job.model, plan));
+    args.extend(
+        [
+            "--mock-data",
+            "--tokenizer-type",
+            "NullTokenizer",
+            "--vocab-size",
+        ]
+        .map(String::from),
+    );
+    args.push(vocab(job.model).to_string());
+    args.extend(
+        [
+            "--train-iters",
+            "100",
+            "--lr",
+            "3.0e-4",
+            "--lr-decay-style",
+            "constant",
+            "--log-interval",
+            "1",
+        ]
+        .map(String::from),
+    );
+    let files = vec![
+        ExportFile {
+            path: "megatron_args.json".into(),
+            contents: serde_json::to_string_pretty(&args).expect("strings serialise") + "\n",
+            executable: false,
+        },
+        ExportFile {
+            path: "launch.sh".into(),
+            contents: launch_script(job, &args, &layout),
+            executable: true,
+        },
+        ExportFile {
+            path: "README.md".into(),
+            contents: readme(job, &layout, &notes),
+            executable: false,
+        },
+    ];
+    Ok(Export {
+        target: Target::Megatron,
+        files,
+        layout,
+    })
+}
+
+/// The vocabulary the model was built with.
+fn vocab(model: &Model) -> u64 {
+    model.transformer.as_ref().map_or(0, |c| c.vocab)
+}
+
+/// Flags of the model's shape, or why Megatron's GPT model cannot be this model.
+pub fn model_args(model: &Model, seq_len: u64) -> Result<Vec<String>, Vec<String>> {
+    let Some(cfg) = &model.transformer else {
+        return Err(vec![format!(
+            "Megatron's GPT model is a transformer; {} is a layer list without one",
+            model.name
+        )]);
+    };
+    let mut why = Vec::new();
+    if cfg.parallel_attn {
+        why.push(
+            "Megatron's GPT layer runs attention then MLP; the model runs them in parallel \
+             (GPT-J/Falcon style)"
+                .to_string(),
+        );
+    }
+    if cfg.position == PositionKind::Alibi {
+        why.push(
+            "Megatron has no ALiBi (--position-embedding-type: learned_absolute, rope, yarn, \
+             mrope, relative, none)"
+                .to_string(),
+        );
+    }
+    if !cfg.causal {
+        why.push("pretrain_gpt.py trains causal models; the model is bidirectional".to_string());
+    }
+    if !why.is_empty() {
+        return Err(why);
+    }
+    let mut a: Vec<String> = Vec::new();
+    let mut flag = |name: &str, value: Option<String>| {
+        a.push(format!("--{name}"));
+        if let Some(v) = value {
+            a.push(v);
+        }
+    };
+    flag("num-layers", Some(cfg.layers.to_string()));
+    flag("hidden-size", Some(cfg.hidden.to_string()));
+    flag("ffn-hidden-size", Some(cfg.ffn.to_string()));
+    flag("num-attention-heads", Some(cfg.heads.to_string()));
+    if cfg.kv_heads != cfg.heads {
+        flag("group-query-attention", None);
+        flag("num-query-groups", Some(cfg.kv_heads.to_string()));
+    }
+    if cfg.head_dim * cfg.heads != cfg.hidden {
+        flag("kv-channels", Some(cfg.head_dim.to_string()));
+    }
+    flag("seq-length", Some(seq_len.to_string()));
+    flag(
+        "max-position-embeddings",
+        Some(seq_len.max(cfg.max_seq_len).to_string()),
+    );
+    flag(
+        "position-embedding-type",
+        Some(
+            match cfg.position {
+                PositionKind::Learned => "learned_absolute",
+                PositionKind::Rotary | PositionKind::Alibi => "rope",
+            }
+            .into(),
+        ),
+    );
+    flag(
+        "normalization",
+        Some(
+            match cfg.norm {
+                NormKind::LayerNorm => "LayerNorm",
+                NormKind::RmsNorm => "RMSNorm",
+            }
+            .into(),
+        ),
+    );
+    if cfg.mlp == MlpKind::SwiGlu {
+        flag("swiglu", None);
+    }
+    if !cfg.tied_embeddings {
+        flag("untie-embeddings-and-output-weights", None);
+    }
+    if !cfg.mlp_bias {
+        flag("disable-bias-linear", None);
+        if cfg.attn_bias {
+            flag("add-qkv-bias", None);
+        }
+    }
+    if !cfg.dropout {
+        flag("attention-dropout", Some("0.0".into()));
+        flag("hidden-dropout", Some("0.0".into()));
+    }
+    flag(
+        "attention-backend",
+        Some(
+            match cfg.attn_impl {
+                AttnImpl::Flash | AttnImpl::Triton => "flash",
+                AttnImpl::Torch => "unfused",
+            }
+            .into(),
+        ),
+    );
+    if let Some(moe) = &cfg.moe {
+        flag("num-experts", Some(moe.experts.to_string()));
+        flag("moe-router-topk", Some(moe.top_k.to_string()));
+        flag("moe-ffn-hidden-size", Some(moe.expert_ffn.to_string()));
+        if let Some(s) = moe.shared_ffn {
+            flag("moe-shared-expert-intermediate-size", Some(s.to_string()));
+        }
+    }
+    Ok(a)
+}
+
+/// `--pipeline-model-parallel-layout`: each stage's layers in plan order (`E`, `t*k`, `L`).
+pub fn layout_string(model: &Model, plan: &Plan) -> String {
+    plan.stages
+        .iter()
+        .map(|st| {
+            let mut s = String::new();
+            let mut run = 0usize;
+            let flush = |s: &mut String, run: &mut usize| {
+                match *run {
+                    0 => {}
+                    1 => s.push('t'),
+                    k => s.push_str(&format!("t*{k}")),
+                }
+                *run = 0;
+            };
+            for l in st.layers.iter() {
+                match model.layers[l].kind {
+                    LayerKind::Transformer | LayerKind::Other => run += 1,
+                    LayerKind::Embedding => {
+                        flush(&mut s, &mut run);
+                        s.push('E');
+                    }
+                    LayerKind::Head => {
+                        flush(&mut s, &mut run);
+                        s.push('L');
+                    }
+                }
+            }
+            flush(&mut s, &mut run);
+            s
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// Flags of the plan: parallelism, batches, memory options, precision.
+fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
+    let st = &plan.stages[0];
+    let pp = plan.pipeline_depth().max(1);
+    let mut a: Vec<String> = Vec::new();
+    let mut flag = |name: &str, value: Option<String>| {
+        a.push(format!("--{name}"));
+        if let Some(v) = value {
+            a.push(v);
+        }
+    };
+    flag("tensor-model-parallel-size", Some(st.tp.to_string()));
+    flag("pipeline-model-parallel-size", Some(pp.to_string()));
+    if plan.stages.len() > 1 {
+        flag(
+            "pipeline-model-parallel-layout",
+            Some(layout_string(model, plan)),
+        );
+    }
+    if st.sequence_parallel && st.tp > 1 {
+        flag("sequence-parallel", None);
+    }
+    flag(
+        "micro-batch-size",
+        Some(
+            st.micro_batch_sizes
+                .first()
+                .copied()
+                .unwrap_or(1)
+                .to_string(),
+        ),
+    );
+    flag("global-batch-size", Some(plan.global_batch.to_string()));
+    match st.recompute {
+        Recompute::None => {}
+        Recompute::Selective => flag("recompute-granularity", Some("selective".into())),
+        Recompute::Full => {
+            flag("recompute-granularity", Some("full".into()));
+            flag("recompute-method", Some("uniform".into()));
+            flag("recompute-num-layers", Some("1".into()));
+        }
+        Recompute::Layers(k) => {
+            flag("recompute-granularity", Some("full".into()));
+            flag("recompute-method", Some("block".into()));
+            flag("recompute-num-layers", Some(k.to_string()));
+        }
+    }
+    match st.zero {
+        1 => {
+            flag("use-distributed-optimizer", None);
+            flag("overlap-param-gather", None);
+        }
+        2 | 3 => {
+            flag("use-megatron-fsdp", None);
+            flag(
+                "data-parallel-sharding-strategy",
+                Some(
+                    if st.zero == 2 {
+                        "optim_grads"
+                    } else {
+                        "optim_grads_params"
+                    }
+                    .into(),
+                ),
+            );
+        }
+        _ => {}
+    }
+    if st.dp > 1 {
+        flag("overlap-grad-reduce", None);
+    }
+    if st.offload.optimizer > 0.0 {
+        flag("optimizer-cpu-offload", None);
+        flag(
+            "optimizer-offload-fraction",
+            Some(format!("{}", st.offload.optimizer)),
+        );
+        flag("use-precision-aware-optimizer", None);
+    }
+    match plan.precision {
+        Precision::Bf16 => flag("bf16", None),
+        Precision::Fp16 => flag("fp16", None),
+        Precision::Fp32 => {}
+    }
+    a
+}
+
+/// `launch.sh`: the arguments once, and per node rank its GPUs and process count.
+fn launch_script(job: Job<'_>, args: &[String], layout: &RankLayout) -> String {
+    let cluster = job.cluster;
+    let mut s = String::new();
+    s.push_str("#!/usr/bin/env bash\n");
+    s.push_str(&format!(
+        "# Megatron-LM job written by hetplan {} for {} on {} (global batch {}, sequence {}).\n",
+        env!("CARGO_PKG_VERSION"),
+        job.model.name,
+        cluster.name,
+        job.plan.global_batch,
+        job.seq_len
+    ));
+    s.push_str(
+        "# On every node, from a Megatron-LM checkout (pretrain_gpt.py in the current directory):\n\
+         #   NODE_RANK=<k> MASTER_ADDR=<host of node rank 0> bash launch.sh\n\
+         # README.md says which cluster node is which node rank.\n\
+         set -euo pipefail\n\n",
+    );
+    s.push_str("MEGATRON_ARGS=(\n");
+    let mut i = 0;
+    while i < args.len() {
+        let mut line = format!("  {}", shell_quote(&args[i]));
+        while i + 1 < args.len() && !args[i + 1].starts_with("--") {
+            i += 1;
+            line.push(' ');
+            line.push_str(&shell_quote(&args[i]));
+        }
+        s.push_str(&line);
+        s.push('\n');
+        i += 1;
+    }
+    s.push_str(")\n\n");
+    s.push_str(&format!("NNODES={}\n", layout.nodes.len()));
+    s.push_str(
+        "case \"${NODE_RANK:?set NODE_RANK to the node rank of this node, see README.md}\" in\n",
+    );
+    for n in &layout.nodes {
+        let gpus: Vec<String> = n.gpus.iter().map(|g| g.to_string()).collect();
+        s.push_str(&format!(
+            "  {}) GPUS={}; NPROC={} ;;  # cluster node n{} ({}), ranks {}..{}\n",
+            n.node_rank,
+            gpus.join(","),
+            n.gpus.len(),
+            n.node,
+            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
+            n.first_rank,
+            n.first_rank as usize + n.gpus.len() - 1
+        ));
+    }
+    s.push_str("  *) echo \"NODE_RANK must be 0..$((NNODES - 1))\" >&2; exit 2 ;;\nesac\n\n");
+    s.push_str(
+        "CUDA_VISIBLE_DEVICES=\"$GPUS\" exec torchrun \\\n  --nnodes \"$NNODES\" --node_rank \
+         \"$NODE_RANK\" --nproc_per_node \"$NPROC\" \\\n  --master_addr \"${MASTER_ADDR:?set \
+         MASTER_ADDR to the address of node rank 0}\" --master_port \"${MASTER_PORT:-6000}\" \\\n  \
+         pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" \"$@\"\n",
+    );
+    s
+}
+
+/// README.md: what goes where.
+fn readme(job: Job<'_>, layout: &RankLayout, notes: &[String]) -> String {
+    let plan: &Plan = job.plan;
+    let cluster = job.cluster;
+    let st = &plan.stages[0];
+    let pp = plan.pipeline_depth().max(1);
+    let mut s = format!(
+        "# Megatron-LM job: {} on {}\n\n\
+         Written by `hetplan export --to megatron` (hetplan {}) from the plan\n\n    {}\n\n\
+         TP {}, PP {}{}, DP {}; micro-batch {}, global batch {} ({} micro-batches); sequence {}.\n\n",
+        job.model.name,
+        cluster.name,
+        env!("CARGO_PKG_VERSION"),
+        plan.summary(),
+        st.tp,
+        pp,
+        if plan.stages.len() > pp {
+            format!(" ({} virtual stages each)", plan.stages.len() / pp)
+        } else {
+            String::new()
+        },
+        st.dp,
+        st.micro_batch_sizes.first().copied().unwrap_or(1),
+        plan.global_batch,
+        plan.micro_batches,
+        job.seq_len
+    );
+    s.push_str(
+        "## Files\n\n\
+         - `launch.sh`: run it on every node with `NODE_RANK` (below) and `MASTER_ADDR` (the \
+         address of node rank 0) set, from a Megatron-LM checkout; it starts `torchrun` with the \
+         node's GPUs in `CUDA_VISIBLE_DEVICES` and `pretrain_gpt.py` with the arguments. Extra \
+         arguments to `launch.sh` are passed on to `pretrain_gpt.py`.\n\
+         - `megatron_args.json`: the same arguments as a JSON list.\n\n\
+         ## Where each stage runs\n\n\
+         Megatron-Core orders ranks TP fastest, then DP, then PP: pipeline stage `s` is global \
+         ranks `[s·TP·DP, (s+1)·TP·DP)`. torchrun numbers ranks node by node in `--node_rank` \
+         order, local rank `i` on the `i`-th GPU of `CUDA_VISIBLE_DEVICES`. So the node ranks and \
+         GPU lists below put every stage on the GPUs the plan gave it: start each cluster node \
+         with its node rank.\n\n\
+         | node rank | cluster node | GPU type | CUDA_VISIBLE_DEVICES | global ranks | stages |\n\
+         |---:|---|---|---|---|---|\n",
+    );
+    for n in &layout.nodes {
+        s.push_str(&format!(
+            "| {} | n{} | {} | {} | {}–{} | {} |\n",
+            n.node_rank,
+            n.node,
+            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
+            n.gpus
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            n.first_rank,
+            n.first_rank as usize + n.gpus.len() - 1,
+            n.stages
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    s.push_str(
+        "\n## Before a real run\n\n\
+         - Data: the arguments train on Megatron's mock data with a null tokenizer of the \
+         model's vocabulary. Replace `--mock-data --tokenizer-type NullTokenizer --vocab-size` \
+         with your `--data-path`, `--tokenizer-type` and tokenizer model. Megatron pads the \
+         vocabulary to a multiple of 128 × TP (`--make-vocab-size-divisible-by`), a few \
+         embedding rows more than hetplan counted.\n\
+         - Schedule: `--train-iters 100 --lr 3.0e-4 --lr-decay-style constant` are \
+         placeholders; set your own.\n",
+    );
+    if plan.stages.len() > 1 {
+        s.push_str(
+            "- The layer split is `--pipeline-model-parallel-layout` (Megatron-Core 0.13 or \
+             later): `E` the embedding, `t` a transformer layer, `L` the output layer and loss, \
+             `|` between stages.\n",
+        );
+    }
+    for n in notes {
+        s.push_str(&format!("- Differs from the model: {n}.\n"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::catalog::catalog_model;
+
+    #[test]
+    fn layout_names_every_layer_once() {
+        let model = catalog_model("gpt3-1.3b").unwrap();
+        let n = model.layers.len();
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            "name = \"t\"\n[[node_group]]\ngpu = \"a100-sxm4-80gb\"\ngpus_per_node = 4\nnodes = 1\n",
+        )
+        .unwrap();
+        let plan =
+            crate::plan::inline::parse_inline_plan("pp=4,mbs=1,gbs=8", &model, &cluster).unwrap();
+        let s = layout_string(&model, &plan);
+        assert_eq!(s.matches('|').count(), 3);
+        assert!(s.starts_with('E') && s.ends_with('L'), "{s}");
+        let unrolled: usize = s
+            .split(['|', 'E', 'L'])
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                p.strip_prefix("t*")
+                    .map_or(p.len(), |k| k.parse::<usize>().unwrap())
+            })
+            .sum();
+        assert_eq!(unrolled, n - 2, "{s}");
+    }
+}

@@ -1,0 +1,140 @@
+"""Checks hetplan's Megatron-LM exports with megatron-core's own code (issue 11).
+
+Usage: python check_megatron.py EXPORT_DIR [EXPORT_DIR ...]
+
+Each EXPORT_DIR holds a `megatron_args.json` written by `hetplan export --to megatron`. The
+arguments are mapped to the fields they set, the way Megatron-LM's `arguments.py` does it (the
+`ArgumentGroupFactory` turns `--num-query-groups` into `num_query_groups`; `--swiglu` sets a
+gated linear unit with SiLU), and megatron-core then does what `pretrain_gpt.py` does with
+them before any GPU is touched: it parses the pipeline layout
+(`PipelineParallelLayerLayout.from_str`) and builds the `TransformerConfig`, whose
+`__post_init__` validates the shapes, the parallel sizes, the recompute settings and the
+layout against the layer count. Every export is checked; the exit status is 1 if any fails.
+"""
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from megatron.core.transformer.enums import AttnBackend  # noqa: E402
+from megatron.core.transformer.pipeline_parallel_layer_layout import (  # noqa: E402
+    PipelineParallelLayerLayout,
+)
+from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+
+# Flags whose value is one of TransformerConfig's (or ModelParallelConfig's) fields, by type.
+INT_FIELDS = {
+    "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
+    "kv-channels", "tensor-model-parallel-size", "pipeline-model-parallel-size",
+    "recompute-num-layers", "moe-router-topk", "moe-ffn-hidden-size",
+    "moe-shared-expert-intermediate-size",
+}
+FLOAT_FIELDS = {"attention-dropout", "hidden-dropout"}
+STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",
+              "pipeline-model-parallel-layout"}
+BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias"}
+# Flags of the training script, not of the model config (checked for shape only).
+TRAINING_FLAGS = {
+    "seq-length": int, "max-position-embeddings": int, "micro-batch-size": int,
+    "global-batch-size": int, "vocab-size": int, "train-iters": int, "lr": float,
+    "lr-decay-style": str, "log-interval": int, "tokenizer-type": str,
+    "position-embedding-type": str, "data-parallel-sharding-strategy": str,
+    "optimizer-offload-fraction": float, "attention-backend": str, "num-experts": int,
+}
+TRAINING_SWITCHES = {
+    "mock-data", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
+    "use-megatron-fsdp", "optimizer-cpu-offload", "use-precision-aware-optimizer",
+    "untie-embeddings-and-output-weights", "group-query-attention", "swiglu",
+    "disable-bias-linear",
+}
+
+
+def parse(args):
+    """`--flag value` and `--switch` into a dict; unknown flags are an error."""
+    out, i = {}, 0
+    while i < len(args):
+        flag = args[i]
+        assert flag.startswith("--"), f"expected a flag, got {flag!r}"
+        name = flag[2:]
+        known = (INT_FIELDS | FLOAT_FIELDS | STR_FIELDS | set(TRAINING_FLAGS))
+        if name in BOOL_FIELDS or name in TRAINING_SWITCHES:
+            out[name] = True
+            i += 1
+        elif name in known:
+            value = args[i + 1]
+            kind = (int if name in INT_FIELDS else float if name in FLOAT_FIELDS
+                    else str if name in STR_FIELDS else TRAINING_FLAGS[name])
+            out[name] = kind(value)
+            i += 2
+        else:
+            raise AssertionError(f"{flag}: not a flag this checker knows Megatron to take")
+    return out
+
+
+def config_kwargs(a):
+    """What arguments.py's `core_transformer_config_from_args` would pass."""
+    kw = {}
+    for name in INT_FIELDS | FLOAT_FIELDS | STR_FIELDS | BOOL_FIELDS:
+        if name in a:
+            kw[name.replace("-", "_")] = a[name]
+    if "num-experts" in a:
+        kw["num_moe_experts"] = a["num-experts"]
+    if a.get("swiglu"):
+        kw["gated_linear_unit"] = True
+        kw["activation_func"] = F.silu
+        kw["bias_activation_fusion"] = False
+    if a.get("disable-bias-linear"):
+        kw["add_bias_linear"] = False
+    if "attention-backend" in a:
+        kw["attention_backend"] = AttnBackend[a["attention-backend"]]
+    if a.get("bf16"):
+        kw["params_dtype"] = torch.bfloat16
+    if a.get("fp16"):
+        kw["params_dtype"] = torch.float16
+    # arguments.py: `kw_args['pipeline_dtype'] = args.params_dtype`.
+    kw["pipeline_dtype"] = kw.get("params_dtype", torch.float32)
+    return kw
+
+
+def check(directory):
+    args = json.loads((Path(directory) / "megatron_args.json").read_text())
+    a = parse(args)
+    pp = a["pipeline-model-parallel-size"]
+    layout = a.get("pipeline-model-parallel-layout")
+    if layout is not None:
+        parsed = PipelineParallelLayerLayout.from_str(layout, pp)
+        parsed.validate_layer_layout(a["num-layers"], None)
+    cfg = TransformerConfig(**config_kwargs(a))
+    # What the launch relies on: the batch divides into micro-batches on every DP rank.
+    assert a["global-batch-size"] % a["micro-batch-size"] == 0
+    if a.get("group-query-attention"):
+        assert cfg.num_query_groups == a["num-query-groups"]
+    if a.get("sequence-parallel"):
+        assert cfg.tensor_model_parallel_size > 1
+    if "optimizer-offload-fraction" in a:
+        assert 0.0 < a["optimizer-offload-fraction"] <= 1.0 and a.get("optimizer-cpu-offload")
+    if a.get("use-megatron-fsdp"):
+        assert pp == 1
+    return cfg
+
+
+def main(dirs):
+    failed = 0
+    for d in dirs:
+        try:
+            cfg = check(d)
+            print(f"ok  {d}: {cfg.num_layers} layers, TP {cfg.tensor_model_parallel_size}, "
+                  f"PP {cfg.pipeline_model_parallel_size}")
+        except Exception as e:  # every export is checked and reported
+            failed += 1
+            print(f"FAIL {d}: {type(e).__name__}: {e}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
