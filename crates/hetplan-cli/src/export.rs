@@ -10,12 +10,15 @@ use hetplan::units::Seconds;
 pub enum TargetArg {
     /// Megatron-LM (`pretrain_gpt.py`, Megatron-Core 0.13 or later).
     Megatron,
+    /// DeepSpeed (`ds_config.json` and a `PipelineModule` with the plan's layer split).
+    Deepspeed,
 }
 
 impl From<TargetArg> for Target {
     fn from(t: TargetArg) -> Target {
         match t {
             TargetArg::Megatron => Target::Megatron,
+            TargetArg::Deepspeed => Target::Deepspeed,
         }
     }
 }

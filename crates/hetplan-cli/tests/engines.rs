@@ -1,6 +1,8 @@
 //! hetplan's exports checked by the engines' own code (issue 11): megatron-core parses the
 //! pipeline layout and validates the `TransformerConfig` of every Megatron export
-//! (`tests/engines/check_megatron.py`).
+//! (`tests/engines/check_megatron.py`); DeepSpeed reads every `ds_config.json` and runs every
+//! layer split in its real `PipelineModule`, one gloo process per stage
+//! (`tests/engines/check_deepspeed.py`).
 //!
 //! The engines are Python packages that pull in PyTorch. The interpreter that has them is
 //! `HETPLAN_ENGINES_PYTHON`, or `.venv-engines/bin/python` at the repository root, which
@@ -167,16 +169,7 @@ fn megatron_core_accepts_every_export() {
     )
     .unwrap();
 
-    let checker = root().join("tests/engines/check_megatron.py");
-    let run = |dirs: &[String]| {
-        Command::new(&python)
-            .arg(&checker)
-            .args(dirs)
-            .current_dir(&dir)
-            .output()
-            .expect("the engines' interpreter runs")
-    };
-    let out = run(&exports);
+    let out = run_checker(&python, "check_megatron.py", &dir, &exports);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -187,7 +180,153 @@ fn megatron_core_accepts_every_export() {
         stdout.lines().filter(|l| l.starts_with("ok ")).count(),
         exports.len()
     );
-    let out = run(&["broken".to_string()]);
+    let out = run_checker(&python, "check_megatron.py", &dir, &["broken".to_string()]);
+    assert!(
+        !out.status.success(),
+        "the checker passed a broken export: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `checker` on `dirs` (relative to `cwd`) with the engines' interpreter, its directory
+/// first on PATH (DeepSpeed builds an op with the environment's ninja).
+fn run_checker(python: &Path, checker: &str, cwd: &Path, dirs: &[String]) -> std::process::Output {
+    let bin = python.parent().map(Path::to_path_buf).unwrap_or_default();
+    Command::new(python)
+        .arg(root().join("tests/engines").join(checker))
+        .args(dirs)
+        .current_dir(cwd)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .expect("the engines' interpreter runs")
+}
+
+/// DeepSpeed exports: pipelines with ZeRO-1 and checkpointing, ZeRO-3 with offloading, and what
+/// hetplan plans for DeepSpeed on a heterogeneous cluster.
+#[test]
+fn deepspeed_accepts_every_export() {
+    let Some(python) = engines_python() else {
+        assert!(
+            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
+            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found"
+        );
+        eprintln!("deepspeed_accepts_every_export: no interpreter with deepspeed: not checked");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("hetplan-ds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut exports: Vec<String> = Vec::new();
+    let inline: &[(&str, &str, &str)] = &[
+        (
+            "gpt3-1.3b",
+            "2x4xa100-80gb@100Gbps",
+            "pp=2,dp=4,mbs=2,gbs=64,zero=1,ckpt=full,engine=deepspeed",
+        ),
+        (
+            "gpt3-1.3b",
+            "2x4xa100-80gb@100Gbps",
+            "pp=1,dp=8,mbs=2,gbs=64,zero=3,offload_opt=0.5,offload_w=1,engine=deepspeed",
+        ),
+        (
+            "llama3-8b",
+            "1x8xa100-80gb",
+            "pp=4,dp=2,mbs=1,gbs=32,zero=0,precision=fp16,engine=deepspeed",
+        ),
+    ];
+    for (i, (model, cluster, plan)) in inline.iter().enumerate() {
+        let out = format!("inline-{i}");
+        let (code, err) = hetplan(
+            &dir,
+            &[
+                "export",
+                "--model",
+                model,
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--to",
+                "deepspeed",
+                "--out",
+                &out,
+            ],
+        );
+        assert_eq!(code, 0, "{model} {plan}: {err}");
+        exports.push(out);
+    }
+    let cluster = "1x4xa100-80gb@100Gbps+2x2xv100-32gb@25Gbps";
+    let (code, err) = hetplan(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "gpt3-1.3b",
+            "--cluster",
+            cluster,
+            "--gbs",
+            "64",
+            "--engine",
+            "deepspeed",
+            "--time-limit",
+            "2s",
+            "-o",
+            "planned.json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            "gpt3-1.3b",
+            "--cluster",
+            cluster,
+            "--plan",
+            "planned.json",
+            "--to",
+            "deepspeed",
+            "--out",
+            "planned",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    exports.push("planned".into());
+    // A broken copy: a stage boundary moved in the split but not in ranks.json.
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    for f in ["ds_config.json", "ranks.json", "hetplan_pipeline.py"] {
+        std::fs::copy(dir.join("inline-0").join(f), broken.join(f)).unwrap();
+    }
+    let py = std::fs::read_to_string(broken.join("hetplan_pipeline.py")).unwrap();
+    assert!(py.contains("PARTS = [0, 13, 26]"), "{py}");
+    std::fs::write(
+        broken.join("hetplan_pipeline.py"),
+        py.replace("PARTS = [0, 13, 26]", "PARTS = [0, 12, 26]"),
+    )
+    .unwrap();
+
+    let out = run_checker(&python, "check_deepspeed.py", &dir, &exports);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "DeepSpeed refused an export:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        exports.len()
+    );
+    let out = run_checker(&python, "check_deepspeed.py", &dir, &["broken".to_string()]);
     assert!(
         !out.status.success(),
         "the checker passed a broken export: {}",

@@ -359,26 +359,9 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     a
 }
 
-/// `launch.sh`: the arguments once, and per node rank its GPUs and process count.
+/// `launch.sh`: the arguments once, then the shared per-node launch.
 fn launch_script(job: Job<'_>, args: &[String], layout: &RankLayout) -> String {
-    let cluster = job.cluster;
-    let mut s = String::new();
-    s.push_str("#!/usr/bin/env bash\n");
-    s.push_str(&format!(
-        "# Megatron-LM job written by hetplan {} for {} on {} (global batch {}, sequence {}).\n",
-        env!("CARGO_PKG_VERSION"),
-        job.model.name,
-        cluster.name,
-        job.plan.global_batch,
-        job.seq_len
-    ));
-    s.push_str(
-        "# On every node, from a Megatron-LM checkout (pretrain_gpt.py in the current directory):\n\
-         #   NODE_RANK=<k> MASTER_ADDR=<host of node rank 0> bash launch.sh\n\
-         # README.md says which cluster node is which node rank.\n\
-         set -euo pipefail\n\n",
-    );
-    s.push_str("MEGATRON_ARGS=(\n");
+    let mut pre = String::from("MEGATRON_ARGS=(\n");
     let mut i = 0;
     while i < args.len() {
         let mut line = format!("  {}", shell_quote(&args[i]));
@@ -387,36 +370,19 @@ fn launch_script(job: Job<'_>, args: &[String], layout: &RankLayout) -> String {
             line.push(' ');
             line.push_str(&shell_quote(&args[i]));
         }
-        s.push_str(&line);
-        s.push('\n');
+        pre.push_str(&line);
+        pre.push('\n');
         i += 1;
     }
-    s.push_str(")\n\n");
-    s.push_str(&format!("NNODES={}\n", layout.nodes.len()));
-    s.push_str(
-        "case \"${NODE_RANK:?set NODE_RANK to the node rank of this node, see README.md}\" in\n",
-    );
-    for n in &layout.nodes {
-        let gpus: Vec<String> = n.gpus.iter().map(|g| g.to_string()).collect();
-        s.push_str(&format!(
-            "  {}) GPUS={}; NPROC={} ;;  # cluster node n{} ({}), ranks {}..{}\n",
-            n.node_rank,
-            gpus.join(","),
-            n.gpus.len(),
-            n.node,
-            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
-            n.first_rank,
-            n.first_rank as usize + n.gpus.len() - 1
-        ));
-    }
-    s.push_str("  *) echo \"NODE_RANK must be 0..$((NNODES - 1))\" >&2; exit 2 ;;\nesac\n\n");
-    s.push_str(
-        "CUDA_VISIBLE_DEVICES=\"$GPUS\" exec torchrun \\\n  --nnodes \"$NNODES\" --node_rank \
-         \"$NODE_RANK\" --nproc_per_node \"$NPROC\" \\\n  --master_addr \"${MASTER_ADDR:?set \
-         MASTER_ADDR to the address of node rank 0}\" --master_port \"${MASTER_PORT:-6000}\" \\\n  \
-         pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" \"$@\"\n",
-    );
-    s
+    pre.push_str(")\n");
+    super::launch_script(
+        job,
+        layout,
+        "Megatron-LM",
+        "Run it from a Megatron-LM checkout (pretrain_gpt.py in the current directory); extra \
+         arguments go to pretrain_gpt.py",
+        Some((&pre, "pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" \"$@\"")),
+    )
 }
 
 /// README.md: what goes where.
@@ -452,36 +418,14 @@ fn readme(job: Job<'_>, layout: &RankLayout, notes: &[String]) -> String {
          address of node rank 0) set, from a Megatron-LM checkout; it starts `torchrun` with the \
          node's GPUs in `CUDA_VISIBLE_DEVICES` and `pretrain_gpt.py` with the arguments. Extra \
          arguments to `launch.sh` are passed on to `pretrain_gpt.py`.\n\
-         - `megatron_args.json`: the same arguments as a JSON list.\n\n\
-         ## Where each stage runs\n\n\
-         Megatron-Core orders ranks TP fastest, then DP, then PP: pipeline stage `s` is global \
-         ranks `[s·TP·DP, (s+1)·TP·DP)`. torchrun numbers ranks node by node in `--node_rank` \
-         order, local rank `i` on the `i`-th GPU of `CUDA_VISIBLE_DEVICES`. So the node ranks and \
-         GPU lists below put every stage on the GPUs the plan gave it: start each cluster node \
-         with its node rank.\n\n\
-         | node rank | cluster node | GPU type | CUDA_VISIBLE_DEVICES | global ranks | stages |\n\
-         |---:|---|---|---|---|---|\n",
+         - `megatron_args.json`: the same arguments as a JSON list.\n",
     );
-    for n in &layout.nodes {
-        s.push_str(&format!(
-            "| {} | n{} | {} | {} | {}–{} | {} |\n",
-            n.node_rank,
-            n.node,
-            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
-            n.gpus
-                .iter()
-                .map(|g| g.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-            n.first_rank,
-            n.first_rank as usize + n.gpus.len() - 1,
-            n.stages
-                .iter()
-                .map(|g| g.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
+    s.push_str(&super::placement_table(
+        cluster,
+        layout,
+        "Megatron-Core orders ranks TP fastest, then DP, then PP: pipeline stage `s` is global \
+         ranks `[s·TP·DP, (s+1)·TP·DP)`.",
+    ));
     s.push_str(
         "\n## Before a real run\n\n\
          - Data: the arguments train on Megatron's mock data with a null tokenizer of the \

@@ -6,6 +6,7 @@
 //! files: an [`Export`] is a list of file names and contents, which the CLI writes. A plan the
 //! engine cannot run gives no files but [`ExportError::Unsupported`] with every reason.
 
+pub mod deepspeed;
 pub mod megatron;
 pub mod ranks;
 
@@ -20,14 +21,17 @@ use serde::Serialize;
 pub enum Target {
     /// Megatron-LM's `pretrain_gpt.py` (Megatron-Core 0.13 or later: the pipeline layout).
     Megatron,
+    /// DeepSpeed's engine and `PipelineModule` (0.19).
+    Deepspeed,
 }
 
 impl Target {
-    pub const ALL: [Target; 1] = [Target::Megatron];
+    pub const ALL: [Target; 2] = [Target::Megatron, Target::Deepspeed];
 
     pub fn name(self) -> &'static str {
         match self {
             Target::Megatron => "megatron",
+            Target::Deepspeed => "deepspeed",
         }
     }
 
@@ -35,6 +39,7 @@ impl Target {
     pub fn runtime(self) -> Option<crate::plan::runtime::Runtime> {
         match self {
             Target::Megatron => Some(crate::plan::runtime::Runtime::Megatron),
+            Target::Deepspeed => Some(crate::plan::runtime::Runtime::Deepspeed),
         }
     }
 }
@@ -80,7 +85,108 @@ pub enum ExportError {
 pub fn export(target: Target, job: Job<'_>) -> Result<Export, ExportError> {
     match target {
         Target::Megatron => megatron::export(job),
+        Target::Deepspeed => deepspeed::export(job),
     }
+}
+
+/// `launch.sh`: per node rank its GPUs and process count, then `torchrun`. `usage`, a sentence,
+/// says where to run it and what it takes; `program` is an optional preamble (lines before the launch)
+/// and the words after torchrun's options (default: the script's own arguments, `"$@"`).
+pub(crate) fn launch_script(
+    job: Job<'_>,
+    layout: &ranks::RankLayout,
+    engine: &str,
+    usage: &str,
+    program: Option<(&str, &str)>,
+) -> String {
+    let cluster = job.cluster;
+    let mut s = String::new();
+    s.push_str("#!/usr/bin/env bash\n");
+    s.push_str(&format!(
+        "# {engine} job written by hetplan {} for {} on {} (global batch {}, sequence {}).\n",
+        env!("CARGO_PKG_VERSION"),
+        job.model.name,
+        cluster.name,
+        job.plan.global_batch,
+        job.seq_len
+    ));
+    s.push_str(&format!(
+        "# On every node: NODE_RANK=<k> MASTER_ADDR=<host of node rank 0> bash launch.sh ...\n\
+         # {usage}.\n\
+         # README.md says which cluster node is which node rank.\n\
+         set -euo pipefail\n\n"
+    ));
+    let (preamble, command) = match program {
+        Some((pre, cmd)) => (pre.to_string(), cmd.to_string()),
+        None => (
+            "if [ \"$#\" -eq 0 ]; then echo \"usage: bash launch.sh SCRIPT [ARGS...]\" >&2; exit 2; fi\n"
+                .to_string(),
+            "\"$@\"".to_string(),
+        ),
+    };
+    s.push_str(&preamble);
+    s.push('\n');
+    s.push_str(&format!("NNODES={}\n", layout.nodes.len()));
+    s.push_str(
+        "case \"${NODE_RANK:?set NODE_RANK to the node rank of this node, see README.md}\" in\n",
+    );
+    for n in &layout.nodes {
+        let gpus: Vec<String> = n.gpus.iter().map(|g| g.to_string()).collect();
+        s.push_str(&format!(
+            "  {}) GPUS={}; NPROC={} ;;  # cluster node n{} ({}), ranks {}..{}\n",
+            n.node_rank,
+            gpus.join(","),
+            n.gpus.len(),
+            n.node,
+            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
+            n.first_rank,
+            n.first_rank as usize + n.gpus.len() - 1
+        ));
+    }
+    s.push_str("  *) echo \"NODE_RANK must be 0..$((NNODES - 1))\" >&2; exit 2 ;;\nesac\n\n");
+    s.push_str(&format!(
+        "CUDA_VISIBLE_DEVICES=\"$GPUS\" exec torchrun \\\n  --nnodes \"$NNODES\" --node_rank \
+         \"$NODE_RANK\" --nproc_per_node \"$NPROC\" \\\n  --master_addr \"${{MASTER_ADDR:?set \
+         MASTER_ADDR to the address of node rank 0}}\" --master_port \"${{MASTER_PORT:-6000}}\" \\\n  \
+         {command}\n"
+    ));
+    s
+}
+
+/// The README's section on where every stage runs: `order` says how the engine orders ranks.
+pub(crate) fn placement_table(
+    cluster: &Cluster,
+    layout: &ranks::RankLayout,
+    order: &str,
+) -> String {
+    let mut s = format!(
+        "\n## Where each stage runs\n\n{order} torchrun numbers ranks node by node in \
+         `--node_rank` order, local rank `i` on the `i`-th GPU of `CUDA_VISIBLE_DEVICES`. So the \
+         node ranks and GPU lists below put every stage on the GPUs the plan gave it: start each \
+         cluster node with its node rank.\n\n\
+         | node rank | cluster node | GPU type | CUDA_VISIBLE_DEVICES | global ranks | stages |\n\
+         |---:|---|---|---|---|---|\n"
+    );
+    let join = |v: &[u32]| {
+        v.iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    for n in &layout.nodes {
+        let stages: Vec<u32> = n.stages.iter().map(|&g| g as u32).collect();
+        s.push_str(&format!(
+            "| {} | n{} | {} | {} | {}–{} | {} |\n",
+            n.node_rank,
+            n.node,
+            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
+            join(&n.gpus),
+            n.first_rank,
+            n.first_rank as usize + n.gpus.len() - 1,
+            join(&stages).replace(',', ", ")
+        ));
+    }
+    s
 }
 
 /// `word` quoted for a POSIX shell when it needs it (`t*4|t*4L` would glob).
