@@ -142,8 +142,14 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
         .parse()
         .map_err(|e| CliError::Usage(format!("--replan-time-limit {t}: {e}")))?;
     let found = with_compute(i, l, |_, compute, est, _| {
-        let best = crate::planning::best_for_engine(
-            &l.model, &l.cluster, &l.plan, l.seq_len, compute, runtime, time,
+        let best = crate::planning::hetplan_best(
+            &l.model,
+            &l.cluster,
+            &l.plan,
+            l.seq_len,
+            compute,
+            Some(runtime),
+            time,
         );
         (best, est.iteration_time_s)
     });

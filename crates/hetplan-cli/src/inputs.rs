@@ -110,6 +110,11 @@ fn hf_name_hint(path: &str) -> String {
 
 /// A model file: a HuggingFace `config.json`, or a layer list (TOML, or JSON with `layer`).
 pub fn model_from_file(origin: &Origin, path: &str) -> Result<Model> {
+    if is_megatron_args(&origin.text) {
+        return hetplan::import::megatron::MegatronJob::parse(&origin.text, &megatron_name(path))
+            .map(|job| job.model)
+            .map_err(|e| located(origin, e));
+    }
     let e = ext(path);
     let looks_json = e == "json" || (e != "toml" && origin.text.trim_start().starts_with('{'));
     if !looks_json {
@@ -139,6 +144,29 @@ pub fn model_from_file(origin: &Origin, path: &str) -> Result<Model> {
             )),
         )),
     }
+}
+
+/// Whether a file is a Megatron-LM job's arguments (a launch script, a command line, or the JSON
+/// list `hetplan export --to megatron` writes): it names Megatron's layer count.
+pub fn is_megatron_args(text: &str) -> bool {
+    let t = text.trim_start();
+    (t.starts_with('[') && t.contains("\"--num-layers\""))
+        || (!t.starts_with('{') && !t.starts_with('[') && t.contains("--num-layers"))
+}
+
+/// A model name for a Megatron job read from `path`: its file (or directory) name.
+pub fn megatron_name(path: &str) -> String {
+    let p = Path::new(path);
+    let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("job");
+    let stem = if matches!(stem, "megatron_args" | "launch") {
+        p.parent()
+            .and_then(|d| d.file_name())
+            .and_then(|s| s.to_str())
+            .unwrap_or(stem)
+    } else {
+        stem
+    };
+    format!("megatron-{stem}")
 }
 
 /// `--model`: a catalog name or a file.

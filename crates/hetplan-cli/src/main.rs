@@ -5,6 +5,7 @@
 
 mod diag;
 mod export;
+mod import;
 mod inputs;
 mod jsonpos;
 mod planning;
@@ -84,6 +85,18 @@ enum Command {
         hetplan export --model llama3-8b --cluster 2x8xa100-80gb --plan plan.json --to megatron --out job/"
     )]
     Export(export::ExportArgs),
+    /// Read the job you run today (a Megatron-LM launch script or arguments) into a model and a
+    /// plan, and compare it with hetplan's plan.
+    #[command(
+        after_help = "The imported plan (-o) works with `estimate`, `simulate` and \
+        `export`; so does the job file as --model. Ranks are placed as `ranks.json` beside the \
+        file says (an export writes one), else on the cluster's GPUs in order.\n\n\
+        Examples:\n  \
+        hetplan import --from megatron job/megatron_args.json --cluster 2x8xa100-80gb\n  \
+        hetplan import --from megatron train_llama.sh --cluster cluster.toml -o plan.json\n  \
+        hetplan estimate --model train_llama.sh --cluster cluster.toml --plan plan.json"
+    )]
+    Import(import::ImportArgs),
     /// List the GPU catalog.
     #[command(after_help = "Examples:\n  hetplan gpus\n  hetplan gpus --json")]
     Gpus(ListArgs),
@@ -353,6 +366,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Estimate(a) => estimate(a),
         Command::Simulate(a) => simulate(a),
         Command::Export(a) => export::export(a),
+        Command::Import(a) => import::import(a),
         Command::Gpus(a) => gpus(a),
         Command::Models(a) => models(a),
         Command::Clusters(a) => clusters(a),

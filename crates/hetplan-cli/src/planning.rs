@@ -687,19 +687,19 @@ pub fn scenarios(a: ScenariosArgs) -> Result<()> {
     crate::emit(&o)
 }
 
-// --------------------------------------------------------------------------- re-plan (export)
+// ------------------------------------------------------------------- re-plan (export, import)
 
-/// hetplan's best plan that `runtime` runs, for the problem `plan` was made for (its global
-/// batch and precision), found within `time`: what `export` offers when the engine cannot run
-/// the user's plan. `None` when no plan the engine runs fits.
-#[allow(clippy::too_many_arguments)]
-pub fn best_for_engine(
+/// hetplan's best plan (one that `runtime` runs, when given) for the problem `plan` was made
+/// for (its global batch and precision), found within `time`: what `export` offers when the
+/// engine cannot run the user's plan, and what `import` compares the user's job with. `None`
+/// when no plan fits.
+pub fn hetplan_best(
     model: &Model,
     cluster: &Cluster,
     plan: &Plan,
     seq_len: u64,
     compute: &dyn ComputeTimes,
-    runtime: Runtime,
+    runtime: Option<Runtime>,
     time: Seconds,
 ) -> Option<Outcome> {
     let problem = Problem {
@@ -709,8 +709,8 @@ pub fn best_for_engine(
         seq_len,
         compute,
         options: PlanOptions {
-            engine: runtime.engine(),
-            runtime: Some(runtime),
+            engine: runtime.map_or(Engine::Megatron, Runtime::engine),
+            runtime,
             precision: plan.precision,
             ..PlanOptions::default()
         },
@@ -720,7 +720,10 @@ pub fn best_for_engine(
         max_nodes: None,
         time: Some(time),
     };
-    let what = format!("hetplan --engine {}", runtime.name());
+    let what = match runtime {
+        Some(r) => format!("hetplan --engine {}", r.name()),
+        None => "hetplan".to_string(),
+    };
     run_planner(planner.as_ref(), &problem, limits, &what)
         .0
         .ok()

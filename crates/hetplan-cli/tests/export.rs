@@ -275,3 +275,184 @@ fn a_plan_megatron_cannot_run_gives_every_reason_and_the_plan_it_can() {
     assert!(o.stderr.contains("× this plan's"), "{}", o.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A plan's stages with each stage's replicas (TP groups) sorted: an export lists ranks in the
+/// engine's order, so replicas may come back in another order; nothing else may change.
+fn canonical(mut plan: serde_json::Value) -> serde_json::Value {
+    plan.as_object_mut().unwrap().remove("made_for");
+    for st in plan["stages"].as_array_mut().unwrap() {
+        let tp = st["tp"].as_u64().unwrap() as usize;
+        let mut groups: Vec<Vec<serde_json::Value>> = st["devices"]
+            .as_array()
+            .unwrap()
+            .chunks(tp)
+            .map(|c| c.to_vec())
+            .collect();
+        groups.sort_by_key(|g| g.iter().map(|d| d.to_string()).collect::<Vec<_>>());
+        st["devices"] = serde_json::Value::Array(groups.concat());
+    }
+    plan
+}
+
+#[test]
+fn a_megatron_export_imports_back_to_the_same_plan() {
+    let dir = scratch("roundtrip");
+    let cluster = "2x4xa100-80gb@100Gbps+2x4xv100-32gb@100Gbps";
+    let o = hetplan(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama2-7b",
+            "--cluster",
+            cluster,
+            "--gbs",
+            "64",
+            "--engine",
+            "megatron",
+            "--time-limit",
+            "3s",
+            "-o",
+            "planned.json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let cases: &[(&str, &str)] = &[
+        ("llama2-7b", "planned.json"),
+        (
+            "llama2-7b",
+            "tp=2,pp=4,mbs=1,gbs=64,zero=1,ckpt=2,sp=on,schedule=interleaved,v=2",
+        ),
+        (
+            "gpt3-1.3b",
+            "tp=1,pp=2,mbs=2,gbs=64,ckpt=selective,offload_opt=0.5,precision=fp16",
+        ),
+        ("gpt3-1.3b", "tp=2,pp=1,mbs=4,gbs=64,zero=3"),
+    ];
+    for (i, (model, plan)) in cases.iter().enumerate() {
+        let job = format!("job{i}");
+        let o = hetplan(
+            &dir,
+            &[
+                "export",
+                "--model",
+                model,
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--to",
+                "megatron",
+                "--out",
+                &job,
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let original = format!("original{i}.json");
+        let o = hetplan(
+            &dir,
+            &[
+                "estimate",
+                "--model",
+                model,
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--json",
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let est: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        std::fs::write(dir.join(&original), est["plan"].to_string()).unwrap();
+        let imported = format!("imported{i}.json");
+        let o = hetplan(
+            &dir,
+            &[
+                "import",
+                "--from",
+                "megatron",
+                &format!("{job}/megatron_args.json"),
+                "--cluster",
+                cluster,
+                "--time-limit",
+                "none",
+                "-o",
+                &imported,
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let read = |f: &str| -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap()
+        };
+        assert_eq!(
+            canonical(read(&imported)),
+            canonical(read(&original)),
+            "{model} {plan}"
+        );
+        // The job file is a model for `estimate`, with the same time as the catalog model.
+        let o = hetplan(
+            &dir,
+            &[
+                "estimate",
+                "--model",
+                &format!("{job}/launch.sh"),
+                "--cluster",
+                cluster,
+                "--plan",
+                &imported,
+                "--json",
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let again: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        let (a, b) = (
+            est["iteration_time_s"].as_f64().unwrap(),
+            again["iteration_time_s"].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() <= 1e-9 * a, "{model} {plan}: {a} then {b}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn import_points_at_what_it_cannot_read() {
+    let dir = scratch("import-errors");
+    std::fs::write(
+        dir.join("train.sh"),
+        "torchrun pretrain_gpt.py \\\n  --num-layers 4 --hidden-size 256 \\\n  \
+         --num-attention-heads $HEADS --seq-length 512\n",
+    )
+    .unwrap();
+    let o = hetplan(
+        &dir,
+        &[
+            "import",
+            "--from",
+            "megatron",
+            "train.sh",
+            "--cluster",
+            "1x8xa100-80gb",
+        ],
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("train.sh:3:25"), "{}", o.stderr);
+    assert!(o.stderr.contains("shell variables"), "{}", o.stderr);
+    let o = hetplan(
+        &dir,
+        &[
+            "import",
+            "--from",
+            "megatron",
+            "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 \
+             --micro-batch-size 1 --vocab-size 100 --context-parallel-size 2",
+            "--cluster",
+            "1x8xa100-80gb",
+            "--time-limit",
+            "none",
+        ],
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("context parallelism"), "{}", o.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,6 +10,7 @@ pub mod cost;
 pub mod error;
 pub mod export;
 pub mod gpu;
+pub mod import;
 pub mod model;
 pub mod names;
 pub mod parse;

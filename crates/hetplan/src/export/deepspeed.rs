@@ -75,7 +75,7 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
         });
     }
     let config = ds_config(plan);
-    let parts = parts(plan);
+    let parts = super::layer_parts(plan);
     let mut files = vec![ExportFile {
         path: "ds_config.json".into(),
         contents: serde_json::to_string_pretty(&config).expect("JSON values serialise") + "\n",
@@ -88,20 +88,7 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
             executable: false,
         });
     }
-    files.push(ExportFile {
-        path: "ranks.json".into(),
-        contents: serde_json::to_string_pretty(&json!({
-            "world_size": layout.world_size(),
-            "pipeline_stages": pp,
-            "data_parallel": first.dp,
-            "tensor_parallel": first.tp,
-            "parts": parts,
-            "nodes": layout.nodes,
-        }))
-        .expect("JSON values serialise")
-            + "\n",
-        executable: false,
-    });
+    files.push(super::ranks_file(plan, &layout));
     files.push(ExportFile {
         path: "launch.sh".into(),
         contents: super::launch_script(
@@ -124,13 +111,6 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
         files,
         layout,
     })
-}
-
-/// The first layer of every stage and the layer count: stage `s` runs `parts[s]..parts[s+1]`.
-fn parts(plan: &Plan) -> Vec<usize> {
-    let mut p: Vec<usize> = plan.stages.iter().map(|s| s.layers.start).collect();
-    p.push(plan.stages.last().map_or(0, |s| s.layers.end));
-    p
 }
 
 /// `ds_config.json` of the plan.

@@ -105,6 +105,7 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
             contents: serde_json::to_string_pretty(&args).expect("strings serialise") + "\n",
             executable: false,
         },
+        super::ranks_file(plan, &layout),
         ExportFile {
             path: "launch.sh".into(),
             contents: launch_script(job, &args, &layout),
@@ -418,7 +419,9 @@ fn readme(job: Job<'_>, layout: &RankLayout, notes: &[String]) -> String {
          address of node rank 0) set, from a Megatron-LM checkout; it starts `torchrun` with the \
          node's GPUs in `CUDA_VISIBLE_DEVICES` and `pretrain_gpt.py` with the arguments. Extra \
          arguments to `launch.sh` are passed on to `pretrain_gpt.py`.\n\
-         - `megatron_args.json`: the same arguments as a JSON list.\n",
+         - `megatron_args.json`: the same arguments as a JSON list.\n\
+         - `ranks.json`: the degrees, the layer split and where every rank runs; `hetplan import \
+         --from megatron megatron_args.json` reads it back.\n",
     );
     s.push_str(&super::placement_table(
         cluster,

@@ -153,6 +153,33 @@ pub(crate) fn launch_script(
     s
 }
 
+/// The first layer of every stage, then the layer count: stage `s` runs `parts[s]..parts[s+1]`.
+pub(crate) fn layer_parts(plan: &crate::plan::Plan) -> Vec<usize> {
+    let mut p: Vec<usize> = plan.stages.iter().map(|s| s.layers.start).collect();
+    p.push(plan.stages.last().map_or(0, |s| s.layers.end));
+    p
+}
+
+/// `ranks.json`: the degrees, the layer split (stage `s` runs layers `parts[s]..parts[s+1]`)
+/// and every node's place; `hetplan import` reads it back to put every rank on its GPU.
+pub(crate) fn ranks_file(plan: &crate::plan::Plan, layout: &ranks::RankLayout) -> ExportFile {
+    let first = &plan.stages[0];
+    let parts = layer_parts(plan);
+    let v = serde_json::json!({
+        "world_size": layout.world_size(),
+        "pipeline_stages": plan.pipeline_depth().max(1),
+        "data_parallel": first.dp,
+        "tensor_parallel": first.tp,
+        "parts": parts,
+        "nodes": layout.nodes,
+    });
+    ExportFile {
+        path: "ranks.json".into(),
+        contents: serde_json::to_string_pretty(&v).expect("JSON values serialise") + "\n",
+        executable: false,
+    }
+}
+
 /// The README's section on where every stage runs: `order` says how the engine orders ranks.
 pub(crate) fn placement_table(
     cluster: &Cluster,

@@ -22,7 +22,7 @@ use crate::plan::Plan;
 use serde::Serialize;
 
 /// One node's part of the job.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct NodeLaunch {
     /// The cluster's node index (`n3` is 3).
     pub node: u32,

@@ -1,0 +1,219 @@
+//! `hetplan import`: the job a user runs today, as hetplan's model and plan, beside hetplan's
+//! own plan (issue 11).
+
+use crate::diag::{io_reason, CliError, Origin, Result};
+use crate::{emit, emit_json, inputs};
+use hetplan::cost::{self, Analytic, Workload};
+use hetplan::export::ranks::NodeLaunch;
+use hetplan::import::megatron::MegatronJob;
+use hetplan::plan::{Plan, ValidPlan};
+use hetplan::units::Seconds;
+use serde::Serialize;
+use std::path::Path;
+
+/// `--from`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum SourceArg {
+    /// A Megatron-LM job: a launch script or command line with `pretrain_gpt.py`'s flags, or
+    /// the `megatron_args.json` of `hetplan export --to megatron`.
+    Megatron,
+}
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// What the job is written for.
+    #[arg(long, value_enum)]
+    pub from: SourceArg,
+    /// The job: a file, or its arguments as one string (`"--num-layers 24 --hidden-size ..."`).
+    #[arg(value_name = "FILE_OR_ARGS", allow_hyphen_values = true)]
+    pub source: String,
+    /// The cluster it runs on: a built-in name, NxGxGPU[@BANDWIDTH], or a TOML file.
+    #[arg(long, value_name = "CLUSTER")]
+    pub cluster: String,
+    /// Where each rank runs (the `ranks.json` of `hetplan export`). Default: `ranks.json` beside
+    /// FILE if there is one, else the cluster's GPUs in order, node by node.
+    #[arg(long, value_name = "FILE")]
+    pub ranks: Option<String>,
+    /// How long hetplan may search for its own plan (`none`: do not compare).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub time_limit: String,
+    /// Write the imported plan (JSON, for `estimate`, `simulate` and `export`) to this file.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `hetplan import --json`: these keys are an interface; add, never rename.
+#[derive(Serialize)]
+struct ImportOutput<'a> {
+    model: &'a str,
+    cluster: &'a str,
+    seq_len: u64,
+    plan: &'a Plan,
+    iteration_time_s: f64,
+    fits: bool,
+    /// hetplan's plan for the same problem, when it searched and found one.
+    hetplan: Option<HetplanSide<'a>>,
+    /// Flags read but without effect on the plan.
+    ignored: &'a [String],
+}
+
+#[derive(Serialize)]
+struct HetplanSide<'a> {
+    plan: &'a Plan,
+    iteration_time_s: f64,
+    /// The imported plan's time over hetplan's.
+    speedup: f64,
+}
+
+pub fn import(a: ImportArgs) -> Result<()> {
+    let SourceArg::Megatron = a.from;
+    let is_file = Path::new(&a.source).is_file();
+    let origin = if is_file {
+        inputs::read_origin(&a.source)?
+    } else {
+        Origin::arg("FILE_OR_ARGS", &a.source)
+    };
+    let name = if is_file {
+        inputs::megatron_name(&a.source)
+    } else {
+        "megatron-job".to_string()
+    };
+    let job = MegatronJob::parse(&origin.text, &name)
+        .map_err(|e| CliError::input(Some(origin.clone()), e))?;
+    let cluster = inputs::load_cluster(&a.cluster)?;
+    let ranks_path = a.ranks.clone().or_else(|| {
+        let beside = Path::new(&a.source).parent()?.join("ranks.json");
+        (is_file && beside.is_file()).then(|| beside.to_string_lossy().into_owned())
+    });
+    let ranks: Option<Vec<NodeLaunch>> = match &ranks_path {
+        None => None,
+        Some(p) => {
+            let o = inputs::read_origin(p)?;
+            #[derive(serde::Deserialize)]
+            struct Ranks {
+                nodes: Vec<NodeLaunch>,
+            }
+            let r: Ranks = serde_json::from_str(&o.text).map_err(|e| {
+                CliError::input(Some(o.clone()), hetplan::InputError::from_json(&e))
+            })?;
+            Some(r.nodes)
+        }
+    };
+    let plan = job
+        .plan(&cluster, ranks.as_deref())
+        .map_err(|e| CliError::input(Some(origin.clone()), e))?;
+    let valid =
+        ValidPlan::new(plan.clone(), &job.model, &cluster).map_err(|problems| CliError::Plan {
+            origin: Some(Box::new(origin.clone())),
+            problems,
+            model: job.model.name.clone(),
+            cluster: cluster.name.clone(),
+        })?;
+    let w = Workload {
+        model: &job.model,
+        cluster: &cluster,
+        seq_len: job.seq_len,
+    };
+    let est = cost::estimate(w, &valid, &Analytic);
+    if let Some(path) = &a.output {
+        let json =
+            serde_json::to_string_pretty(&plan).map_err(|e| CliError::Failure(e.to_string()))?;
+        std::fs::write(path, json + "\n")
+            .map_err(|e| CliError::Failure(format!("cannot write {path}: {}", io_reason(&e))))?;
+        eprintln!("wrote {path}: the imported plan");
+    }
+    let t = a.time_limit.trim();
+    let best = if t.eq_ignore_ascii_case("none") {
+        None
+    } else {
+        let time: Seconds = t
+            .parse()
+            .map_err(|e| CliError::Usage(format!("--time-limit {t}: {e}")))?;
+        crate::planning::hetplan_best(
+            &job.model,
+            &cluster,
+            &plan,
+            job.seq_len,
+            &Analytic,
+            None,
+            time,
+        )
+    };
+    let mine = est.iteration_time_s;
+    if a.json {
+        return emit_json(&ImportOutput {
+            model: &job.model.name,
+            cluster: &cluster.name,
+            seq_len: job.seq_len,
+            plan: &plan,
+            iteration_time_s: mine,
+            fits: est.fits,
+            hetplan: best.as_ref().map(|b| HetplanSide {
+                plan: &b.plan,
+                iteration_time_s: b.estimate.iteration_time_s,
+                speedup: mine / b.estimate.iteration_time_s,
+            }),
+            ignored: &job.ignored,
+        });
+    }
+    let mut s = format!(
+        "model    {}: {:.2}B parameters, {} layers, seq {}\n\
+         cluster  {}: {} GPUs\n\
+         yours    {}\n\
+         estimate {} per iteration{}\n",
+        job.model.name,
+        job.model.params() as f64 / 1e9,
+        job.model.layers.len(),
+        job.seq_len,
+        cluster.name,
+        cluster.gpus().len(),
+        plan.summary(),
+        Seconds(mine),
+        if est.fits {
+            String::new()
+        } else {
+            format!(
+                ", does not fit: needs {:.1} GiB on its fullest GPU",
+                est.peak_memory_bytes / (1u64 << 30) as f64
+            )
+        }
+    );
+    match &best {
+        Some(b) => s.push_str(&format!(
+            "hetplan  {}\n\
+             estimate {} per iteration: your configuration {}, hetplan's plan {} ({:.2}×)\n",
+            b.plan.summary(),
+            Seconds(b.estimate.iteration_time_s),
+            Seconds(mine),
+            Seconds(b.estimate.iteration_time_s),
+            mine / b.estimate.iteration_time_s
+        )),
+        None if !t.eq_ignore_ascii_case("none") => {
+            s.push_str("hetplan  no plan that fits found in the time given\n")
+        }
+        None => {}
+    }
+    if let Some(b) = &best {
+        for e in &b.per_engine {
+            if let (Some(p), Some(t)) = (&e.plan, e.estimate_s) {
+                s.push_str(&format!(
+                    "engine   {:<10} {} ({:.2}× your configuration): {}\n",
+                    e.engine.name(),
+                    Seconds(t),
+                    mine / t,
+                    p.summary()
+                ));
+            }
+        }
+    }
+    if !job.ignored.is_empty() {
+        s.push_str(&format!(
+            "ignored  {} (no effect on the plan's time or memory)\n",
+            job.ignored.join(" ")
+        ));
+    }
+    emit(&s)
+}

@@ -1,0 +1,820 @@
+//! A Megatron-LM job as hetplan's model and plan: the command line (or launch script, or the
+//! JSON argument list `hetplan export --to megatron` writes) read flag by flag.
+//!
+//! The flags and their defaults are Megatron-LM's (d98e8a6, `megatron/training/arguments.py`
+//! and `TransformerConfig`): `--ffn-hidden-size` defaults to 4h (with `--swiglu`,
+//! `int(4h·2/3 / 64)·64`), `--num-query-groups` to the head count, `--kv-channels` to h /
+//! heads, dropout to 0.1, biases on, embeddings tied, `--position-embedding-type
+//! learned_absolute`, `--normalization LayerNorm`, `--global-batch-size` to micro-batch × DP,
+//! `--optimizer-offload-fraction` to 1. The layer split is `--pipeline-model-parallel-layout`,
+//! else `--decoder-first/last-pipeline-num-layers` with the middle stages even, else even;
+//! `--num-virtual-stages-per-pipeline-rank` or `--num-layers-per-virtual-pipeline-stage`
+//! interleave. Ranks are Megatron's order (TP fastest, then DP, then PP) over the GPUs in
+//! `torchrun`'s order: the export's `ranks.json` when given, else node by node, each node's
+//! GPUs in index order. Flags that change what runs but that hetplan does not model (context
+//! and expert parallelism, FP8) are refused; the rest (data, optimizer, logging) are listed as
+//! ignored.
+
+use super::shell::{words, Word};
+use crate::cluster::{Cluster, GpuId};
+use crate::error::InputError;
+use crate::export::ranks::NodeLaunch;
+use crate::model::{
+    AttnImpl, MlpKind, Model, MoeConfig, NormKind, PositionKind, TransformerConfig,
+};
+use crate::plan::{Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
+use std::collections::BTreeMap;
+
+/// Flags that take no value (`store_true`) among those hetplan reads or may meet.
+const SWITCHES: &[&str] = &[
+    "group-query-attention",
+    "swiglu",
+    "untie-embeddings-and-output-weights",
+    "disable-bias-linear",
+    "add-qkv-bias",
+    "sequence-parallel",
+    "use-distributed-optimizer",
+    "use-megatron-fsdp",
+    "overlap-grad-reduce",
+    "overlap-param-gather",
+    "optimizer-cpu-offload",
+    "use-precision-aware-optimizer",
+    "bf16",
+    "fp16",
+    "mock-data",
+    "use-mcore-models",
+    "use-flash-attn",
+    "apply-layernorm-1p",
+    "no-masked-softmax-fusion",
+    "no-bias-gelu-fusion",
+    "no-bias-dropout-fusion",
+    "no-gradient-accumulation-fusion",
+    "cross-entropy-loss-fusion",
+    "calculate-per-token-loss",
+    "manual-gc",
+    "grad-reduce-in-bf16",
+    "use-torch-fsdp2",
+    "no-create-attention-mask-in-dataloader",
+    "use-rotary-position-embeddings",
+];
+
+/// Flags that change what runs in ways hetplan does not model yet: (flag, what it is).
+const UNMODELLED: &[(&str, &str)] = &[
+    ("context-parallel-size", "context parallelism"),
+    ("expert-model-parallel-size", "expert parallelism"),
+    ("expert-tensor-parallel-size", "expert tensor parallelism"),
+    ("fp8-format", "FP8 training"),
+    ("hybrid-layer-pattern", "hybrid (Mamba) layers"),
+    ("encoder-num-layers", "encoder layers"),
+    ("use-torch-fsdp2", "PyTorch FSDP2 inside Megatron"),
+];
+
+/// One flag as given: its value (none for a switch) and where the flag starts.
+#[derive(Clone, Debug)]
+struct Flag {
+    value: Option<Word>,
+    offset: usize,
+}
+
+/// A Megatron job read from its arguments: the model it builds and what it runs.
+#[derive(Clone, Debug)]
+pub struct MegatronJob {
+    pub model: Model,
+    pub seq_len: u64,
+    /// `torchrun --nnodes N --nproc_per_node M` with both numbers given: N·M.
+    pub world_size: Option<u64>,
+    /// Flags read but without effect on the plan (data, optimizer, logging, ...).
+    pub ignored: Vec<String>,
+    flags: BTreeMap<String, Flag>,
+    src: String,
+}
+
+impl MegatronJob {
+    /// Reads a command line, a launch script, or a JSON list of arguments.
+    pub fn parse(src: &str, name: &str) -> Result<MegatronJob, InputError> {
+        let ws = if src.trim_start().starts_with('[') {
+            let list: Vec<String> =
+                serde_json::from_str(src).map_err(|e| InputError::from_json(&e))?;
+            // Offsets into the JSON text, so that errors point at the argument.
+            let mut at = 0;
+            list.into_iter()
+                .map(|text| {
+                    let quoted = serde_json::to_string(&text).unwrap_or_default();
+                    let offset = src[at..].find(&quoted).map_or(at, |i| at + i);
+                    at = offset + quoted.len().min(src.len() - offset);
+                    Word { text, offset }
+                })
+                .collect()
+        } else {
+            words(src)?
+        };
+        let mut flags: BTreeMap<String, Flag> = BTreeMap::new();
+        let mut i = 0;
+        while i < ws.len() {
+            let w = &ws[i];
+            i += 1;
+            let Some(body) = w.text.strip_prefix("--") else {
+                continue;
+            };
+            if body.is_empty() {
+                continue;
+            }
+            let (name, value) = match body.split_once('=') {
+                Some((n, v)) => (
+                    n.to_string(),
+                    Some(Word {
+                        text: v.to_string(),
+                        offset: w.offset + 3 + n.len(),
+                    }),
+                ),
+                None if SWITCHES.contains(&body) => (body.to_string(), None),
+                None => match ws.get(i) {
+                    Some(v) if !v.text.starts_with("--") => {
+                        i += 1;
+                        (body.to_string(), Some(v.clone()))
+                    }
+                    _ => (body.to_string(), None),
+                },
+            };
+            // torchrun's `--nproc_per_node` and Megatron's flags share the command line; the
+            // last occurrence wins, as in argparse.
+            flags.insert(
+                name.replace('_', "-"),
+                Flag {
+                    value,
+                    offset: w.offset,
+                },
+            );
+        }
+        let mut job = MegatronJob {
+            model: Model {
+                name: String::new(),
+                layers: Vec::new(),
+                transformer: None,
+                default_seq_len: 0,
+                per_sample: false,
+            },
+            seq_len: 0,
+            world_size: None,
+            ignored: Vec::new(),
+            flags,
+            src: src.to_string(),
+        };
+        for (flag, what) in UNMODELLED {
+            if let Some(f) = job.flags.get(*flag) {
+                let trivial = f.value.as_ref().is_some_and(|v| v.text == "1");
+                if !trivial {
+                    return Err(job
+                        .error_at(
+                            f.offset,
+                            format!("--{flag}: hetplan does not model {what} yet"),
+                        )
+                        .hint(Some(format!(
+                            "plan without it (remove --{flag}), or compare by hand"
+                        ))));
+                }
+            }
+        }
+        let cfg = job.transformer(name)?;
+        job.seq_len = job
+            .int("seq-length")?
+            .ok_or_else(|| job.missing("seq-length"))?;
+        job.model = cfg.build();
+        job.model.default_seq_len = job.seq_len;
+        let nnodes = job.int("nnodes").ok().flatten();
+        let nproc = job.int("nproc-per-node").ok().flatten();
+        job.world_size = nnodes.zip(nproc).map(|(a, b)| a * b);
+        let read: &[&str] = &[
+            "num-layers",
+            "hidden-size",
+            "ffn-hidden-size",
+            "num-attention-heads",
+            "group-query-attention",
+            "num-query-groups",
+            "kv-channels",
+            "seq-length",
+            "max-position-embeddings",
+            "position-embedding-type",
+            "normalization",
+            "swiglu",
+            "untie-embeddings-and-output-weights",
+            "disable-bias-linear",
+            "add-qkv-bias",
+            "attention-dropout",
+            "hidden-dropout",
+            "attention-backend",
+            "vocab-size",
+            "padded-vocab-size",
+            "num-experts",
+            "moe-router-topk",
+            "moe-ffn-hidden-size",
+            "moe-shared-expert-intermediate-size",
+            "tensor-model-parallel-size",
+            "pipeline-model-parallel-size",
+            "pipeline-model-parallel-layout",
+            "decoder-first-pipeline-num-layers",
+            "decoder-last-pipeline-num-layers",
+            "num-virtual-stages-per-pipeline-rank",
+            "num-layers-per-virtual-pipeline-stage",
+            "micro-batch-size",
+            "global-batch-size",
+            "recompute-granularity",
+            "recompute-method",
+            "recompute-num-layers",
+            "use-distributed-optimizer",
+            "use-megatron-fsdp",
+            "data-parallel-sharding-strategy",
+            "sequence-parallel",
+            "optimizer-cpu-offload",
+            "optimizer-offload-fraction",
+            "bf16",
+            "fp16",
+            "nnodes",
+            "nproc-per-node",
+            // What hetplan's Megatron estimate assumes (gradient reduction and parameter
+            // gathering overlap the backward and forward passes).
+            "overlap-grad-reduce",
+            "overlap-param-gather",
+        ];
+        job.ignored = job
+            .flags
+            .keys()
+            .filter(|k| !read.contains(&k.as_str()))
+            .map(|k| format!("--{k}"))
+            .collect();
+        Ok(job)
+    }
+
+    fn error_at(&self, offset: usize, message: String) -> InputError {
+        InputError::new(message).at_offset(&self.src, offset)
+    }
+
+    fn missing(&self, flag: &str) -> InputError {
+        InputError::new(format!(
+            "--{flag} is missing: hetplan needs it to know the job"
+        ))
+        .hint(Some(format!("add --{flag} to the arguments")))
+    }
+
+    fn has(&self, flag: &str) -> bool {
+        self.flags.contains_key(flag)
+    }
+
+    fn value(&self, flag: &str) -> Option<&Word> {
+        self.flags.get(flag).and_then(|f| f.value.as_ref())
+    }
+
+    fn parsed<T: std::str::FromStr>(
+        &self,
+        flag: &str,
+        kind: &str,
+    ) -> Result<Option<T>, InputError> {
+        let Some(f) = self.flags.get(flag) else {
+            return Ok(None);
+        };
+        let Some(v) = &f.value else {
+            return Err(self
+                .error_at(f.offset, format!("--{flag} needs a value ({kind})"))
+                .hint(Some(format!("write --{flag} followed by {kind}"))));
+        };
+        v.text.parse::<T>().map(Some).map_err(|_| {
+            let unknown = v.text.starts_with('$');
+            self.error_at(
+                v.offset,
+                format!("--{flag}: expected {kind}, found `{}`", v.text),
+            )
+            .hint(Some(if unknown {
+                "hetplan does not expand shell variables: write the value itself".into()
+            } else {
+                format!("write {kind}")
+            }))
+        })
+    }
+
+    fn int(&self, flag: &str) -> Result<Option<u64>, InputError> {
+        self.parsed::<u64>(flag, "a whole number")
+    }
+
+    fn float(&self, flag: &str) -> Result<Option<f64>, InputError> {
+        self.parsed::<f64>(flag, "a number")
+    }
+
+    fn choice(&self, flag: &str, allowed: &[&str]) -> Result<Option<String>, InputError> {
+        let Some(v) = self.value(flag) else {
+            return Ok(None);
+        };
+        if allowed.contains(&v.text.as_str()) {
+            Ok(Some(v.text.clone()))
+        } else {
+            Err(self
+                .error_at(
+                    v.offset,
+                    format!("--{flag}: `{}` is not one hetplan knows", v.text),
+                )
+                .hint(Some(format!("one of: {}", allowed.join(", ")))))
+        }
+    }
+
+    /// The model's shape.
+    fn transformer(&self, name: &str) -> Result<TransformerConfig, InputError> {
+        let req =
+            |f: &str| -> Result<u64, InputError> { self.int(f)?.ok_or_else(|| self.missing(f)) };
+        let layers = req("num-layers")?;
+        let hidden = req("hidden-size")?;
+        let heads = req("num-attention-heads")?;
+        let swiglu = self.has("swiglu");
+        let ffn = match self.int("ffn-hidden-size")? {
+            Some(f) => f,
+            // arguments.py: `int((4 * h * 2 / 3) / 64) * 64` with SwiGLU, 4h otherwise.
+            None if swiglu => ((4 * hidden * 2) / 3) / 64 * 64,
+            None => 4 * hidden,
+        };
+        let kv_heads = if self.has("group-query-attention") {
+            self.int("num-query-groups")?.unwrap_or(heads)
+        } else {
+            heads
+        };
+        let head_dim = self
+            .int("kv-channels")?
+            .unwrap_or(hidden.checked_div(heads).unwrap_or(0));
+        let vocab = match (self.int("vocab-size")?, self.int("padded-vocab-size")?) {
+            (_, Some(v)) | (Some(v), None) => v,
+            (None, None) => {
+                return Err(self.missing("vocab-size").hint(Some(
+                    "Megatron takes the vocabulary from the tokenizer; give hetplan its size \
+                     with --vocab-size"
+                        .into(),
+                )))
+            }
+        };
+        let position = match self
+            .choice(
+                "position-embedding-type",
+                &["learned_absolute", "rope", "yarn", "mrope", "none"],
+            )?
+            .as_deref()
+        {
+            None | Some("learned_absolute") => PositionKind::Learned,
+            _ => PositionKind::Rotary,
+        };
+        let norm = match self
+            .choice("normalization", &["LayerNorm", "RMSNorm"])?
+            .as_deref()
+        {
+            Some("RMSNorm") => NormKind::RmsNorm,
+            _ => NormKind::LayerNorm,
+        };
+        let bias = !self.has("disable-bias-linear");
+        let dropout = self.float("attention-dropout")?.unwrap_or(0.1) > 0.0
+            || self.float("hidden-dropout")?.unwrap_or(0.1) > 0.0;
+        let attn_impl = match self
+            .choice(
+                "attention-backend",
+                &["flash", "fused", "unfused", "local", "auto"],
+            )?
+            .as_deref()
+        {
+            Some("unfused") | Some("local") => AttnImpl::Torch,
+            _ => AttnImpl::Flash,
+        };
+        let seq = self.int("seq-length")?.unwrap_or(0);
+        let moe = match self.int("num-experts")? {
+            None | Some(0) => None,
+            Some(experts) => Some(MoeConfig {
+                experts,
+                top_k: self.int("moe-router-topk")?.unwrap_or(2),
+                expert_ffn: self.int("moe-ffn-hidden-size")?.unwrap_or(ffn),
+                shared_ffn: self.int("moe-shared-expert-intermediate-size")?,
+            }),
+        };
+        Ok(TransformerConfig {
+            name: name.to_string(),
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+            mlp: if swiglu {
+                MlpKind::SwiGlu
+            } else {
+                MlpKind::Gelu
+            },
+            norm,
+            position,
+            vocab,
+            max_seq_len: self.int("max-position-embeddings")?.unwrap_or(seq),
+            attn_bias: bias || self.has("add-qkv-bias"),
+            mlp_bias: bias,
+            norm_bias: norm == NormKind::LayerNorm,
+            tied_embeddings: !self.has("untie-embeddings-and-output-weights"),
+            parallel_attn: false,
+            shared_norm: false,
+            causal: true,
+            attn_impl,
+            dropout,
+            moe,
+        })
+    }
+
+    /// The plan the job runs on `cluster`: its ranks on `ranks` (the export's `ranks.json`, in
+    /// node-rank order) or on the cluster's GPUs in order.
+    pub fn plan(
+        &self,
+        cluster: &Cluster,
+        ranks: Option<&[NodeLaunch]>,
+    ) -> Result<Plan, InputError> {
+        let tp = self.int("tensor-model-parallel-size")?.unwrap_or(1).max(1);
+        let pp = self
+            .int("pipeline-model-parallel-size")?
+            .unwrap_or(1)
+            .max(1);
+        let gpus: Vec<GpuId> = match ranks {
+            Some(nodes) => nodes
+                .iter()
+                .flat_map(|n| {
+                    n.gpus.iter().map(move |&g| GpuId {
+                        node: n.node,
+                        local: g,
+                    })
+                })
+                .collect(),
+            None => {
+                let all = cluster.gpus();
+                let n = self
+                    .world_size
+                    .map_or(all.len(), |w| (w as usize).min(all.len()));
+                all[..n].to_vec()
+            }
+        };
+        for g in &gpus {
+            if g.node as usize >= cluster.nodes.len()
+                || g.local >= cluster.nodes[g.node as usize].num_gpus
+            {
+                return Err(InputError::new(format!(
+                    "the ranks name GPU {g}, which the cluster does not have"
+                ))
+                .hint(Some(
+                    "import with the cluster the job was exported for".into(),
+                )));
+            }
+        }
+        let world = gpus.len() as u64;
+        if world == 0 || !world.is_multiple_of(tp * pp) {
+            let at = (self.flags.get("tensor-model-parallel-size"))
+                .or(self.flags.get("pipeline-model-parallel-size"))
+                .map_or(0, |f| f.offset);
+            return Err(self
+                .error_at(
+                    at,
+                    format!("{world} GPUs are not a multiple of TP × PP = {tp} × {pp}"),
+                )
+                .hint(Some(
+                    "give the job's world size with torchrun's --nnodes and --nproc_per_node, or \
+                 import with the cluster it runs on"
+                        .into(),
+                )));
+        }
+        let dp = world / (tp * pp);
+        let mbs = self
+            .int("micro-batch-size")?
+            .ok_or_else(|| self.missing("micro-batch-size"))?;
+        let gbs = self.int("global-batch-size")?.unwrap_or(mbs * dp);
+        if mbs == 0 || !gbs.is_multiple_of(mbs * dp) {
+            let at = self.flags.get("global-batch-size").map_or(0, |f| f.offset);
+            return Err(self
+                .error_at(
+                    at,
+                    format!(
+                        "the global batch {gbs} is not a multiple of micro-batch × DP = {mbs} × \
+                         {dp}"
+                    ),
+                )
+                .hint(Some(format!(
+                    "DP is the {world} GPUs over TP × PP = {}",
+                    tp * pp
+                ))));
+        }
+        let chunks = self.chunks(pp as usize)?;
+        let v = chunks.len() / pp as usize;
+        let zero = if self.has("use-megatron-fsdp") {
+            match self
+                .choice(
+                    "data-parallel-sharding-strategy",
+                    &["no_shard", "optim", "optim_grads", "optim_grads_params"],
+                )?
+                .as_deref()
+            {
+                Some("no_shard") => 0,
+                Some("optim") => 1,
+                Some("optim_grads") => 2,
+                _ => 3,
+            }
+        } else if self.has("use-distributed-optimizer") {
+            1
+        } else {
+            0
+        };
+        let recompute = match self
+            .choice("recompute-granularity", &["full", "selective"])?
+            .as_deref()
+        {
+            None => Recompute::None,
+            Some("selective") => Recompute::Selective,
+            _ => {
+                let k = self.int("recompute-num-layers")?.unwrap_or(1);
+                match self
+                    .choice("recompute-method", &["uniform", "block"])?
+                    .as_deref()
+                {
+                    // block: the first k layers of each stage.
+                    Some("block") => Recompute::Layers(k as u32),
+                    // uniform: every layer, checkpointed in groups of k.
+                    _ => Recompute::Full,
+                }
+            }
+        };
+        let offload = if self.has("optimizer-cpu-offload") {
+            Offload {
+                optimizer: self.float("optimizer-offload-fraction")?.unwrap_or(1.0),
+                ..Default::default()
+            }
+        } else {
+            Offload::default()
+        };
+        let per_stage = (tp * dp) as usize;
+        let stages = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, &layers)| {
+                let p = i % pp as usize;
+                let len = layers.len() as u32;
+                Stage {
+                    layers,
+                    devices: gpus[p * per_stage..(p + 1) * per_stage].to_vec(),
+                    tp: tp as u32,
+                    replica_tp: Vec::new(),
+                    dp: dp as u32,
+                    micro_batch_sizes: vec![mbs; dp as usize],
+                    zero,
+                    recompute: match recompute {
+                        Recompute::Layers(k) if k >= len => Recompute::Full,
+                        r => r,
+                    },
+                    offload,
+                    sequence_parallel: self.has("sequence-parallel") && tp > 1,
+                    replica_samples: Vec::new(),
+                }
+            })
+            .collect();
+        Ok(Plan {
+            global_batch: gbs,
+            micro_batches: gbs / (mbs * dp),
+            schedule: if v > 1 {
+                Schedule::Interleaved {
+                    virtual_stages: v as u32,
+                }
+            } else {
+                Schedule::OneFOneB
+            },
+            engine: Engine::Megatron,
+            precision: if self.has("bf16") {
+                Precision::Bf16
+            } else if self.has("fp16") {
+                Precision::Fp16
+            } else {
+                Precision::Fp32
+            },
+            collective_dtypes: Default::default(),
+            stages,
+            made_for: Some(crate::plan::MadeFor::of(&self.model, cluster)),
+        })
+    }
+
+    /// The model chunks in Megatron's order (chunk `i` on pipeline rank `i mod pp`), as layer
+    /// ranges of hetplan's model (embedding, blocks, head).
+    fn chunks(&self, pp: usize) -> Result<Vec<LayerRange>, InputError> {
+        let blocks = self.model.layers.len().saturating_sub(2);
+        let ranges = |counts: &[usize]| -> Vec<LayerRange> {
+            // Decoder layers per chunk; the embedding joins the first, the head the last.
+            let mut out = Vec::with_capacity(counts.len());
+            let mut start = 0;
+            for (i, &c) in counts.iter().enumerate() {
+                let mut end = start + c;
+                if i == 0 {
+                    end += 1;
+                }
+                if i + 1 == counts.len() {
+                    end += 1;
+                }
+                out.push(LayerRange { start, end });
+                start = end;
+            }
+            out
+        };
+        if let Some(w) = self.value("pipeline-model-parallel-layout") {
+            return self.layout(w, pp, blocks);
+        }
+        let v = match (
+            self.int("num-virtual-stages-per-pipeline-rank")?,
+            self.int("num-layers-per-virtual-pipeline-stage")?,
+        ) {
+            (Some(v), _) => v as usize,
+            (None, Some(per)) if per > 0 => blocks / pp / per as usize,
+            _ => 1,
+        }
+        .max(1);
+        let n = pp * v;
+        let first = self
+            .int("decoder-first-pipeline-num-layers")?
+            .map(|x| x as usize);
+        let last = self
+            .int("decoder-last-pipeline-num-layers")?
+            .map(|x| x as usize);
+        let (first, last) = if n == 1 { (None, None) } else { (first, last) };
+        let fixed = first.unwrap_or(0) + last.unwrap_or(0);
+        let middle = n - usize::from(first.is_some()) - usize::from(last.is_some());
+        let even = blocks.checked_sub(fixed).filter(|rest| {
+            if middle == 0 {
+                *rest == 0
+            } else {
+                rest.is_multiple_of(middle)
+            }
+        });
+        let Some(rest) = even else {
+            return Err(InputError::new(format!(
+                "{blocks} decoder layers do not split evenly over {n} pipeline chunks{}",
+                if fixed > 0 {
+                    " besides the first and last stage's"
+                } else {
+                    ""
+                }
+            ))
+            .hint(Some(
+                "Megatron refuses this too; use --pipeline-model-parallel-layout for an uneven \
+                 split"
+                    .into(),
+            )));
+        };
+        let counts: Vec<usize> = (0..n)
+            .map(|i| match (i, first, last) {
+                (0, Some(f), _) => f,
+                (i, _, Some(l)) if i == n - 1 => l,
+                _ => rest / middle.max(1),
+            })
+            .collect();
+        Ok(ranges(&counts))
+    }
+
+    /// `--pipeline-model-parallel-layout`: `E`, `t`, `L`, `|`, `x*n` and `(...)*n` as Megatron
+    /// unrolls them (`PipelineParallelLayerLayout.parse_str_to_list`).
+    fn layout(&self, w: &Word, pp: usize, blocks: usize) -> Result<Vec<LayerRange>, InputError> {
+        let err = |m: String| {
+            self.error_at(w.offset, format!("--pipeline-model-parallel-layout: {m}"))
+                .hint(Some(
+                    "write stages of E, t and L separated by |, e.g. Et*5|t*6L".into(),
+                ))
+        };
+        let unrolled = unroll(&w.text.replace(',', "")).map_err(err)?;
+        let chunks: Vec<&str> = unrolled.split('|').collect();
+        if !chunks.len().is_multiple_of(pp) {
+            return Err(err(format!(
+                "{} stages are not a multiple of the pipeline size {pp}",
+                chunks.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(chunks.len());
+        let mut start = 0;
+        let mut seen_t = 0;
+        for (i, c) in chunks.iter().enumerate() {
+            let mut len = 0;
+            for ch in c.chars() {
+                match ch {
+                    't' => {
+                        seen_t += 1;
+                        len += 1
+                    }
+                    'E' if i == 0 && len == 0 => len += 1,
+                    'L' if i + 1 == chunks.len() => len += 1,
+                    'E' | 'L' => {
+                        return Err(err(format!(
+                            "`{ch}` must open the first stage (E) or close the last (L)"
+                        )))
+                    }
+                    other => return Err(err(format!("`{other}` is not a layer hetplan knows"))),
+                }
+            }
+            if len == 0 {
+                return Err(err(format!(
+                    "stage {i} has no layers; hetplan's stages are never empty"
+                )));
+            }
+            out.push(LayerRange {
+                start,
+                end: start + len,
+            });
+            start += len;
+        }
+        if seen_t != blocks || start != blocks + 2 {
+            return Err(err(format!(
+                "it has {seen_t} decoder layers and {} in all; the model has {blocks} and {}",
+                start,
+                blocks + 2
+            )));
+        }
+        Ok(out)
+    }
+}
+
+/// Megatron's unrolling of `(ab|cd)*2` and `t*3`.
+fn unroll(s: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let chars: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    let count = |i: &mut usize| -> Option<usize> {
+        if chars.get(*i) != Some(&'*') {
+            return None;
+        }
+        let start = *i + 1;
+        let mut j = start;
+        while j < chars.len() && chars[j].is_ascii_digit() {
+            j += 1;
+        }
+        let n = chars[start..j].iter().collect::<String>().parse().ok();
+        *i = j;
+        n
+    };
+    while i < chars.len() {
+        if chars[i] == '(' {
+            let close = chars[i..]
+                .iter()
+                .position(|&c| c == ')')
+                .map(|p| p + i)
+                .ok_or("a `(` is never closed")?;
+            let inner: String = chars[i + 1..close].iter().collect();
+            i = close + 1;
+            let n = count(&mut i).ok_or("`(...)` must be followed by `*n`")?;
+            out.push_str(&inner.repeat(n));
+        } else {
+            let c = chars[i];
+            i += 1;
+            match count(&mut i) {
+                Some(n) => out.push_str(&c.to_string().repeat(n)),
+                None => out.push(c),
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_unroll_as_megatron_does() {
+        assert_eq!(unroll("Et*3|(tt|)*2L").unwrap(), "Ettt|tt|tt|L");
+        assert!(unroll("(t|").is_err());
+    }
+
+    #[test]
+    fn a_command_line_gives_model_and_plan() {
+        let src = "torchrun --nnodes 2 --nproc_per_node 4 pretrain_gpt.py \\\n  --num-layers 4 \
+                   --hidden-size 256 --num-attention-heads 8 --seq-length 512 \
+                   --max-position-embeddings 512 --vocab-size 1000 --swiglu --normalization RMSNorm \
+                   --position-embedding-type rope --disable-bias-linear \
+                   --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+                   --pipeline-model-parallel-layout 'Et|t*3L' --micro-batch-size 2 \
+                   --global-batch-size 16 --use-distributed-optimizer --recompute-granularity \
+                   selective --bf16 --lr 1e-4";
+        let job = MegatronJob::parse(src, "m").unwrap();
+        assert_eq!(job.world_size, Some(8));
+        assert_eq!(job.ignored, vec!["--lr".to_string()]);
+        let cfg = job.model.transformer.clone().unwrap();
+        assert_eq!(
+            (cfg.ffn, cfg.mlp, cfg.norm),
+            (682 / 64 * 64, MlpKind::SwiGlu, NormKind::RmsNorm)
+        );
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            "name = \"t\"\n[[node_group]]\ngpu = \"a100-sxm4-80gb\"\ngpus_per_node = 4\nnodes = 2\ninter_node_bandwidth = \"100 Gbps\"\n",
+        )
+        .unwrap();
+        let plan = job.plan(&cluster, None).unwrap();
+        assert_eq!(plan.stages.len(), 2);
+        assert_eq!(plan.stages[0].layers, LayerRange { start: 0, end: 2 });
+        assert_eq!(plan.stages[1].layers, LayerRange { start: 2, end: 6 });
+        assert_eq!((plan.stages[0].dp, plan.micro_batches), (2, 4));
+        assert_eq!(plan.stages[1].devices[0], GpuId { node: 1, local: 0 });
+        assert_eq!(plan.stages[0].zero, 1);
+        assert!(crate::plan::ValidPlan::new(plan, &job.model, &cluster).is_ok());
+    }
+
+    #[test]
+    fn bad_values_are_located() {
+        let e = MegatronJob::parse("--num-layers $L --hidden-size 8", "m").unwrap_err();
+        assert_eq!((e.line, e.column), (Some(1), Some(14)));
+        assert!(e.hint.unwrap().contains("shell variables"));
+        let e = MegatronJob::parse("--num-layers 2 --context-parallel-size 2", "m").unwrap_err();
+        assert!(e.message.contains("context parallelism"), "{}", e.message);
+    }
+}
