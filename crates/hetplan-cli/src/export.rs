@@ -12,6 +12,8 @@ pub enum TargetArg {
     Megatron,
     /// DeepSpeed (`ds_config.json` and a `PipelineModule` with the plan's layer split).
     Deepspeed,
+    /// torchtitan 0.3 (`python -m torchtitan.train` with a config module).
+    Torchtitan,
 }
 
 impl From<TargetArg> for Target {
@@ -19,6 +21,7 @@ impl From<TargetArg> for Target {
         match t {
             TargetArg::Megatron => Target::Megatron,
             TargetArg::Deepspeed => Target::Deepspeed,
+            TargetArg::Torchtitan => Target::Torchtitan,
         }
     }
 }
@@ -116,6 +119,13 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
     let Some(runtime) = target.runtime() else {
         return Ok(None);
     };
+    if !export::model_reasons(target, &l.model).is_empty() {
+        return Ok(Some(format!(
+            "no plan makes {} run {}: the model itself is the reason",
+            target.name(),
+            l.model.name
+        )));
+    }
     let i = &a.inputs;
     let mut cmd = format!(
         "hetplan plan --engine {} --model {} --cluster {} --gbs {} --seq-len {}",
@@ -133,6 +143,20 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
             " --precision {}",
             format!("{:?}", l.plan.precision).to_lowercase()
         ));
+    }
+    if !target.precisions().contains(&l.plan.precision) {
+        // The engine has no such precision: plan for it at its default (BF16) instead; the
+        // times would not compare.
+        let default = format!(
+            " --precision {}",
+            format!("{:?}", l.plan.precision).to_lowercase()
+        );
+        return Ok(Some(format!(
+            "{} does not train in {}; plan for it in BF16: {}",
+            runtime.name(),
+            format!("{:?}", l.plan.precision).to_uppercase(),
+            cmd.replace(&default, "")
+        )));
     }
     let t = a.replan_time_limit.trim();
     if t.eq_ignore_ascii_case("none") {

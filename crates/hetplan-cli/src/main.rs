@@ -82,7 +82,8 @@ enum Command {
         Examples:\n  \
         hetplan export --model gpt3-1.3b --cluster dgx-a100-80gb --plan tp=2,pp=2,mbs=4,gbs=64 --to megatron\n  \
         hetplan plan --model llama3-8b --cluster 2x8xa100-80gb --gbs 512 --engine megatron -o plan.json\n  \
-        hetplan export --model llama3-8b --cluster 2x8xa100-80gb --plan plan.json --to megatron --out job/"
+        hetplan export --model llama3-8b --cluster 2x8xa100-80gb --plan plan.json --to megatron --out job/\n  \
+        hetplan export --model llama3-8b --cluster 2x8xa100-80gb --plan plan.json --to torchtitan --out job/"
     )]
     Export(export::ExportArgs),
     /// Read the job you run today (a Megatron-LM launch script or arguments) into a model and a

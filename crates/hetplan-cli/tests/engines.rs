@@ -2,7 +2,9 @@
 //! pipeline layout and validates the `TransformerConfig` of every Megatron export
 //! (`tests/engines/check_megatron.py`); DeepSpeed reads every `ds_config.json` and runs every
 //! layer split in its real `PipelineModule`, one gloo process per stage
-//! (`tests/engines/check_deepspeed.py`).
+//! (`tests/engines/check_deepspeed.py`); torchtitan parses every torchtitan export's config
+//! module, builds its model on the meta device and checks the layer split and the degrees
+//! against the launch (`tests/engines/check_torchtitan.py`).
 //!
 //! The engines are Python packages that pull in PyTorch. The interpreter that has them is
 //! `HETPLAN_ENGINES_PYTHON`, or `.venv-engines/bin/python` at the repository root, which
@@ -331,6 +333,290 @@ fn deepspeed_accepts_every_export() {
         !out.status.success(),
         "the checker passed a broken export: {}",
         String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Plans that exercise every torchtitan key hetplan writes: interleaving with sequence
+/// parallelism and selective checkpointing, FSDP2 (ZeRO-3) with CPU offload, GPipe with full
+/// checkpointing in FP32, an uneven 1F1B split of a model read from its config.json.
+const TORCHTITAN_INLINE: &[(&str, &str, &str)] = &[
+    (
+        "llama3-8b",
+        "2x8xa100-80gb",
+        "tp=2,pp=4,mbs=1,gbs=64,ckpt=selective,sp=on,schedule=interleaved,v=2",
+    ),
+    (
+        "llama2-7b",
+        "1x8xa100-80gb",
+        "tp=1,pp=1,dp=8,mbs=2,gbs=64,zero=3,offload_w=1,offload_g=1,offload_opt=1",
+    ),
+    (
+        "llama3-8b",
+        "2x8xa100-80gb",
+        "tp=4,pp=2,mbs=2,gbs=64,ckpt=full,schedule=gpipe,precision=fp32",
+    ),
+    (
+        "TINY_LLAMA",
+        "1x4xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps",
+        "tp=2,pp=2,mbs=2,gbs=32",
+    ),
+];
+
+#[test]
+fn torchtitan_accepts_every_export() {
+    let Some(python) = engines_python() else {
+        assert!(
+            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
+            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found \
+             (HETPLAN_ENGINES_PYTHON or .venv-engines/bin/python; .ci/run makes it)"
+        );
+        eprintln!(
+            "torchtitan_accepts_every_export: no interpreter with torchtitan \
+             (HETPLAN_ENGINES_PYTHON or .venv-engines/bin/python; .ci/run makes it): not checked"
+        );
+        return;
+    };
+    let tiny = root().join("crates/hetplan-cli/tests/fixtures/tiny-llama/config.json");
+    let tiny = tiny.to_str().unwrap();
+    let model_arg = |m: &'static str| if m == "TINY_LLAMA" { tiny } else { m };
+    let dir = std::env::temp_dir().join(format!("hetplan-engines-tt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut exports: Vec<String> = Vec::new();
+    for (i, (model, cluster, plan)) in TORCHTITAN_INLINE.iter().enumerate() {
+        let out = format!("inline-{i}");
+        let (code, err) = hetplan(
+            &dir,
+            &[
+                "export",
+                "--model",
+                model_arg(model),
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--to",
+                "torchtitan",
+                "--out",
+                &out,
+            ],
+        );
+        assert_eq!(code, 0, "{model} {plan}: {err}");
+        exports.push(out);
+    }
+    // Plans hetplan finds for torchtitan on heterogeneous clusters.
+    for (i, (model, cluster, gbs)) in [
+        (
+            "TINY_LLAMA",
+            "1x4xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps",
+            "64",
+        ),
+        (
+            "llama3-8b",
+            "2x8xh100-80gb@400Gbps+2x8xa100-40gb@200Gbps",
+            "256",
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let plan = format!("planned-{i}.json");
+        let (code, err) = hetplan(
+            &dir,
+            &[
+                "plan",
+                "--model",
+                model_arg(model),
+                "--cluster",
+                cluster,
+                "--gbs",
+                gbs,
+                "--engine",
+                "torchtitan",
+                "--time-limit",
+                "2s",
+                "-o",
+                &plan,
+            ],
+        );
+        assert_eq!(code, 0, "{model}: {err}");
+        let out = format!("planned-{i}");
+        let (code, err) = hetplan(
+            &dir,
+            &[
+                "export",
+                "--model",
+                model_arg(model),
+                "--cluster",
+                cluster,
+                "--plan",
+                &plan,
+                "--to",
+                "torchtitan",
+                "--out",
+                &out,
+            ],
+        );
+        assert_eq!(code, 0, "{model}: {err}");
+        exports.push(out);
+    }
+    // A broken copy the checker must refuse: one block more than the parts name.
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    let module = std::fs::read_to_string(dir.join("inline-0/hetplan_job.py")).unwrap();
+    assert!(module.contains("N_LAYERS = 32\n"));
+    std::fs::write(
+        broken.join("hetplan_job.py"),
+        module.replacen("N_LAYERS = 32\n", "N_LAYERS = 33\n", 1),
+    )
+    .unwrap();
+    std::fs::copy(dir.join("inline-0/launch.sh"), broken.join("launch.sh")).unwrap();
+
+    let checker = root().join("tests/engines/check_torchtitan.py");
+    let run = |dirs: &[String]| {
+        Command::new(&python)
+            .arg(&checker)
+            .args(dirs)
+            .current_dir(&dir)
+            .output()
+            .expect("the engines' interpreter runs")
+    };
+    let out = run(&exports);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "torchtitan refused an export:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        exports.len(),
+        "{stdout}"
+    );
+    let out = run(&["broken".to_string()]);
+    assert!(
+        !out.status.success(),
+        "the checker passed a broken export: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A real run: the export's own `launch.sh`, started once per node rank on this machine (two
+/// torchrun agents on localhost, gloo), trains a tiny model with DeepSpeed's pipeline engine on
+/// the plan's split, ZeRO-1 and data parallelism (`tests/engines/run_deepspeed.py`): every rank
+/// must hold its stage's layers and all must agree on finite losses.
+#[test]
+fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
+    let Some(python) = engines_python() else {
+        assert!(
+            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
+            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found"
+        );
+        eprintln!("deepspeed_trains_an_exported_plan_through_its_own_launch: not run");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("hetplan-ds-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Stage 0 on the second node, so that node ranks differ from node indices.
+    let plan = r#"{"global_batch": 8, "micro_batches": 4, "schedule": {"kind": "1f1b"},
+      "precision": "fp32", "engine": "deepspeed", "stages": [
+      {"layers": {"start": 0, "end": 5}, "devices": [{"node": 1, "local": 1}, {"node": 1, "local": 0}],
+       "tp": 1, "dp": 2, "micro_batch_sizes": [1, 1], "zero": 1, "recompute": "none"},
+      {"layers": {"start": 5, "end": 14}, "devices": [{"node": 0, "local": 0}, {"node": 0, "local": 1}],
+       "tp": 1, "dp": 2, "micro_batch_sizes": [1, 1], "zero": 1, "recompute": "none"}]}"#;
+    std::fs::write(dir.join("plan.json"), plan).unwrap();
+    let cluster = "1x2xa100-80gb@100Gbps+1x2xv100-32gb@100Gbps";
+    let (code, err) = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            cluster,
+            "--plan",
+            "plan.json",
+            "--to",
+            "deepspeed",
+            "--out",
+            "job",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let job = dir.join("job");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bin = python.parent().map(Path::to_path_buf).unwrap_or_default();
+    let runner = root().join("tests/engines/run_deepspeed.py");
+    let start = |rank: u32| {
+        Command::new("bash")
+            .arg(job.join("launch.sh"))
+            .arg(&runner)
+            .arg("--under-torchrun")
+            .arg(&job)
+            .current_dir(&job)
+            .env("NODE_RANK", rank.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("bash runs")
+    };
+    let nodes = [start(0), start(1)];
+    let mut results = String::new();
+    for (rank, node) in nodes.into_iter().enumerate() {
+        let out = node.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "node rank {rank} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        results.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    assert_eq!(
+        results.lines().filter(|l| l.starts_with("RESULT ")).count(),
+        4,
+        "{results}"
+    );
+    let mut judge = Command::new(&python)
+        .arg(&runner)
+        .arg("--judge")
+        .arg(&job)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        judge
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(results.as_bytes())
+            .unwrap();
+    }
+    let out = judge.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

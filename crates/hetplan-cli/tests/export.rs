@@ -37,6 +37,109 @@ fn scratch(name: &str) -> PathBuf {
 
 const CLUSTER: &str = "1x2xa100-80gb@100Gbps+1x2xv100-32gb@100Gbps";
 
+/// Runs `job/launch.sh` for every node rank its README lists, with a stand-in `torchrun` that
+/// prints the visible GPUs, `--nnodes`, `--node_rank`, `--nproc_per_node` and the rest of its
+/// arguments; returns (cluster node, local GPU) in global-rank order, and each node rank's
+/// further arguments and `PYTHONPATH`.
+/// (cluster node, local GPU) of every rank; per node rank, torchrun's further arguments and
+/// `PYTHONPATH`.
+type Launched = (Vec<(u64, u64)>, Vec<(String, String)>);
+
+fn launch(dir: &Path, job: &Path) -> Launched {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("torchrun"),
+        "#!/usr/bin/env bash\necho \"$CUDA_VISIBLE_DEVICES $2 $4 $6\"\nshift 6\necho \"$*\"\n\
+         echo \"${PYTHONPATH:-}\"\n",
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(bin.join("torchrun"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    let readme = std::fs::read_to_string(job.join("README.md")).unwrap();
+    let nnodes = readme
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| node"))
+        .count();
+    assert!(nnodes > 0, "{readme}");
+    let mut ranks: Vec<(u64, u64)> = Vec::new(); // (node, local GPU) in global-rank order
+    let mut rest = Vec::new();
+    for k in 0..nnodes {
+        let o = run(Command::new("bash")
+            .arg(job.join("launch.sh"))
+            .arg("--extra")
+            .current_dir(job)
+            .env("NODE_RANK", k.to_string())
+            .env("MASTER_ADDR", "localhost")
+            .env_remove("PYTHONPATH")
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            ));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let mut lines = o.stdout.lines();
+        let words: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        let (gpus, n, rank, nproc) = (words[0], words[1], words[2], words[3]);
+        assert_eq!(
+            (n, rank),
+            (nnodes.to_string().as_str(), k.to_string().as_str())
+        );
+        rest.push((
+            lines.next().unwrap_or_default().to_string(),
+            lines.next().unwrap_or_default().to_string(),
+        ));
+        let gpus: Vec<u64> = gpus.split(',').map(|g| g.parse().unwrap()).collect();
+        assert_eq!(gpus.len().to_string(), nproc);
+        // The README's row for this node rank names the cluster node.
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| {k} | n")))
+            .unwrap_or_else(|| panic!("row {k}:\n{readme}"));
+        let node: u64 = row.split('|').nth(2).unwrap().trim()[1..].parse().unwrap();
+        ranks.extend(gpus.into_iter().map(|g| (node, g)));
+    }
+    (ranks, rest)
+}
+
+/// Megatron's and torchtitan's order: stage-major, replica, TP rank fastest.
+fn assert_stage_major(stages: &[serde_json::Value], ranks: &[(u64, u64)]) {
+    let mut r = 0;
+    for st in stages {
+        let devs = st["devices"].as_array().unwrap();
+        let tp = st["tp"].as_u64().unwrap() as usize;
+        let mut replicas: Vec<Vec<(u64, u64)>> = devs
+            .chunks(tp)
+            .map(|c| {
+                c.iter()
+                    .map(|d| (d["node"].as_u64().unwrap(), d["local"].as_u64().unwrap()))
+                    .collect()
+            })
+            .collect();
+        let mut got: Vec<Vec<(u64, u64)>> = ranks[r..r + devs.len()]
+            .chunks(tp)
+            .map(|c| c.to_vec())
+            .collect();
+        // Replicas may come in any order; each TP group is one replica of the plan.
+        replicas.sort();
+        got.sort();
+        assert_eq!(got, replicas, "stage {st}");
+        r += devs.len();
+    }
+    assert_eq!(r, ranks.len(), "every rank is one of the plan's GPUs");
+}
+
+fn launched_ranks(dir: &Path, job: &Path) -> Vec<(u64, u64)> {
+    launch(dir, job).0
+}
+
 #[test]
 fn a_megatron_plan_exports_and_every_rank_lands_on_its_gpu() {
     let dir = scratch("megatron");
@@ -139,83 +242,9 @@ fn a_megatron_plan_exports_and_every_rank_lands_on_its_gpu() {
     assert_eq!(value("--global-batch-size"), "16");
     assert_eq!(value("--pipeline-model-parallel-layout"), "Et*5|t*7L");
 
-    // Where the plan puts each stage's GPUs, and where launch.sh puts each rank: a stand-in
-    // torchrun prints the node rank, the visible GPUs and the process count.
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(
-        bin.join("torchrun"),
-        "#!/usr/bin/env bash\necho \"$CUDA_VISIBLE_DEVICES $2 $4 $6\"\n",
-    )
-    .unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(bin.join("torchrun"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
-    }
-    let readme = std::fs::read_to_string(job.join("README.md")).unwrap();
-    let nnodes = readme
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| node"))
-        .count();
-    assert_eq!(nnodes, 2, "{readme}");
-    let mut ranks: Vec<(u64, u64)> = Vec::new(); // (node, local GPU) in global-rank order
-    for k in 0..nnodes {
-        let o = run(Command::new("bash")
-            .arg(job.join("launch.sh"))
-            .current_dir(&job)
-            .env("NODE_RANK", k.to_string())
-            .env("MASTER_ADDR", "localhost")
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    bin.display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            ));
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        let words: Vec<&str> = o.stdout.split_whitespace().collect();
-        let (gpus, n, rank, nproc) = (words[0], words[1], words[2], words[3]);
-        assert_eq!(
-            (n, rank),
-            (nnodes.to_string().as_str(), k.to_string().as_str())
-        );
-        let gpus: Vec<u64> = gpus.split(',').map(|g| g.parse().unwrap()).collect();
-        assert_eq!(gpus.len().to_string(), nproc);
-        // The README's row for this node rank names the cluster node.
-        let row = readme
-            .lines()
-            .find(|l| l.starts_with(&format!("| {k} | n")))
-            .unwrap_or_else(|| panic!("row {k}:\n{readme}"));
-        let node: u64 = row.split('|').nth(2).unwrap().trim()[1..].parse().unwrap();
-        ranks.extend(gpus.into_iter().map(|g| (node, g)));
-    }
-    // Megatron's order: stage-major, replica, TP rank fastest.
-    let mut r = 0;
-    for st in stages {
-        let devs = st["devices"].as_array().unwrap();
-        let tp = st["tp"].as_u64().unwrap() as usize;
-        let mut replicas: Vec<Vec<(u64, u64)>> = devs
-            .chunks(tp)
-            .map(|c| {
-                c.iter()
-                    .map(|d| (d["node"].as_u64().unwrap(), d["local"].as_u64().unwrap()))
-                    .collect()
-            })
-            .collect();
-        let mut got: Vec<Vec<(u64, u64)>> = ranks[r..r + devs.len()]
-            .chunks(tp)
-            .map(|c| c.to_vec())
-            .collect();
-        // Replicas may come in any order; each TP group is one replica of the plan.
-        replicas.sort();
-        got.sort();
-        assert_eq!(got, replicas, "stage {st}");
-        r += devs.len();
-    }
-    assert_eq!(r, ranks.len(), "every rank is one of the plan's GPUs");
+    // Where the plan puts each stage's GPUs, and where launch.sh puts each rank.
+    let ranks = launched_ranks(&dir, &job);
+    assert_stage_major(stages, &ranks);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -273,6 +302,226 @@ fn a_plan_megatron_cannot_run_gives_every_reason_and_the_plan_it_can() {
         o.stderr
     );
     assert!(o.stderr.contains("× this plan's"), "{}", o.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A LLaMA-shaped model from its config.json (8 blocks: hetplan's layers are 10).
+const TINY_LLAMA: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/tiny-llama/config.json"
+);
+
+#[test]
+fn a_torchtitan_plan_exports_and_every_rank_lands_on_its_gpu() {
+    let dir = scratch("torchtitan");
+    // From `plan --engine torchtitan` to files.
+    let o = hetplan(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            TINY_LLAMA,
+            "--cluster",
+            CLUSTER,
+            "--gbs",
+            "16",
+            "--engine",
+            "torchtitan",
+            "--time-limit",
+            "none",
+            "-o",
+            "searched.json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            TINY_LLAMA,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "searched.json",
+            "--to",
+            "torchtitan",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("==> hetplan_job.py <=="), "{}", o.stdout);
+    // An uneven pipeline whose first stage is on the second node, its TP pair in reverse.
+    let plan = r#"{
+  "global_batch": 16, "micro_batches": 8, "schedule": {"kind": "1f1b"},
+  "stages": [
+    {"layers": {"start": 0, "end": 4}, "devices": [{"node": 1, "local": 1}, {"node": 1, "local": 0}],
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "selective"},
+    {"layers": {"start": 4, "end": 10}, "devices": [{"node": 0, "local": 0}, {"node": 0, "local": 1}],
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "selective"}
+  ]
+}"#;
+    std::fs::write(dir.join("plan.json"), plan).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(plan).unwrap();
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            TINY_LLAMA,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "plan.json",
+            "--to",
+            "torchtitan",
+            "--out",
+            "job",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let job = dir.join("job");
+    for f in ["launch.sh", "hetplan_job.py", "README.md"] {
+        assert!(job.join(f).is_file(), "{f} written");
+    }
+    let module = std::fs::read_to_string(job.join("hetplan_job.py")).unwrap();
+    for line in [
+        "N_LAYERS = 8\n",
+        "DIM = 1024\n",
+        "N_KV_HEADS = 4\n",
+        "FFN_HIDDEN_DIM = 2816\n",
+        "    [\"tok_embeddings\"] + _layers(0, 3),\n",
+        "    _layers(3, 8) + [\"norm\", \"lm_head\"],\n",
+        "tensor_parallel_degree=2,",
+        "pipeline_parallel_degree=2,",
+        "pipeline_parallel_schedule=\"1F1B\",",
+        "pipeline_parallel_microbatch_size=2,",
+        "local_batch_size=16,",
+        "global_batch_size=16,",
+        "data_parallel_replicate_degree=1,",
+        "activation_checkpoint=SelectiveAC.Config(),",
+    ] {
+        assert!(module.contains(line), "{line}:\n{module}");
+    }
+
+    let stages = plan["stages"].as_array().unwrap();
+    let (ranks, rest) = launch(&dir, &job);
+    assert_stage_major(stages, &ranks);
+    assert_eq!(
+        ranks[..2],
+        [(1, 1), (1, 0)],
+        "TP ranks keep the plan's order"
+    );
+    let here = job.canonicalize().unwrap();
+    for (args, pythonpath) in rest {
+        assert!(
+            args.ends_with("-m torchtitan.train --module hetplan_job --config hetplan_job --extra"),
+            "{args}"
+        );
+        assert_eq!(
+            Path::new(&pythonpath).canonicalize().unwrap(),
+            here,
+            "the job module's directory is on PYTHONPATH"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_gpt3_model_torchtitan_cannot_train_is_refused_with_every_reason() {
+    let dir = scratch("torchtitan-refused");
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "tp=2,pp=2,mbs=2,gbs=16",
+            "--to",
+            "torchtitan",
+            "--out",
+            "job",
+        ],
+    );
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    assert!(
+        !dir.join("job").exists(),
+        "no files for a model torchtitan cannot train"
+    );
+    for reason in [
+        "torchtitan cannot run this plan: torchtitan's Llama 3 model normalises with RMSNorm",
+        "SwiGLU",
+        "rotary positions only",
+        "no biases",
+        "Weight tying is not supported with Pipeline Parallel",
+    ] {
+        assert!(o.stderr.contains(reason), "{reason}:\n{}", o.stderr);
+    }
+    // No re-planning helps: it says so instead of searching.
+    assert!(
+        o.stderr
+            .contains("no plan makes torchtitan run gpt3-125m: the model itself is the reason"),
+        "{}",
+        o.stderr
+    );
+    // A plan torchtitan cannot run (k-layer checkpointing) of a model it can: the reason and
+    // the plan it can run.
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            TINY_LLAMA,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "tp=2,pp=2,mbs=2,gbs=16,ckpt=2",
+            "--to",
+            "torchtitan",
+            "--replan-time-limit",
+            "2s",
+        ],
+    );
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("cannot checkpoint as Layers(2)"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .contains("hetplan plan --engine torchtitan --model"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("× this plan's"), "{}", o.stderr);
+    // FP16, which torchtitan does not train in: plan in BF16 instead.
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            TINY_LLAMA,
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "tp=2,pp=2,mbs=2,gbs=16,precision=fp16",
+            "--to",
+            "torchtitan",
+        ],
+    );
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("the plan is FP16"), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("torchtitan does not train in FP16; plan for it in BF16: hetplan plan"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("--precision fp16"), "{}", o.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

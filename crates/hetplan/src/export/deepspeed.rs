@@ -98,6 +98,7 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
             "Follow it with your training script and its arguments: bash launch.sh train.py \
              --deepspeed_config ds_config.json",
             None,
+            29500,
         ),
         executable: true,
     });

@@ -383,6 +383,7 @@ fn launch_script(job: Job<'_>, args: &[String], layout: &RankLayout) -> String {
         "Run it from a Megatron-LM checkout (pretrain_gpt.py in the current directory); extra \
          arguments go to pretrain_gpt.py",
         Some((&pre, "pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" \"$@\"")),
+        6000,
     )
 }
 

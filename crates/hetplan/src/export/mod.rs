@@ -9,10 +9,11 @@
 pub mod deepspeed;
 pub mod megatron;
 pub mod ranks;
+pub mod torchtitan;
 
 use crate::cluster::Cluster;
 use crate::model::Model;
-use crate::plan::ValidPlan;
+use crate::plan::{Precision, ValidPlan};
 use serde::Serialize;
 
 /// An engine hetplan writes jobs for.
@@ -23,15 +24,28 @@ pub enum Target {
     Megatron,
     /// DeepSpeed's engine and `PipelineModule` (0.19).
     Deepspeed,
+    /// torchtitan 0.3's `torchtitan.train` with a config module (`--module/--config`).
+    Torchtitan,
 }
 
 impl Target {
-    pub const ALL: [Target; 2] = [Target::Megatron, Target::Deepspeed];
+    pub const ALL: [Target; 3] = [Target::Megatron, Target::Deepspeed, Target::Torchtitan];
 
     pub fn name(self) -> &'static str {
         match self {
             Target::Megatron => "megatron",
             Target::Deepspeed => "deepspeed",
+            Target::Torchtitan => "torchtitan",
+        }
+    }
+
+    /// The precisions the engine trains in (torchtitan: `training.mixed_precision_param` is
+    /// `bfloat16` or `float32`, `config/configs.py:85`).
+    pub fn precisions(self) -> &'static [Precision] {
+        match self {
+            Target::Megatron => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            Target::Deepspeed => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            Target::Torchtitan => &[Precision::Bf16, Precision::Fp32],
         }
     }
 
@@ -40,6 +54,7 @@ impl Target {
         match self {
             Target::Megatron => Some(crate::plan::runtime::Runtime::Megatron),
             Target::Deepspeed => Some(crate::plan::runtime::Runtime::Deepspeed),
+            Target::Torchtitan => Some(crate::plan::runtime::Runtime::Torchtitan),
         }
     }
 }
@@ -86,6 +101,78 @@ pub fn export(target: Target, job: Job<'_>) -> Result<Export, ExportError> {
     match target {
         Target::Megatron => megatron::export(job),
         Target::Deepspeed => deepspeed::export(job),
+        Target::Torchtitan => torchtitan::export(job),
+    }
+}
+
+/// The GPU type's name of cluster node `node`.
+fn gpu_type_of(cluster: &Cluster, node: u32) -> &str {
+    &cluster.gpu_types[cluster.nodes[node as usize].gpu_type.0].name
+}
+
+/// The part of a launch script that picks a node's GPUs and process count by `NODE_RANK`:
+/// `NNODES`, then a `case` that sets `GPUS` and `NPROC` (shared by the engines' `launch.sh`).
+fn node_cases(cluster: &Cluster, layout: &ranks::RankLayout) -> String {
+    let mut s = format!("NNODES={}\n", layout.nodes.len());
+    s.push_str(
+        "case \"${NODE_RANK:?set NODE_RANK to the node rank of this node, see README.md}\" in\n",
+    );
+    for n in &layout.nodes {
+        let gpus: Vec<String> = n.gpus.iter().map(|g| g.to_string()).collect();
+        s.push_str(&format!(
+            "  {}) GPUS={}; NPROC={} ;;  # cluster node n{} ({}), ranks {}..{}\n",
+            n.node_rank,
+            gpus.join(","),
+            n.gpus.len(),
+            n.node,
+            gpu_type_of(cluster, n.node),
+            n.first_rank,
+            n.first_rank as usize + n.gpus.len() - 1
+        ));
+    }
+    s.push_str("  *) echo \"NODE_RANK must be 0..$((NNODES - 1))\" >&2; exit 2 ;;\nesac\n\n");
+    s
+}
+
+/// The README's table of node ranks: cluster node, GPU type, GPUs, global ranks, stages.
+fn node_table(cluster: &Cluster, layout: &ranks::RankLayout) -> String {
+    let mut s = String::from(
+        "| node rank | cluster node | GPU type | CUDA_VISIBLE_DEVICES | global ranks | stages |\n\
+         |---:|---|---|---|---|---|\n",
+    );
+    for n in &layout.nodes {
+        s.push_str(&format!(
+            "| {} | n{} | {} | {} | {}–{} | {} |\n",
+            n.node_rank,
+            n.node,
+            gpu_type_of(cluster, n.node),
+            n.gpus
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            n.first_rank,
+            n.first_rank as usize + n.gpus.len() - 1,
+            n.stages
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    s
+}
+
+/// Why `target` cannot train `model` under any plan (empty when some plan may run it): the
+/// reasons no re-planning removes.
+pub fn model_reasons(target: Target, model: &Model) -> Vec<String> {
+    match target {
+        Target::Megatron => megatron::model_args(model, model.default_seq_len)
+            .err()
+            .unwrap_or_default(),
+        Target::Torchtitan => torchtitan::model_reasons(model),
+        // DeepSpeed trains the user's own model code.
+        Target::Deepspeed => Vec::new(),
     }
 }
 
@@ -98,6 +185,7 @@ pub(crate) fn launch_script(
     engine: &str,
     usage: &str,
     program: Option<(&str, &str)>,
+    default_port: u16,
 ) -> String {
     let cluster = job.cluster;
     let mut s = String::new();
@@ -126,28 +214,11 @@ pub(crate) fn launch_script(
     };
     s.push_str(&preamble);
     s.push('\n');
-    s.push_str(&format!("NNODES={}\n", layout.nodes.len()));
-    s.push_str(
-        "case \"${NODE_RANK:?set NODE_RANK to the node rank of this node, see README.md}\" in\n",
-    );
-    for n in &layout.nodes {
-        let gpus: Vec<String> = n.gpus.iter().map(|g| g.to_string()).collect();
-        s.push_str(&format!(
-            "  {}) GPUS={}; NPROC={} ;;  # cluster node n{} ({}), ranks {}..{}\n",
-            n.node_rank,
-            gpus.join(","),
-            n.gpus.len(),
-            n.node,
-            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
-            n.first_rank,
-            n.first_rank as usize + n.gpus.len() - 1
-        ));
-    }
-    s.push_str("  *) echo \"NODE_RANK must be 0..$((NNODES - 1))\" >&2; exit 2 ;;\nesac\n\n");
+    s.push_str(&node_cases(cluster, layout));
     s.push_str(&format!(
         "CUDA_VISIBLE_DEVICES=\"$GPUS\" exec torchrun \\\n  --nnodes \"$NNODES\" --node_rank \
          \"$NODE_RANK\" --nproc_per_node \"$NPROC\" \\\n  --master_addr \"${{MASTER_ADDR:?set \
-         MASTER_ADDR to the address of node rank 0}}\" --master_port \"${{MASTER_PORT:-6000}}\" \\\n  \
+         MASTER_ADDR to the address of node rank 0}}\" --master_port \"${{MASTER_PORT:-{default_port}}}\" \\\n  \
          {command}\n"
     ));
     s
@@ -186,34 +257,13 @@ pub(crate) fn placement_table(
     layout: &ranks::RankLayout,
     order: &str,
 ) -> String {
-    let mut s = format!(
+    format!(
         "\n## Where each stage runs\n\n{order} torchrun numbers ranks node by node in \
          `--node_rank` order, local rank `i` on the `i`-th GPU of `CUDA_VISIBLE_DEVICES`. So the \
          node ranks and GPU lists below put every stage on the GPUs the plan gave it: start each \
-         cluster node with its node rank.\n\n\
-         | node rank | cluster node | GPU type | CUDA_VISIBLE_DEVICES | global ranks | stages |\n\
-         |---:|---|---|---|---|---|\n"
-    );
-    let join = |v: &[u32]| {
-        v.iter()
-            .map(|g| g.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    for n in &layout.nodes {
-        let stages: Vec<u32> = n.stages.iter().map(|&g| g as u32).collect();
-        s.push_str(&format!(
-            "| {} | n{} | {} | {} | {}–{} | {} |\n",
-            n.node_rank,
-            n.node,
-            cluster.gpu_types[cluster.nodes[n.node as usize].gpu_type.0].name,
-            join(&n.gpus),
-            n.first_rank,
-            n.first_rank as usize + n.gpus.len() - 1,
-            join(&stages).replace(',', ", ")
-        ));
-    }
-    s
+         cluster node with its node rank.\n\n{}",
+        node_table(cluster, layout)
+    )
 }
 
 /// `word` quoted for a POSIX shell when it needs it (`t*4|t*4L` would glob).
