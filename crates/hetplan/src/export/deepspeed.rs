@@ -28,22 +28,17 @@ use crate::plan::runtime::Runtime;
 use crate::plan::{Plan, Precision, Recompute};
 use serde_json::json;
 
-/// The export of `job` for DeepSpeed, or every reason it cannot run there.
-pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
-    let plan: &Plan = job.plan;
+/// Every reason DeepSpeed cannot run `plan` (empty: it can).
+pub fn reasons(plan: &Plan) -> Vec<String> {
+    checked(plan).err().unwrap_or_default()
+}
+
+/// The rank layout when DeepSpeed runs the plan; every reason otherwise.
+fn checked(plan: &Plan) -> Result<RankLayout, Vec<String>> {
     let mut why = Runtime::Deepspeed.why_not(plan);
-    let layout = ranks::stage_major(plan).unwrap_or_else(|mut w| {
-        why.append(&mut w);
-        RankLayout {
-            nodes: Vec::new(),
-            ranks: Vec::new(),
-        }
-    });
+    let layout = ranks::stage_major(plan).map_err(|mut w| why.append(&mut w));
     let Some(first) = plan.stages.first() else {
-        return Err(ExportError::Unsupported {
-            target: Target::Deepspeed,
-            reasons: vec!["the plan has no stages".into()],
-        });
+        return Err(vec!["the plan has no stages".into()]);
     };
     let pp = plan.pipeline_depth().max(1);
     if first.tp > 1 {
@@ -68,12 +63,20 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
             plan.global_batch, mbs, plan.micro_batches, first.dp
         ));
     }
-    if !why.is_empty() {
-        return Err(ExportError::Unsupported {
-            target: Target::Deepspeed,
-            reasons: why,
-        });
+    match layout {
+        Ok(l) if why.is_empty() => Ok(l),
+        _ => Err(why),
     }
+}
+
+/// The export of `job` for DeepSpeed, or every reason it cannot run there.
+pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
+    let plan: &Plan = job.plan;
+    let layout = checked(plan).map_err(|reasons| ExportError::Unsupported {
+        target: Target::Deepspeed,
+        reasons,
+    })?;
+    let pp = plan.pipeline_depth().max(1);
     let config = ds_config(plan);
     let parts = super::layer_parts(plan);
     let mut files = vec![ExportFile {

@@ -33,30 +33,20 @@ use crate::plan::runtime::Runtime;
 use crate::plan::{Plan, Precision, Recompute};
 
 /// The export of `job` for Megatron-LM, or every reason it cannot run there.
-pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
-    let plan: &Plan = job.plan;
+/// Every reason Megatron cannot run `plan` of `model` at `seq_len` (empty: it can).
+pub fn reasons(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
+    checked(model, plan, seq_len).err().unwrap_or_default()
+}
+
+/// The model's flags and the rank layout when Megatron runs the plan; every reason otherwise.
+fn checked(
+    model: &Model,
+    plan: &Plan,
+    seq_len: u64,
+) -> Result<(Vec<String>, RankLayout), Vec<String>> {
     let mut why = Runtime::Megatron.why_not(plan);
-    let model_args = model_args(job.model, job.seq_len).unwrap_or_else(|mut w| {
-        why.append(&mut w);
-        Vec::new()
-    });
-    let mut notes = Vec::new();
-    if let Some(cfg) = &job.model.transformer {
-        if cfg.attn_bias && !cfg.mlp_bias {
-            notes.push(
-                "the model has biases on its attention projections only; Megatron's \
-                 `--add-qkv-bias` gives the QKV projection one, not the output projection"
-                    .to_string(),
-            );
-        }
-    }
-    let layout = ranks::stage_major(plan).unwrap_or_else(|mut w| {
-        why.append(&mut w);
-        RankLayout {
-            nodes: Vec::new(),
-            ranks: Vec::new(),
-        }
-    });
+    let args = model_args(model, seq_len).map_err(|mut w| why.append(&mut w));
+    let layout = ranks::stage_major(plan).map_err(|mut w| why.append(&mut w));
     if let Some(first) = plan.stages.first() {
         let mbs = first.micro_batch_sizes.first().copied().unwrap_or(1);
         let per_step = mbs * first.dp as u64;
@@ -68,11 +58,29 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
             ));
         }
     }
-    if !why.is_empty() {
-        return Err(ExportError::Unsupported {
+    match (args, layout) {
+        (Ok(a), Ok(l)) if why.is_empty() => Ok((a, l)),
+        _ => Err(why),
+    }
+}
+
+/// The export of `job` for Megatron-LM, or every reason it cannot run there.
+pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
+    let plan: &Plan = job.plan;
+    let (model_args, layout) =
+        checked(job.model, plan, job.seq_len).map_err(|reasons| ExportError::Unsupported {
             target: Target::Megatron,
-            reasons: why,
-        });
+            reasons,
+        })?;
+    let mut notes = Vec::new();
+    if let Some(cfg) = &job.model.transformer {
+        if cfg.attn_bias && !cfg.mlp_bias {
+            notes.push(
+                "the model has biases on its attention projections only; Megatron's \
+                 `--add-qkv-bias` gives the QKV projection one, not the output projection"
+                    .to_string(),
+            );
+        }
     }
     let mut args = model_args;
     args.extend(plan_args(job.model, plan));

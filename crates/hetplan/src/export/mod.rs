@@ -49,6 +49,17 @@ impl Target {
         }
     }
 
+    /// The exporter of a mainstream engine, if hetplan has one (not for FSDP alone).
+    pub fn of(runtime: crate::plan::runtime::Runtime) -> Option<Target> {
+        use crate::plan::runtime::Runtime;
+        match runtime {
+            Runtime::Megatron => Some(Target::Megatron),
+            Runtime::Deepspeed => Some(Target::Deepspeed),
+            Runtime::Torchtitan => Some(Target::Torchtitan),
+            Runtime::Fsdp => None,
+        }
+    }
+
     /// The mainstream engine whose rules (`plan::runtime`) decide what it runs, if any.
     pub fn runtime(self) -> Option<crate::plan::runtime::Runtime> {
         match self {
@@ -94,6 +105,22 @@ pub enum ExportError {
         target: Target,
         reasons: Vec<String>,
     },
+}
+
+/// Every reason `target` cannot run `plan` of `model` at `seq_len`, without writing a file:
+/// what `export` refuses, and what hetplan's planner checks when restricted to an engine
+/// (`--engine`), so that a plan made for an engine exports to it.
+pub fn why_not(
+    target: Target,
+    model: &Model,
+    plan: &crate::plan::Plan,
+    seq_len: u64,
+) -> Vec<String> {
+    match target {
+        Target::Megatron => megatron::reasons(model, plan, seq_len),
+        Target::Deepspeed => deepspeed::reasons(plan),
+        Target::Torchtitan => torchtitan::reasons(model, plan, seq_len),
+    }
 }
 
 /// The files that start `job` on `target`.

@@ -55,6 +55,36 @@ impl RankLayout {
 /// made (one per node whose GPUs are split) otherwise.
 pub fn stage_major(plan: &Plan) -> Result<RankLayout, Vec<String>> {
     let depth = plan.pipeline_depth().max(1);
+    // Planners ask before they validate: a plan whose stages do not hold their replicas, or
+    // that puts one GPU in two stages, is a reason, never a panic.
+    let mut why = Vec::new();
+    for (g, st) in plan.stages.iter().enumerate().take(depth) {
+        let need: usize = (0..st.dp as usize).map(|r| st.tp_of(r) as usize).sum();
+        if st.dp == 0 || st.tp == 0 || need != st.devices.len() {
+            why.push(format!(
+                "stage {g} has {} GPUs for {} replicas of TP {}",
+                st.devices.len(),
+                st.dp,
+                st.tp
+            ));
+        }
+    }
+    if plan.stages.len() < depth {
+        why.push("the plan has fewer stages than its pipeline depth".into());
+    }
+    let mut all: Vec<GpuId> = (plan.stages.iter().take(depth))
+        .flat_map(|s| s.devices.iter().copied())
+        .collect();
+    all.sort_unstable_by_key(|d| (d.node, d.local));
+    if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
+        why.push(format!(
+            "GPU {} is in two pipeline stages; an engine runs one rank, one stage, per GPU",
+            w[0]
+        ));
+    }
+    if !why.is_empty() {
+        return Err(why);
+    }
     let stage_nodes = |g: usize| -> Vec<u32> {
         plan.stages
             .get(g)
@@ -138,16 +168,6 @@ pub fn stage_major(plan: &Plan) -> Result<RankLayout, Vec<String>> {
             }
         })
         .collect();
-    // Every GPU of the plan is a rank, once.
-    debug_assert_eq!(ranks.len(), {
-        let mut all = plan.stages[..depth]
-            .iter()
-            .flat_map(|s| s.devices.iter().copied())
-            .collect::<Vec<_>>();
-        all.sort_unstable_by_key(|d| (d.node, d.local));
-        all.dedup();
-        all.len()
-    });
     Ok(RankLayout { nodes, ranks })
 }
 
@@ -239,5 +259,20 @@ mod tests {
         assert_eq!(why.len(), 1);
         assert!(why[0].starts_with("node n0:"), "{why:?}");
         assert!(why[0].contains("stage 0, stage 2"), "{why:?}");
+    }
+
+    #[test]
+    fn malformed_plans_are_reasons_not_panics() {
+        // Too few GPUs for the replicas, and one GPU in two stages.
+        let mut short = stage((0, 3), vec![g(0, 0)], 1);
+        short.dp = 2;
+        let why = stage_major(&plan(vec![short, stage((3, 6), vec![g(0, 1)], 1)])).unwrap_err();
+        assert!(why[0].contains("1 GPUs for 2 replicas"), "{why:?}");
+        let why = stage_major(&plan(vec![
+            stage((0, 3), vec![g(0, 0)], 1),
+            stage((3, 6), vec![g(0, 0)], 1),
+        ]))
+        .unwrap_err();
+        assert!(why[0].contains("two pipeline stages"), "{why:?}");
     }
 }

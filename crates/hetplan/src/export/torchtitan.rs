@@ -160,25 +160,31 @@ pub const KEYWORDS: &[(&str, &str)] = &[
     ("activation_checkpoint", "trainer.py:108"),
 ];
 
+/// Every reason torchtitan cannot run `plan` of `model` at `seq_len` (empty: it can).
+pub fn reasons(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
+    checked(model, plan, seq_len).err().unwrap_or_default()
+}
+
+/// The rank layout when torchtitan runs the plan; every reason otherwise.
+fn checked(model: &Model, plan: &Plan, seq_len: u64) -> Result<RankLayout, Vec<String>> {
+    let mut why = Runtime::Torchtitan.why_not(plan);
+    why.extend(model_reasons(model));
+    why.extend(plan_reasons(model, plan, seq_len));
+    let layout = ranks::stage_major(plan).map_err(|mut w| why.append(&mut w));
+    match layout {
+        Ok(l) if why.is_empty() => Ok(l),
+        _ => Err(why),
+    }
+}
+
 /// The export of `job` for torchtitan, or every reason it cannot run there.
 pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
     let plan: &Plan = job.plan;
-    let mut why = Runtime::Torchtitan.why_not(plan);
-    why.extend(model_reasons(job.model));
-    why.extend(plan_reasons(job.model, plan, job.seq_len));
-    let layout = ranks::stage_major(plan).unwrap_or_else(|mut w| {
-        why.append(&mut w);
-        RankLayout {
-            nodes: Vec::new(),
-            ranks: Vec::new(),
-        }
-    });
-    if !why.is_empty() {
-        return Err(ExportError::Unsupported {
+    let layout =
+        checked(job.model, plan, job.seq_len).map_err(|reasons| ExportError::Unsupported {
             target: Target::Torchtitan,
-            reasons: why,
-        });
-    }
+            reasons,
+        })?;
     let mut notes = Vec::new();
     if let Some(cfg) = &job.model.transformer {
         if cfg.dropout {

@@ -286,11 +286,18 @@ pub fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Pl
 }
 
 /// With `--engine`, the plan made uniform for that engine (`Runtime::conform`), if it then
-/// runs there; without, the plan as it is.
+/// runs there — by the engine's exporter where hetplan has one (`export::why_not`: what the
+/// engine checks when it starts, the model it implements, a launchable rank order), so that a
+/// plan made for an engine exports to it; without, the plan as it is.
 pub fn conformed(problem: &Problem<'_>, p: Plan) -> Option<Plan> {
     match problem.options.runtime {
         None => Some(p),
-        Some(rt) => rt.conform(&p).filter(|c| rt.why_not(c).is_empty()),
+        Some(rt) => rt
+            .conform(&p)
+            .filter(|c| match crate::export::Target::of(rt) {
+                Some(t) => crate::export::why_not(t, problem.model, c, problem.seq_len).is_empty(),
+                None => rt.why_not(c).is_empty(),
+            }),
     }
 }
 
