@@ -5,8 +5,9 @@ use crate::diag::{io_reason, CliError, Origin, Result};
 use crate::{emit, emit_json, inputs};
 use hetplan::cost::{self, Analytic, Workload};
 use hetplan::export::ranks::NodeLaunch;
+use hetplan::import::deepspeed::{DeepspeedJob, Split};
 use hetplan::import::megatron::MegatronJob;
-use hetplan::plan::{Plan, ValidPlan};
+use hetplan::plan::{Plan, Recompute, ValidPlan};
 use hetplan::units::Seconds;
 use serde::Serialize;
 use std::path::Path;
@@ -17,6 +18,18 @@ pub enum SourceArg {
     /// A Megatron-LM job: a launch script or command line with `pretrain_gpt.py`'s flags, or
     /// the `megatron_args.json` of `hetplan export --to megatron`.
     Megatron,
+    /// A DeepSpeed job: its `ds_config.json` (with --model; the layer split from `ranks.json`
+    /// beside it, or --pipeline-stages and --partition-method).
+    Deepspeed,
+}
+
+/// `--partition-method`: DeepSpeed's `PipelineModule(partition_method=...)`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum PartitionArg {
+    /// Balance the layers' parameter counts (DeepSpeed's default).
+    Parameters,
+    /// As many layers per stage as can be, the first stages one more.
+    Uniform,
 }
 
 #[derive(clap::Args)]
@@ -34,6 +47,19 @@ pub struct ImportArgs {
     /// FILE if there is one, else the cluster's GPUs in order, node by node.
     #[arg(long, value_name = "FILE")]
     pub ranks: Option<String>,
+    /// The model (DeepSpeed: its config does not describe one): a catalog name, a HuggingFace
+    /// config.json or a layer list.
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Sequence length (DeepSpeed; default: the model's).
+    #[arg(long, value_name = "N")]
+    pub seq_len: Option<u64>,
+    /// DeepSpeed: the PipelineModule's stages, when no `ranks.json` names the split.
+    #[arg(long, value_name = "N")]
+    pub pipeline_stages: Option<usize>,
+    /// DeepSpeed: how the PipelineModule splits the layers, when no `ranks.json` names it.
+    #[arg(long, value_enum, default_value_t = PartitionArg::Parameters)]
+    pub partition_method: PartitionArg,
     /// How long hetplan may search for its own plan (`none`: do not compare).
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub time_limit: String,
@@ -43,6 +69,13 @@ pub struct ImportArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The imported job's model, as the rest of `import` reads it.
+struct ImportedJob {
+    model: hetplan::Model,
+    seq_len: u64,
+    ignored: Vec<String>,
 }
 
 /// `hetplan import --json`: these keys are an interface; add, never rename.
@@ -68,43 +101,106 @@ struct HetplanSide<'a> {
     speedup: f64,
 }
 
+/// What an import yields: the model, its sequence length, the plan and the flags it ignored.
+struct Imported {
+    model: hetplan::Model,
+    seq_len: u64,
+    plan: Plan,
+    ignored: Vec<String>,
+}
+
+/// The export's `ranks.json`: where every rank runs, and the layer split.
+#[derive(serde::Deserialize)]
+struct RanksFile {
+    nodes: Vec<NodeLaunch>,
+    #[serde(default)]
+    parts: Vec<usize>,
+}
+
 pub fn import(a: ImportArgs) -> Result<()> {
-    let SourceArg::Megatron = a.from;
     let is_file = Path::new(&a.source).is_file();
     let origin = if is_file {
         inputs::read_origin(&a.source)?
     } else {
         Origin::arg("FILE_OR_ARGS", &a.source)
     };
-    let name = if is_file {
-        inputs::megatron_name(&a.source)
-    } else {
-        "megatron-job".to_string()
-    };
-    let job = MegatronJob::parse(&origin.text, &name)
-        .map_err(|e| CliError::input(Some(origin.clone()), e))?;
     let cluster = inputs::load_cluster(&a.cluster)?;
     let ranks_path = a.ranks.clone().or_else(|| {
         let beside = Path::new(&a.source).parent()?.join("ranks.json");
         (is_file && beside.is_file()).then(|| beside.to_string_lossy().into_owned())
     });
-    let ranks: Option<Vec<NodeLaunch>> = match &ranks_path {
+    let ranks: Option<RanksFile> = match &ranks_path {
         None => None,
         Some(p) => {
             let o = inputs::read_origin(p)?;
-            #[derive(serde::Deserialize)]
-            struct Ranks {
-                nodes: Vec<NodeLaunch>,
-            }
-            let r: Ranks = serde_json::from_str(&o.text).map_err(|e| {
+            Some(serde_json::from_str(&o.text).map_err(|e| {
                 CliError::input(Some(o.clone()), hetplan::InputError::from_json(&e))
-            })?;
-            Some(r.nodes)
+            })?)
         }
     };
-    let plan = job
-        .plan(&cluster, ranks.as_deref())
-        .map_err(|e| CliError::input(Some(origin.clone()), e))?;
+    let nodes = ranks.as_ref().map(|r| r.nodes.as_slice());
+    let located = |e| CliError::input(Some(origin.clone()), e);
+    let imported = match a.from {
+        SourceArg::Megatron => {
+            let name = if is_file {
+                inputs::megatron_name(&a.source)
+            } else {
+                "megatron-job".to_string()
+            };
+            let job = MegatronJob::parse(&origin.text, &name).map_err(located)?;
+            let plan = job.plan(&cluster, nodes).map_err(located)?;
+            Imported {
+                seq_len: job.seq_len,
+                ignored: job.ignored.clone(),
+                model: job.model,
+                plan,
+            }
+        }
+        SourceArg::Deepspeed => {
+            let Some(m) = &a.model else {
+                return Err(CliError::Usage(
+                    "--from deepspeed needs --model: a DeepSpeed config does not describe the \
+                     model"
+                        .into(),
+                ));
+            };
+            let model = inputs::load_model(m)?;
+            let seq_len = a.seq_len.unwrap_or(model.default_seq_len);
+            let job = DeepspeedJob::parse(&origin.text).map_err(located)?;
+            let split = match (&ranks, a.pipeline_stages, a.partition_method) {
+                (Some(r), None, _) if r.parts.len() > 1 => Split::Parts(r.parts.clone()),
+                (_, n, PartitionArg::Parameters) => Split::Parameters(n.unwrap_or(1)),
+                (_, n, PartitionArg::Uniform) => Split::Uniform(n.unwrap_or(1)),
+            };
+            // An export's HetplanPipelineModule says how it checkpoints.
+            let recompute = Path::new(&a.source)
+                .parent()
+                .map(|d| d.join("hetplan_pipeline.py"))
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .filter(|t| t.contains("ACTIVATION_CHECKPOINT_INTERVAL = 1"))
+                .map_or(Recompute::None, |_| Recompute::Full);
+            let plan = job
+                .plan(&model, &cluster, &split, nodes, recompute)
+                .map_err(located)?;
+            Imported {
+                model,
+                seq_len,
+                plan,
+                ignored: Vec::new(),
+            }
+        }
+    };
+    let Imported {
+        model,
+        seq_len,
+        plan,
+        ignored,
+    } = imported;
+    let job = ImportedJob {
+        model,
+        seq_len,
+        ignored,
+    };
     let valid =
         ValidPlan::new(plan.clone(), &job.model, &cluster).map_err(|problems| CliError::Plan {
             origin: Some(Box::new(origin.clone())),

@@ -705,3 +705,98 @@ fn import_points_at_what_it_cannot_read() {
     assert!(o.stderr.contains("context parallelism"), "{}", o.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_deepspeed_export_imports_back_to_the_same_plan() {
+    let dir = scratch("ds-roundtrip");
+    let cluster = "1x2xa100-80gb@100Gbps+1x2xv100-32gb@100Gbps";
+    let staged = r#"{"global_batch": 8, "micro_batches": 4, "schedule": {"kind": "1f1b"},
+      "precision": "fp32", "engine": "deepspeed", "stages": [
+      {"layers": {"start": 0, "end": 5}, "devices": [{"node": 1, "local": 1}, {"node": 1, "local": 0}],
+       "tp": 1, "dp": 2, "micro_batch_sizes": [1, 1], "zero": 1, "recompute": "full"},
+      {"layers": {"start": 5, "end": 14}, "devices": [{"node": 0, "local": 0}, {"node": 0, "local": 1}],
+       "tp": 1, "dp": 2, "micro_batch_sizes": [1, 1], "zero": 1, "recompute": "full"}]}"#;
+    std::fs::write(dir.join("staged.json"), staged).unwrap();
+    for (i, plan) in [
+        "staged.json",
+        "pp=1,dp=4,mbs=2,gbs=64,zero=3,offload_opt=0.5,offload_w=1,engine=deepspeed",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let job = format!("job{i}");
+        let o = hetplan(
+            &dir,
+            &[
+                "export",
+                "--model",
+                "gpt3-125m",
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--to",
+                "deepspeed",
+                "--out",
+                &job,
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let o = hetplan(
+            &dir,
+            &[
+                "estimate",
+                "--model",
+                "gpt3-125m",
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--json",
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let original: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        let imported = format!("imported{i}.json");
+        let o = hetplan(
+            &dir,
+            &[
+                "import",
+                "--from",
+                "deepspeed",
+                &format!("{job}/ds_config.json"),
+                "--model",
+                "gpt3-125m",
+                "--cluster",
+                cluster,
+                "--time-limit",
+                "none",
+                "-o",
+                &imported,
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let back: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(&imported)).unwrap()).unwrap();
+        assert_eq!(
+            canonical(back),
+            canonical(original["plan"].clone()),
+            "{plan}"
+        );
+    }
+    // Without --model: a usage error that says why.
+    let o = hetplan(
+        &dir,
+        &[
+            "import",
+            "--from",
+            "deepspeed",
+            "job0/ds_config.json",
+            "--cluster",
+            cluster,
+        ],
+    );
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("needs --model"), "{}", o.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

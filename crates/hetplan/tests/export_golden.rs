@@ -79,9 +79,15 @@ fn digest(target: Target, e: &export::Export) -> String {
             let job = file("hetplan_job.py");
             job.lines()
                 .filter(|l| {
-                    ["degree", "module_fqns", "schedule", "batch_size", "microbatch"]
-                        .iter()
-                        .any(|k| l.contains(k))
+                    [
+                        "degree",
+                        "module_fqns",
+                        "schedule",
+                        "batch_size",
+                        "microbatch",
+                    ]
+                    .iter()
+                    .any(|k| l.contains(k))
                 })
                 .map(str::trim)
                 .collect::<Vec<_>>()
@@ -124,7 +130,10 @@ fn every_scenario_exports_to_every_engine_or_says_why_not() {
                     table.push_str(&format!("{}: {}\n", target.name(), digest(target, &e)));
                 }
                 Err(ExportError::Unsupported { reasons, .. }) => {
-                    assert!(!reasons.is_empty(), "{name} {target:?}: refused without a reason");
+                    assert!(
+                        !reasons.is_empty(),
+                        "{name} {target:?}: refused without a reason"
+                    );
                     table.push_str(&format!(
                         "{}: refused: {}\n",
                         target.name(),

@@ -3,5 +3,6 @@
 //! paths. Export then import gives back the plan (replicas of a stage may come in another
 //! order: ranks are listed in the engine's order).
 
+pub mod deepspeed;
 pub mod megatron;
 mod shell;
