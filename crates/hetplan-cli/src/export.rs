@@ -84,9 +84,12 @@ pub fn export(a: ExportArgs) -> Result<()> {
         }
         Some(dir) => {
             let dir = std::path::Path::new(dir);
-            std::fs::create_dir_all(dir).map_err(|e| CliError::Read {
-                path: dir.display().to_string(),
-                reason: io_reason(&e),
+            std::fs::create_dir_all(dir).map_err(|e| {
+                CliError::Failure(format!(
+                    "cannot create {}: {}",
+                    dir.display(),
+                    io_reason(&e)
+                ))
             })?;
             for f in &out.files {
                 let path = dir.join(&f.path);
@@ -99,9 +102,12 @@ pub fn export(a: ExportArgs) -> Result<()> {
 }
 
 fn write_file(path: &std::path::Path, contents: &str, executable: bool) -> Result<()> {
-    let failed = |e: std::io::Error| CliError::Read {
-        path: path.display().to_string(),
-        reason: io_reason(&e),
+    let failed = |e: std::io::Error| {
+        CliError::Failure(format!(
+            "cannot write {}: {}",
+            path.display(),
+            io_reason(&e)
+        ))
     };
     std::fs::write(path, contents).map_err(failed)?;
     #[cfg(unix)]

@@ -740,9 +740,10 @@ fn unroll(s: &str) -> Result<String, String> {
         while j < chars.len() && chars[j].is_ascii_digit() {
             j += 1;
         }
-        let n = chars[start..j].iter().collect::<String>().parse().ok();
+        // `x*` without a count is no repetition: the `*` stays and is refused as a layer.
+        let n = chars[start..j].iter().collect::<String>().parse().ok()?;
         *i = j;
-        n
+        Some(n)
     };
     while i < chars.len() {
         if chars[i] == '(' {
@@ -774,6 +775,7 @@ mod tests {
     #[test]
     fn layouts_unroll_as_megatron_does() {
         assert_eq!(unroll("Et*3|(tt|)*2L").unwrap(), "Ettt|tt|tt|L");
+        assert_eq!(unroll("Et*|tL").unwrap(), "Et*|tL");
         assert!(unroll("(t|").is_err());
     }
 
