@@ -5,15 +5,33 @@
 
 use hetplan::calibration::{self, sailor::check_sailor};
 use hetplan::cluster::spec::{catalog_cluster, parse_cluster_toml};
+use hetplan::import::deepspeed::{DeepspeedJob, Split};
+use hetplan::import::megatron::MegatronJob;
 use hetplan::model::catalog::catalog_model;
 use hetplan::model::hf::parse_hf_config;
 use hetplan::model::layerlist::parse_layer_list;
 use hetplan::plan::inline::parse_inline_plan;
 use hetplan::plan::validate::parse_plan_json;
+use hetplan::plan::Recompute;
 use hetplan::profile::{import_metis, import_oobleck, import_sailor, ProfileDb};
 use proptest::prelude::*;
 
 // ------------------------------------------------------------------------------ valid inputs
+
+/// A Megatron-LM launch script (`hetplan import --from megatron`).
+const MEGATRON_SCRIPT: &str = "torchrun --nnodes 2 --nproc_per_node 4 pretrain_gpt.py \\\n  \
+    --num-layers 4 --hidden-size 256 --num-attention-heads 8 --group-query-attention \
+    --num-query-groups 4 --seq-length 512 --max-position-embeddings 512 --vocab-size 1000 \
+    --swiglu --normalization RMSNorm --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|t*3L' \
+    --num-experts 4 --moe-router-topk 2 --micro-batch-size 2 --global-batch-size 16 \
+    --use-distributed-optimizer --recompute-granularity full --recompute-method block \
+    --recompute-num-layers 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5 --bf16\n";
+
+/// A DeepSpeed config (`hetplan import --from deepspeed`).
+const DS_CONFIG: &str = r#"{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1,
+  "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, "bf16": {"enabled": true}}"#;
 
 const CLUSTER_TOML: &str = r#"
 name = "t4-v100"
@@ -428,6 +446,32 @@ proptest! {
             let _ = import_metis(&[(x.to_string(), x.to_string())]);
             let _ = import_oobleck(x, x, &[(x.to_string(), x.to_string())]);
             let _ = check_sailor(&[(format!("OPT-350{x}"), x.to_string())], &ProfileDb::new());
+            let _ = MegatronJob::parse(x, "m");
+            let _ = DeepspeedJob::parse(x);
+        }
+    }
+
+    #[test]
+    fn megatron_jobs(e in edits()) {
+        let cluster = catalog_cluster("2x4xa100-80gb").unwrap();
+        if let Ok(job) = MegatronJob::parse(&apply(MEGATRON_SCRIPT, &e), "m") {
+            totals(&job.model);
+            let _ = job.plan(&cluster, None);
+        }
+    }
+
+    #[test]
+    fn deepspeed_configs(e in edits(), stages in 0usize..20) {
+        let cluster = catalog_cluster("2x4xa100-80gb").unwrap();
+        let model = catalog_model("gpt3-125m").unwrap();
+        if let Ok(job) = DeepspeedJob::parse(&apply(DS_CONFIG, &e)) {
+            for split in [
+                Split::Parameters(stages),
+                Split::Uniform(stages),
+                Split::Parts(vec![0, stages, 14]),
+            ] {
+                let _ = job.plan(&model, &cluster, &split, None, Recompute::None);
+            }
         }
     }
 
@@ -602,6 +646,18 @@ fn the_valid_inputs_parse() {
     assert_eq!(r.runs.len(), 1, "{:?}", r.skipped);
     let model = catalog_model("gpt3-125m").unwrap();
     let cluster = catalog_cluster("2x4xa100-80gb").unwrap();
+    let job = MegatronJob::parse(MEGATRON_SCRIPT, "m").unwrap();
+    job.plan(&cluster, None).unwrap();
+    DeepspeedJob::parse(DS_CONFIG)
+        .unwrap()
+        .plan(
+            &model,
+            &cluster,
+            &Split::Parameters(2),
+            None,
+            Recompute::None,
+        )
+        .unwrap();
     parse_inline_plan(
         "tp=2,pp=2,mbs=2,gbs=16,zero=1,ckpt=selective",
         &model,

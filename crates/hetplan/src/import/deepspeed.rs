@@ -137,13 +137,14 @@ impl DeepspeedJob {
         let gbs = self.uint(c, "train_batch_size")?;
         let mbs = self.uint(c, "train_micro_batch_size_per_gpu")?;
         let gas = self.uint(c, "gradient_accumulation_steps")?;
+        let mul = |a: u64, b: u64| a.saturating_mul(b);
         let (gbs, mbs, gas) = match (gbs, mbs, gas) {
             (Some(g), Some(m), Some(a)) => (g, m, a),
-            (Some(g), Some(m), None) => (g, m, g / (m * dp).max(1)),
-            (Some(g), None, Some(a)) => (g, g / (a * dp).max(1), a),
-            (None, Some(m), Some(a)) => (m * a * dp, m, a),
+            (Some(g), Some(m), None) => (g, m, g / mul(m, dp).max(1)),
+            (Some(g), None, Some(a)) => (g, g / mul(a, dp).max(1), a),
+            (None, Some(m), Some(a)) => (mul(mul(m, a), dp), m, a),
             (Some(g), None, None) => (g, g / dp, 1),
-            (None, Some(m), None) => (m * dp, m, 1),
+            (None, Some(m), None) => (mul(m, dp), m, 1),
             (None, None, _) => {
                 return Err(self
                     .at(
@@ -155,7 +156,8 @@ impl DeepspeedJob {
                     .hint(Some("DeepSpeed needs one of them; so does hetplan".into())))
             }
         };
-        if mbs == 0 || gas == 0 || gbs != mbs * gas * dp {
+        let product = mbs.checked_mul(gas).and_then(|x| x.checked_mul(dp));
+        if mbs == 0 || gas == 0 || product != Some(gbs) {
             return Err(self
                 .at(
                     "train_batch_size",

@@ -176,14 +176,31 @@ impl MegatronJob {
             }
         }
         let cfg = job.transformer(name)?;
+        cfg.check_limits().map_err(|e| {
+            e.hint(Some(
+                "a flag of the model's shape (--hidden-size, --num-layers, ...) is out of range"
+                    .into(),
+            ))
+        })?;
         job.seq_len = job
             .int("seq-length")?
             .ok_or_else(|| job.missing("seq-length"))?;
+        if job.seq_len > crate::model::LIMITS.seq {
+            let at = job.flags.get("seq-length").map_or(0, |f| f.offset);
+            return Err(job.error_at(
+                at,
+                format!(
+                    "--seq-length {} is beyond the {} hetplan accepts",
+                    job.seq_len,
+                    crate::model::LIMITS.seq
+                ),
+            ));
+        }
         job.model = cfg.build();
         job.model.default_seq_len = job.seq_len;
         let nnodes = job.int("nnodes").ok().flatten();
         let nproc = job.int("nproc-per-node").ok().flatten();
-        job.world_size = nnodes.zip(nproc).map(|(a, b)| a * b);
+        job.world_size = nnodes.zip(nproc).and_then(|(a, b)| a.checked_mul(b));
         let read: &[&str] = &[
             "num-layers",
             "hidden-size",
@@ -326,8 +343,8 @@ impl MegatronJob {
         let ffn = match self.int("ffn-hidden-size")? {
             Some(f) => f,
             // arguments.py: `int((4 * h * 2 / 3) / 64) * 64` with SwiGLU, 4h otherwise.
-            None if swiglu => ((4 * hidden * 2) / 3) / 64 * 64,
-            None => 4 * hidden,
+            None if swiglu => (hidden.saturating_mul(8) / 3) / 64 * 64,
+            None => hidden.saturating_mul(4),
         };
         let kv_heads = if self.has("group-query-attention") {
             self.int("num-query-groups")?.unwrap_or(heads)
@@ -424,11 +441,14 @@ impl MegatronJob {
         cluster: &Cluster,
         ranks: Option<&[NodeLaunch]>,
     ) -> Result<Plan, InputError> {
-        let tp = self.int("tensor-model-parallel-size")?.unwrap_or(1).max(1);
+        let tp = self
+            .int("tensor-model-parallel-size")?
+            .unwrap_or(1)
+            .clamp(1, 1 << 20);
         let pp = self
             .int("pipeline-model-parallel-size")?
             .unwrap_or(1)
-            .max(1);
+            .clamp(1, 1 << 20);
         let gpus: Vec<GpuId> = match ranks {
             Some(nodes) => nodes
                 .iter()
@@ -479,8 +499,9 @@ impl MegatronJob {
         let mbs = self
             .int("micro-batch-size")?
             .ok_or_else(|| self.missing("micro-batch-size"))?;
-        let gbs = self.int("global-batch-size")?.unwrap_or(mbs * dp);
-        if mbs == 0 || !gbs.is_multiple_of(mbs * dp) {
+        let per_step = mbs.checked_mul(dp).unwrap_or(0);
+        let gbs = self.int("global-batch-size")?.unwrap_or(per_step);
+        if per_step == 0 || gbs == 0 || !gbs.is_multiple_of(per_step) {
             let at = self.flags.get("global-batch-size").map_or(0, |f| f.offset);
             return Err(self
                 .error_at(
@@ -569,7 +590,7 @@ impl MegatronJob {
             .collect();
         Ok(Plan {
             global_batch: gbs,
-            micro_batches: gbs / (mbs * dp),
+            micro_batches: gbs / per_step,
             schedule: if v > 1 {
                 Schedule::Interleaved {
                     virtual_stages: v as u32,
@@ -624,7 +645,13 @@ impl MegatronJob {
             _ => 1,
         }
         .max(1);
-        let n = pp * v;
+        let n = pp.saturating_mul(v);
+        if n > blocks.max(1) {
+            return Err(InputError::new(format!(
+                "{n} pipeline chunks (PP × virtual stages) for {blocks} decoder layers"
+            ))
+            .hint(Some("every chunk needs at least one layer".into())));
+        }
         let first = self
             .int("decoder-first-pipeline-num-layers")?
             .map(|x| x as usize);
@@ -675,7 +702,7 @@ impl MegatronJob {
                     "write stages of E, t and L separated by |, e.g. Et*5|t*6L".into(),
                 ))
         };
-        let unrolled = unroll(&w.text.replace(',', "")).map_err(err)?;
+        let unrolled = unroll(&w.text.replace(',', "")).map_err(|m| err(m.to_string()))?;
         let chunks: Vec<&str> = unrolled.split('|').collect();
         if !chunks.len().is_multiple_of(pp) {
             return Err(err(format!(
@@ -726,8 +753,11 @@ impl MegatronJob {
     }
 }
 
+/// The longest unrolled layout read: a few layers per layer hetplan accepts.
+const MAX_LAYOUT: usize = 4 * crate::model::LIMITS.layers as usize;
+
 /// Megatron's unrolling of `(ab|cd)*2` and `t*3`.
-fn unroll(s: &str) -> Result<String, String> {
+fn unroll(s: &str) -> Result<String, &'static str> {
     let mut out = String::new();
     let chars: Vec<char> = s.chars().collect();
     let mut i = 0;
@@ -746,6 +776,9 @@ fn unroll(s: &str) -> Result<String, String> {
         Some(n)
     };
     while i < chars.len() {
+        if out.len() > MAX_LAYOUT {
+            return Err("it unrolls to more layers than any model has");
+        }
         if chars[i] == '(' {
             let close = chars[i..]
                 .iter()
@@ -755,11 +788,17 @@ fn unroll(s: &str) -> Result<String, String> {
             let inner: String = chars[i + 1..close].iter().collect();
             i = close + 1;
             let n = count(&mut i).ok_or("`(...)` must be followed by `*n`")?;
+            if inner.len().saturating_mul(n) > MAX_LAYOUT {
+                return Err("it unrolls to more layers than any model has");
+            }
             out.push_str(&inner.repeat(n));
         } else {
             let c = chars[i];
             i += 1;
             match count(&mut i) {
+                Some(n) if n > MAX_LAYOUT => {
+                    return Err("it unrolls to more layers than any model has")
+                }
                 Some(n) => out.push_str(&c.to_string().repeat(n)),
                 None => out.push(c),
             }
