@@ -14,6 +14,10 @@ pub enum TargetArg {
     Deepspeed,
     /// torchtitan 0.3 (`python -m torchtitan.train` with a config module).
     Torchtitan,
+    /// Sailor's Megatron-DeepSpeed (`dist_config.json`: TP 1, 2 or 4 per stage and replica).
+    Sailor,
+    /// Mist's executor (a per-stage strategy YAML for `benchmark_one_case.py`).
+    Mist,
 }
 
 impl From<TargetArg> for Target {
@@ -22,6 +26,8 @@ impl From<TargetArg> for Target {
             TargetArg::Megatron => Target::Megatron,
             TargetArg::Deepspeed => Target::Deepspeed,
             TargetArg::Torchtitan => Target::Torchtitan,
+            TargetArg::Sailor => Target::Sailor,
+            TargetArg::Mist => Target::Mist,
         }
     }
 }
@@ -121,10 +127,9 @@ fn write_file(path: &std::path::Path, contents: &str, executable: bool) -> Resul
 }
 
 /// The command that plans for the engine, with how much slower its plan is than the user's.
+/// For a runtime hetplan's planner cannot be restricted to (Sailor, Mist: no `--engine`), the
+/// plain `hetplan plan` command, whose plan may be one the runtime runs.
 fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Option<String>> {
-    let Some(runtime) = target.runtime() else {
-        return Ok(None);
-    };
     if !export::model_reasons(target, &l.model).is_empty() {
         return Ok(Some(format!(
             "no plan makes {} run {}: the model itself is the reason",
@@ -133,9 +138,12 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
         )));
     }
     let i = &a.inputs;
+    let engine = target
+        .runtime()
+        .map(|r| format!(" --engine {}", r.name()))
+        .unwrap_or_default();
     let mut cmd = format!(
-        "hetplan plan --engine {} --model {} --cluster {} --gbs {} --seq-len {}",
-        runtime.name(),
+        "hetplan plan{engine} --model {} --cluster {} --gbs {} --seq-len {}",
         export::shell_quote(&i.model),
         export::shell_quote(&i.cluster),
         l.plan.global_batch,
@@ -150,6 +158,15 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
             format!("{:?}", l.plan.precision).to_lowercase()
         ));
     }
+    let Some(runtime) = target.runtime() else {
+        // No search restricted to this runtime: say so, and how to try another plan.
+        return Ok(Some(format!(
+            "hetplan cannot restrict its search to {} (no --engine {}); export another plan, \
+             e.g. one from: {cmd}",
+            target.name(),
+            target.name()
+        )));
+    };
     if !target.precisions().contains(&l.plan.precision) {
         // The engine has no such precision: plan for it at its default (BF16) instead; the
         // times would not compare.

@@ -800,3 +800,248 @@ fn a_deepspeed_export_imports_back_to_the_same_plan() {
     assert!(o.stderr.contains("needs --model"), "{}", o.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every (node, GPU) of a plan's stages, sorted.
+fn plan_gpus(plan: &serde_json::Value) -> Vec<(u64, u64)> {
+    let mut all: Vec<(u64, u64)> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["devices"].as_array().unwrap().clone())
+        .map(|d| (d["node"].as_u64().unwrap(), d["local"].as_u64().unwrap()))
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+#[test]
+fn a_sailor_plan_with_mixed_tp_replicas_exports_and_every_rank_lands_on_its_gpu() {
+    let dir = scratch("sailor");
+    let cluster = "1x2xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps";
+    // Each stage: an A100 replica at TP 1 and a V100 replica at TP 2. Megatron refuses it.
+    let text = r#"{
+  "global_batch": 16, "micro_batches": 4, "schedule": {"kind": "1f1b"},
+  "stages": [
+    {"layers": {"start": 0, "end": 6},
+     "devices": [{"node": 0, "local": 1}, {"node": 1, "local": 2}, {"node": 1, "local": 3}],
+     "tp": 2, "replica_tp": [1, 2], "dp": 2, "micro_batch_sizes": [2, 2]},
+    {"layers": {"start": 6, "end": 14},
+     "devices": [{"node": 1, "local": 0}, {"node": 1, "local": 1}, {"node": 0, "local": 0}],
+     "tp": 2, "replica_tp": [2, 1], "dp": 2, "micro_batch_sizes": [2, 2]}
+  ]
+}"#;
+    std::fs::write(dir.join("plan.json"), text).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(text).unwrap();
+    let args = |to: &str| {
+        vec![
+            "export",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            cluster,
+            "--plan",
+            "plan.json",
+            "--to",
+            to,
+            "--out",
+            to,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    let a = args("megatron");
+    let o = hetplan(&dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.code, 2, "megatron refuses mixed TP degrees: {}", o.stderr);
+    let a = args("sailor");
+    let o = hetplan(&dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let job = dir.join("sailor");
+    let dist: Vec<Vec<Vec<usize>>> =
+        serde_json::from_str(&std::fs::read_to_string(job.join("dist_config.json")).unwrap())
+            .unwrap();
+    let ds: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(job.join("ds_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(ds["train_batch_size"], 16);
+    // launch.sh under a stand-in torchrun: global rank → (node, GPU).
+    let (ranks, rest) = launch(&dir, &job);
+    assert_eq!(ranks.len(), 6);
+    let mut launched = ranks.clone();
+    launched.sort_unstable();
+    assert_eq!(
+        launched,
+        plan_gpus(&plan),
+        "every GPU of the plan runs exactly one rank"
+    );
+    // dist_config.json names each replica's GPUs, in TP order, by the ranks torchrun gives.
+    for (g, st) in plan["stages"].as_array().unwrap().iter().enumerate() {
+        let devs: Vec<(u64, u64)> = st["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["node"].as_u64().unwrap(), d["local"].as_u64().unwrap()))
+            .collect();
+        let got: Vec<(u64, u64)> = dist[g].iter().flatten().map(|&r| ranks[r]).collect();
+        assert_eq!(got, devs, "stage {g}");
+        let tps: Vec<usize> = dist[g].iter().map(Vec::len).collect();
+        let want: Vec<usize> = st["replica_tp"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(tps, want, "stage {g}'s TP degrees");
+    }
+    // Each node's processes get its replicas' TP degree (the A100 node n0 runs TP 1, the
+    // V100 node n1 TP 2); the split counts the embedding and the head as layers.
+    let mut runs: Vec<u64> = ranks.iter().map(|r| r.0).collect();
+    runs.dedup();
+    assert_eq!(runs.len(), rest.len());
+    for ((words, _), node) in rest.iter().zip(runs) {
+        assert!(words.contains("--layers-per-stage [6,8]"), "{words}");
+        let tp = if node == 0 { 1 } else { 2 };
+        assert!(
+            words.contains(&format!("--tensor-model-parallel-size {tp}")),
+            "node n{node}: {words}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_mist_plan_with_per_stage_tp_exports_and_every_rank_lands_on_its_gpu() {
+    let dir = scratch("mist");
+    // Stage 0 and 2 on the V100 node, stage 1 on both A100s at TP 2, ZeRO-1, 4 blocks
+    // checkpointed: Mist's ranks put the V100 node first.
+    let text = r#"{
+  "global_batch": 16, "micro_batches": 8, "schedule": {"kind": "1f1b"},
+  "stages": [
+    {"layers": {"start": 0, "end": 4}, "devices": [{"node": 1, "local": 1}],
+     "tp": 1, "dp": 1, "micro_batch_sizes": [2]},
+    {"layers": {"start": 4, "end": 10}, "devices": [{"node": 0, "local": 1}, {"node": 0, "local": 0}],
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 1, "recompute": 4},
+    {"layers": {"start": 10, "end": 14}, "devices": [{"node": 1, "local": 0}],
+     "tp": 1, "dp": 1, "micro_batch_sizes": [2]}
+  ]
+}"#;
+    std::fs::write(dir.join("plan.json"), text).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(text).unwrap();
+    let o = hetplan(
+        &dir,
+        &[
+            "export",
+            "--model",
+            "gpt3-125m",
+            "--cluster",
+            CLUSTER,
+            "--plan",
+            "plan.json",
+            "--to",
+            "mist",
+            "--out",
+            "job",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let job = dir.join("job");
+    let yaml = std::fs::read_to_string(job.join("hetplan_mist.yaml")).unwrap();
+    // The YAML parses (PyYAML when there is one) with the strategy's shapes.
+    let python_yaml = Command::new("python3")
+        .args(["-c", "import yaml"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if python_yaml {
+        let check = "import sys, yaml, json\n\
+             c = yaml.safe_load(open(sys.argv[1]))\n\
+             s = c['strategy']\n\
+             n = len(s['layer_partitions'])\n\
+             assert n == len(s['device_assignment']) == len(s['gradient_checkpointing']) == len(s['stage_strategies'])\n\
+             assert all(len(x) == 10 for x in s['stage_strategies']) and len(s['pre_post_strategy_array']) == 10\n\
+             assert sum(s['layer_partitions']) == c['model']['num_hidden_layers']\n\
+             g = c['training']['global_batch_size']\n\
+             assert all(x[0] * x[1] * s['gradient_accumulation_steps'] == g for x in s['stage_strategies'])\n\
+             assert all(x[1] * x[2] == a[0] * a[1] for x, a in zip(s['stage_strategies'], s['device_assignment']))\n\
+             h = c['hardware']\n\
+             assert sum(a[0] * a[1] for a in s['device_assignment']) == h['num_nodes'] * h['num_gpus_per_node']\n\
+             print(json.dumps(s))\n";
+        let o = run(Command::new("python3")
+            .args(["-c", check])
+            .arg(job.join("hetplan_mist.yaml")));
+        assert_eq!(o.code, 0, "{}\n{yaml}", o.stderr);
+        let s: serde_json::Value = serde_json::from_str(o.stdout.trim()).unwrap();
+        assert_eq!(s["layer_partitions"], serde_json::json!([3, 6, 3]));
+        assert_eq!(s["gradient_checkpointing"], serde_json::json!([0, 4, 0]));
+        assert_eq!(s["stage_strategies"][1][2], 2);
+    } else {
+        // A structural check: the top-level sections and the per-stage lists.
+        for key in [
+            "\ntraining:",
+            "\nhardware:",
+            "\nstrategy:",
+            "\ntuning:",
+            "\nmodel:",
+        ] {
+            assert!(yaml.contains(key), "{key}\n{yaml}");
+        }
+        assert!(yaml.contains("  layer_partitions: [3, 6, 3]\n"), "{yaml}");
+        assert!(
+            yaml.contains("  gradient_checkpointing: [0, 4, 0]\n"),
+            "{yaml}"
+        );
+    }
+    let ranks = launched_ranks(&dir, &job);
+    let mut launched = ranks.clone();
+    launched.sort_unstable();
+    assert_eq!(
+        launched,
+        plan_gpus(&plan),
+        "every GPU of the plan runs exactly one rank"
+    );
+    // Mist's ranks: stage 0 rank 0, stage 2 rank 1 (packed on Mist's node 0), stage 1 ranks
+    // 2 and 3 in TP order.
+    assert_eq!(ranks, vec![(1, 1), (1, 0), (0, 1), (0, 0)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn research_runtimes_refuse_what_they_cannot_express_and_suggest_a_plain_plan() {
+    let dir = scratch("research-refused");
+    // Per-replica micro-batch sizes: neither Sailor nor Mist has them.
+    let plan = r#"{
+  "global_batch": 12, "micro_batches": 4, "schedule": {"kind": "1f1b"},
+  "stages": [
+    {"layers": {"start": 0, "end": 14}, "devices": [{"node": 0, "local": 0}, {"node": 1, "local": 0}],
+     "tp": 1, "dp": 2, "micro_batch_sizes": [2, 1]}
+  ]
+}"#;
+    std::fs::write(dir.join("plan.json"), plan).unwrap();
+    for (to, needle) in [
+        ("sailor", "one --micro-batch-size"),
+        ("mist", "one batch_size"),
+    ] {
+        let o = hetplan(
+            &dir,
+            &[
+                "export",
+                "--model",
+                "gpt3-125m",
+                "--cluster",
+                CLUSTER,
+                "--plan",
+                "plan.json",
+                "--to",
+                to,
+            ],
+        );
+        assert_eq!(o.code, 2, "{to}: {}", o.stderr);
+        assert!(o.stderr.contains(needle), "{to}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(&format!("no --engine {to}"))
+                && o.stderr.contains("hetplan plan --model"),
+            "{to}: {}",
+            o.stderr
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

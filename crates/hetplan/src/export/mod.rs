@@ -8,7 +8,9 @@
 
 pub mod deepspeed;
 pub mod megatron;
+pub mod mist;
 pub mod ranks;
+pub mod sailor;
 pub mod torchtitan;
 
 use crate::cluster::Cluster;
@@ -26,16 +28,29 @@ pub enum Target {
     Deepspeed,
     /// torchtitan 0.3's `torchtitan.train` with a config module (`--module/--config`).
     Torchtitan,
+    /// Sailor's Megatron-DeepSpeed fork (eth-easl/sailor): per-stage, per-replica TP degrees
+    /// from `dist_config.json`.
+    Sailor,
+    /// Mist's executor (Dazz993/Mist, `benchmark_one_case.py`): a per-stage strategy YAML.
+    Mist,
 }
 
 impl Target {
-    pub const ALL: [Target; 3] = [Target::Megatron, Target::Deepspeed, Target::Torchtitan];
+    pub const ALL: [Target; 5] = [
+        Target::Megatron,
+        Target::Deepspeed,
+        Target::Torchtitan,
+        Target::Sailor,
+        Target::Mist,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Target::Megatron => "megatron",
             Target::Deepspeed => "deepspeed",
             Target::Torchtitan => "torchtitan",
+            Target::Sailor => "sailor",
+            Target::Mist => "mist",
         }
     }
 
@@ -46,6 +61,10 @@ impl Target {
             Target::Megatron => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
             Target::Deepspeed => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
             Target::Torchtitan => &[Precision::Bf16, Precision::Fp32],
+            // Megatron-DeepSpeed's --fp16/--bf16 or neither (Sailor's default is FP32).
+            Target::Sailor => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            // `training.params_dtype`/`exec_dtype`, parsed by `str_to_torch_dtype`.
+            Target::Mist => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
         }
     }
 
@@ -60,12 +79,15 @@ impl Target {
         }
     }
 
-    /// The mainstream engine whose rules (`plan::runtime`) decide what it runs, if any.
+    /// The mainstream engine whose rules (`plan::runtime`) decide what it runs, if any. The
+    /// research runtimes (Sailor, Mist) have none: hetplan's planner cannot be restricted to
+    /// them (`--engine`), only their exporters say what they run.
     pub fn runtime(self) -> Option<crate::plan::runtime::Runtime> {
         match self {
             Target::Megatron => Some(crate::plan::runtime::Runtime::Megatron),
             Target::Deepspeed => Some(crate::plan::runtime::Runtime::Deepspeed),
             Target::Torchtitan => Some(crate::plan::runtime::Runtime::Torchtitan),
+            Target::Sailor | Target::Mist => None,
         }
     }
 }
@@ -120,6 +142,8 @@ pub fn why_not(
         Target::Megatron => megatron::reasons(model, plan, seq_len),
         Target::Deepspeed => deepspeed::reasons(plan),
         Target::Torchtitan => torchtitan::reasons(model, plan, seq_len),
+        Target::Sailor => sailor::reasons(model, plan),
+        Target::Mist => mist::reasons(model, plan),
     }
 }
 
@@ -129,6 +153,8 @@ pub fn export(target: Target, job: Job<'_>) -> Result<Export, ExportError> {
         Target::Megatron => megatron::export(job),
         Target::Deepspeed => deepspeed::export(job),
         Target::Torchtitan => torchtitan::export(job),
+        Target::Sailor => sailor::export(job),
+        Target::Mist => mist::export(job),
     }
 }
 
@@ -200,6 +226,8 @@ pub fn model_reasons(target: Target, model: &Model) -> Vec<String> {
         Target::Torchtitan => torchtitan::model_reasons(model),
         // DeepSpeed trains the user's own model code.
         Target::Deepspeed => Vec::new(),
+        Target::Sailor => sailor::model_reasons(model),
+        Target::Mist => mist::model_reasons(model),
     }
 }
 
