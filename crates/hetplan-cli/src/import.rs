@@ -142,6 +142,13 @@ pub fn import(a: ImportArgs) -> Result<()> {
     let located = |e| CliError::input(Some(origin.clone()), e);
     let imported = match a.from {
         SourceArg::Megatron => {
+            if a.model.is_some() || a.pipeline_stages.is_some() || a.seq_len.is_some() {
+                return Err(CliError::Usage(
+                    "--model, --seq-len and --pipeline-stages are for --from deepspeed: a \
+                     Megatron job's flags say its model, sequence and stages"
+                        .into(),
+                ));
+            }
             let name = if is_file {
                 inputs::megatron_name(&a.source)
             } else {

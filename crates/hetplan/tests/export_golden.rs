@@ -75,7 +75,28 @@ fn digest(target: Target, e: &export::Export) -> String {
                 .unwrap_or_default();
             format!("{c}{parts}")
         }
-        _ => {
+        Target::Sailor => {
+            let d: serde_json::Value = serde_json::from_str(&file("dist_config.json")).unwrap();
+            let c: serde_json::Value = serde_json::from_str(&file("ds_config.json")).unwrap();
+            format!("{d} {c}")
+        }
+        Target::Mist => file("hetplan_mist.yaml")
+            .lines()
+            .filter(|l| {
+                [
+                    "layer_partitions",
+                    "device_assignment",
+                    "gradient_checkpointing",
+                    "gradient_accumulation_steps",
+                    "  - [",
+                ]
+                .iter()
+                .any(|k| l.starts_with(&format!("  {k}")) || l.starts_with(k))
+            })
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" "),
+        Target::Torchtitan => {
             let job = file("hetplan_job.py");
             job.lines()
                 .filter(|l| {
