@@ -71,13 +71,6 @@ pub struct ImportArgs {
     pub json: bool,
 }
 
-/// The imported job's model, as the rest of `import` reads it.
-struct ImportedJob {
-    model: hetplan::Model,
-    seq_len: u64,
-    ignored: Vec<String>,
-}
-
 /// `hetplan import --json`: these keys are an interface; add, never rename.
 #[derive(Serialize)]
 struct ImportOutput<'a> {
@@ -197,17 +190,8 @@ pub fn import(a: ImportArgs) -> Result<()> {
             }
         }
     };
-    let Imported {
-        model,
-        seq_len,
-        plan,
-        ignored,
-    } = imported;
-    let job = ImportedJob {
-        model,
-        seq_len,
-        ignored,
-    };
+    let job = imported;
+    let plan = job.plan.clone();
     let valid =
         ValidPlan::new(plan.clone(), &job.model, &cluster).map_err(|problems| CliError::Plan {
             origin: Some(Box::new(origin.clone())),

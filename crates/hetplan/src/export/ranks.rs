@@ -60,7 +60,8 @@ pub fn stage_major(plan: &Plan) -> Result<RankLayout, Vec<String>> {
     let mut why = Vec::new();
     for (g, st) in plan.stages.iter().enumerate().take(depth) {
         let need: usize = (0..st.dp as usize).map(|r| st.tp_of(r) as usize).sum();
-        if st.dp == 0 || st.tp == 0 || need != st.devices.len() {
+        let empty_replica = (0..st.dp as usize).any(|r| st.tp_of(r) == 0);
+        if st.dp == 0 || st.tp == 0 || empty_replica || need != st.devices.len() {
             why.push(format!(
                 "stage {g} has {} GPUs for {} replicas of TP {}",
                 st.devices.len(),
