@@ -7,6 +7,7 @@ use hetplan::cost::{self, Analytic, Workload};
 use hetplan::export::ranks::NodeLaunch;
 use hetplan::import::deepspeed::{DeepspeedJob, Split};
 use hetplan::import::megatron::MegatronJob;
+use hetplan::import::torchtitan::TorchtitanJob;
 use hetplan::plan::{Plan, Recompute, ValidPlan};
 use hetplan::units::Seconds;
 use serde::Serialize;
@@ -21,6 +22,10 @@ pub enum SourceArg {
     /// A DeepSpeed job: its `ds_config.json` (with --model; the layer split from `ranks.json`
     /// beside it, or --pipeline-stages and --partition-method).
     Deepspeed,
+    /// A torchtitan 0.3 job: its config module (what it states literally; the model from the
+    /// shape constants `hetplan export` writes, else --model; a pipeline's split from
+    /// `ranks.json`).
+    Torchtitan,
 }
 
 /// `--partition-method`: DeepSpeed's `PipelineModule(partition_method=...)`.
@@ -182,6 +187,41 @@ pub fn import(a: ImportArgs) -> Result<()> {
             let plan = job
                 .plan(&model, &cluster, &split, nodes, recompute)
                 .map_err(located)?;
+            Imported {
+                model,
+                seq_len,
+                plan,
+                ignored: Vec::new(),
+            }
+        }
+        SourceArg::Torchtitan => {
+            if a.pipeline_stages.is_some() || a.seq_len.is_some() {
+                return Err(CliError::Usage(
+                    "--seq-len and --pipeline-stages are for --from deepspeed: a torchtitan job \
+                     states its sequence and stages"
+                        .into(),
+                ));
+            }
+            let job = TorchtitanJob::parse(&origin.text).map_err(located)?;
+            let name = Path::new(&a.source)
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("torchtitan-job")
+                .to_string();
+            let model =
+                match (&a.model, job.model(&name).map_err(located)?) {
+                    (Some(m), _) => inputs::load_model(m)?,
+                    (None, Some(m)) => m,
+                    (None, None) => return Err(CliError::Usage(
+                        "the module does not state the model's shape (DIM, N_LAYERS, ...): give \
+                         --model"
+                            .into(),
+                    )),
+                };
+            let split = ranks
+                .as_ref()
+                .map(|r| (r.nodes.as_slice(), r.parts.as_slice()));
+            let (plan, seq_len) = job.plan(&model, &cluster, split).map_err(located)?;
             Imported {
                 model,
                 seq_len,

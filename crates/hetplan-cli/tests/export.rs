@@ -1045,3 +1045,84 @@ fn research_runtimes_refuse_what_they_cannot_express_and_suggest_a_plain_plan() 
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_torchtitan_export_imports_back_to_the_same_plan() {
+    let dir = scratch("tt-roundtrip");
+    let cluster = "2x2xa100-80gb@100Gbps";
+    for (i, plan) in [
+        "pp=2,dp=1,tp=2,mbs=1,gbs=16,ckpt=full,sp=on,schedule=interleaved,v=2,engine=fsdp",
+        "pp=1,dp=4,mbs=2,gbs=64,zero=3,ckpt=selective,engine=fsdp",
+        "pp=2,dp=2,mbs=1,gbs=32,schedule=gpipe,precision=fp32,engine=fsdp",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let job = format!("job{i}");
+        let o = hetplan(
+            &dir,
+            &[
+                "export",
+                "--model",
+                TINY_LLAMA,
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--to",
+                "torchtitan",
+                "--out",
+                &job,
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let o = hetplan(
+            &dir,
+            &[
+                "estimate",
+                "--model",
+                TINY_LLAMA,
+                "--cluster",
+                cluster,
+                "--plan",
+                plan,
+                "--json",
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let original: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        let imported = format!("imported{i}.json");
+        let o = hetplan(
+            &dir,
+            &[
+                "import",
+                "--from",
+                "torchtitan",
+                &format!("{job}/hetplan_job.py"),
+                "--cluster",
+                cluster,
+                "--time-limit",
+                "none",
+                "-o",
+                &imported,
+                "--json",
+            ],
+        );
+        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+        let back: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(&imported)).unwrap()).unwrap();
+        assert_eq!(
+            canonical(back),
+            canonical(original["plan"].clone()),
+            "{plan}"
+        );
+        // The model came from the module's shape constants: the same time as the config.json's.
+        let out: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        let (a, b) = (
+            original["iteration_time_s"].as_f64().unwrap(),
+            out["iteration_time_s"].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() <= 1e-9 * a, "{plan}: {a} then {b}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

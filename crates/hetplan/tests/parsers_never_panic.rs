@@ -7,6 +7,7 @@ use hetplan::calibration::{self, sailor::check_sailor};
 use hetplan::cluster::spec::{catalog_cluster, parse_cluster_toml};
 use hetplan::import::deepspeed::{DeepspeedJob, Split};
 use hetplan::import::megatron::MegatronJob;
+use hetplan::import::torchtitan::TorchtitanJob;
 use hetplan::model::catalog::catalog_model;
 use hetplan::model::hf::parse_hf_config;
 use hetplan::model::layerlist::parse_layer_list;
@@ -27,6 +28,14 @@ const MEGATRON_SCRIPT: &str = "torchrun --nnodes 2 --nproc_per_node 4 pretrain_g
     --num-experts 4 --moe-router-topk 2 --micro-batch-size 2 --global-batch-size 16 \
     --use-distributed-optimizer --recompute-granularity full --recompute-method block \
     --recompute-num-layers 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5 --bf16\n";
+
+/// A torchtitan config module (`hetplan import --from torchtitan`).
+const TT_MODULE: &str = "DIM = 256\nN_LAYERS = 2\nN_HEADS = 4\nN_KV_HEADS = 2\nFFN_HIDDEN_DIM = 512\n\
+VOCAB_SIZE = 1000\nTIED_EMBEDDINGS = False\n\ndef job():\n    return Trainer.Config(\n        \
+training=TrainingConfig(local_batch_size=4, global_batch_size=16, seq_len=128),\n        \
+parallelism=ParallelismConfig(data_parallel_replicate_degree=2, tensor_parallel_degree=2,\n            \
+pipeline_parallel_degree=1, pipeline_parallel_schedule=\"1F1B\"),\n        \
+activation_checkpoint=FullAC.Config(),\n    )\n";
 
 /// A DeepSpeed config (`hetplan import --from deepspeed`).
 const DS_CONFIG: &str = r#"{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
@@ -448,6 +457,18 @@ proptest! {
             let _ = check_sailor(&[(format!("OPT-350{x}"), x.to_string())], &ProfileDb::new());
             let _ = MegatronJob::parse(x, "m");
             let _ = DeepspeedJob::parse(x);
+            let _ = TorchtitanJob::parse(x);
+        }
+    }
+
+    #[test]
+    fn torchtitan_modules(e in edits()) {
+        let cluster = catalog_cluster("1x4xa100-80gb").unwrap();
+        if let Ok(job) = TorchtitanJob::parse(&apply(TT_MODULE, &e)) {
+            if let Ok(Some(model)) = job.model("m") {
+                totals(&model);
+                let _ = job.plan(&model, &cluster, None);
+            }
         }
     }
 
@@ -646,6 +667,10 @@ fn the_valid_inputs_parse() {
     assert_eq!(r.runs.len(), 1, "{:?}", r.skipped);
     let model = catalog_model("gpt3-125m").unwrap();
     let cluster = catalog_cluster("2x4xa100-80gb").unwrap();
+    let tt = TorchtitanJob::parse(TT_MODULE).unwrap();
+    let tt_model = tt.model("m").unwrap().unwrap();
+    tt.plan(&tt_model, &catalog_cluster("1x4xa100-80gb").unwrap(), None)
+        .unwrap();
     let job = MegatronJob::parse(MEGATRON_SCRIPT, "m").unwrap();
     job.plan(&cluster, None).unwrap();
     DeepspeedJob::parse(DS_CONFIG)

@@ -204,6 +204,7 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
             contents: job_module(job),
             executable: false,
         },
+        super::ranks_file(plan, &layout),
         ExportFile {
             path: "launch.sh".into(),
             contents: launch_script(job, &layout),

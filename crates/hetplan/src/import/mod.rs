@@ -6,3 +6,4 @@
 pub mod deepspeed;
 pub mod megatron;
 mod shell;
+pub mod torchtitan;

@@ -1,0 +1,451 @@
+//! A torchtitan 0.3 job as hetplan's model and plan, from its config module.
+//!
+//! torchtitan 0.3 takes its job as Python (`--module M --config F`: a function returning
+//! `Trainer.Config`), which hetplan does not execute. It reads what such a module states
+//! literally: keyword arguments with literal values (`tensor_parallel_degree=2`,
+//! `pipeline_parallel_schedule="1F1B"`, `local_batch_size=8`, ...; the last one written wins,
+//! as the innermost call would), `activation_checkpoint=FullAC.Config()` (or `SelectiveAC`),
+//! and top-level constants of the model's shape as `hetplan export --to torchtitan` writes them
+//! (`DIM`, `N_LAYERS`, `N_HEADS`, `N_KV_HEADS`, `FFN_HIDDEN_DIM`, `VOCAB_SIZE`,
+//! `TIED_EMBEDDINGS`). A module that builds its model otherwise (`model_registry("8B")`) needs
+//! the model from the caller; one whose values are computed is refused where they are read.
+//! The layer split comes from the export's `ranks.json` (torchtitan's own default split is not
+//! ported). Keys and defaults are torchtitan 0.3.0's (`config/configs.py`: `TrainingConfig`,
+//! `ParallelismConfig`; `trainer.py` for the batch arithmetic).
+
+use crate::cluster::{Cluster, GpuId};
+use crate::error::InputError;
+use crate::export::ranks::NodeLaunch;
+use crate::model::{AttnImpl, MlpKind, Model, NormKind, PositionKind, TransformerConfig};
+use crate::plan::{Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
+use std::collections::BTreeMap;
+
+/// A literal value and where it starts.
+#[derive(Clone, Debug, PartialEq)]
+struct Lit {
+    text: String,
+    offset: usize,
+}
+
+/// What a torchtitan config module states literally.
+#[derive(Clone, Debug)]
+pub struct TorchtitanJob {
+    consts: BTreeMap<String, Lit>,
+    kwargs: BTreeMap<String, Lit>,
+    src: String,
+}
+
+/// Identifier characters.
+fn ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+impl TorchtitanJob {
+    pub fn parse(src: &str) -> Result<TorchtitanJob, InputError> {
+        let mut consts = BTreeMap::new();
+        let mut kwargs = BTreeMap::new();
+        let mut line_start = 0;
+        for line in src.split_inclusive('\n') {
+            // Comments and docstring lines carry no values.
+            let code = line.split('#').next().unwrap_or("");
+            let trimmed = code.trim_start();
+            let indent = code.len() - trimmed.len();
+            // `NAME = literal` at the top level.
+            if indent == 0 {
+                if let Some((name, value)) = code.split_once('=') {
+                    let name = name.trim();
+                    if !name.is_empty() && name.chars().all(ident) && !value.starts_with('=') {
+                        let v = value.trim().trim_end_matches(',');
+                        let offset = line_start + code.len() - value.trim_start().len();
+                        consts.insert(
+                            name.to_string(),
+                            Lit {
+                                text: v.to_string(),
+                                offset,
+                            },
+                        );
+                    }
+                }
+            }
+            // `key=value` keyword arguments inside calls.
+            let bytes: Vec<char> = code.chars().collect();
+            let mut i = 0;
+            let mut byte = line_start;
+            let mut quote: Option<char> = None;
+            while i < bytes.len() {
+                let c = bytes[i];
+                match quote {
+                    Some(q) if c == q => quote = None,
+                    Some(_) => {}
+                    None if c == '"' || c == '\'' => quote = Some(c),
+                    None if c == '='
+                        && bytes.get(i + 1) != Some(&'=')
+                        && i > 0
+                        && !matches!(bytes[i - 1], '=' | '!' | '<' | '>' | ' ') =>
+                    {
+                        let mut k = i;
+                        while k > 0 && ident(bytes[k - 1]) {
+                            k -= 1;
+                        }
+                        let key: String = bytes[k..i].iter().collect();
+                        let mut j = i + 1;
+                        let mut depth = 0i32;
+                        let mut q2: Option<char> = None;
+                        while j < bytes.len() {
+                            let d = bytes[j];
+                            match q2 {
+                                Some(q) if d == q => q2 = None,
+                                Some(_) => {}
+                                None if d == '"' || d == '\'' => q2 = Some(d),
+                                None if d == '(' || d == '[' => depth += 1,
+                                None if (d == ')' || d == ']') && depth == 0 => break,
+                                None if d == ')' || d == ']' => depth -= 1,
+                                None if d == ',' && depth == 0 => break,
+                                None => {}
+                            }
+                            j += 1;
+                        }
+                        let value: String = bytes[i + 1..j].iter().collect();
+                        if !key.is_empty() && !key.starts_with(|c: char| c.is_ascii_digit()) {
+                            let at =
+                                byte + bytes[i..=i].iter().map(|c| c.len_utf8()).sum::<usize>();
+                            kwargs.insert(
+                                key,
+                                Lit {
+                                    text: value.trim().to_string(),
+                                    offset: at,
+                                },
+                            );
+                        }
+                    }
+                    None => {}
+                }
+                byte += c.len_utf8();
+                i += 1;
+            }
+            line_start += line.len();
+        }
+        if !kwargs.contains_key("tensor_parallel_degree")
+            && !kwargs.contains_key("pipeline_parallel_degree")
+            && !kwargs.contains_key("local_batch_size")
+        {
+            return Err(InputError::new(
+                "not a torchtitan config module: it states no ParallelismConfig or TrainingConfig \
+                 values (tensor_parallel_degree=, pipeline_parallel_degree=, local_batch_size=)",
+            )
+            .at(1, 1)
+            .hint(Some(
+                "give the module whose function returns the Trainer.Config (`--config`)".into(),
+            )));
+        }
+        Ok(TorchtitanJob {
+            consts,
+            kwargs,
+            src: src.to_string(),
+        })
+    }
+
+    fn error(&self, lit: &Lit, message: String) -> InputError {
+        InputError::new(message).at_offset(&self.src, lit.offset)
+    }
+
+    /// A whole-number keyword or constant; `default` when absent.
+    fn int(&self, map: &BTreeMap<String, Lit>, key: &str, default: i64) -> Result<i64, InputError> {
+        match map.get(key) {
+            None => Ok(default),
+            Some(l) => l.text.replace('_', "").parse::<i64>().map_err(|_| {
+                self.error(
+                    l,
+                    format!("{key}: expected a whole number, found `{}`", l.text),
+                )
+                .hint(Some(
+                    "hetplan reads literal values only; write the number itself".into(),
+                ))
+            }),
+        }
+    }
+
+    fn string(&self, key: &str) -> Option<String> {
+        self.kwargs
+            .get(key)
+            .map(|l| l.text.trim_matches(|c| c == '"' || c == '\'').to_string())
+    }
+
+    fn flag(&self, key: &str, default: bool) -> bool {
+        self.kwargs.get(key).map_or(default, |l| l.text == "True")
+    }
+
+    /// The model the module builds from hetplan's shape constants, if it states them.
+    pub fn model(&self, name: &str) -> Result<Option<Model>, InputError> {
+        let c = &self.consts;
+        if !c.contains_key("DIM") || !c.contains_key("N_LAYERS") {
+            return Ok(None);
+        }
+        let get = |k: &str| -> Result<u64, InputError> {
+            let v = self.int(c, k, -1)?;
+            u64::try_from(v).map_err(|_| {
+                InputError::new(format!("the module states no whole {k} of at least 0"))
+            })
+        };
+        let hidden = get("DIM")?;
+        let heads = get("N_HEADS")?;
+        let cfg = TransformerConfig {
+            name: name.to_string(),
+            hidden,
+            layers: get("N_LAYERS")?,
+            heads,
+            kv_heads: get("N_KV_HEADS")?,
+            head_dim: hidden.checked_div(heads).unwrap_or(0),
+            ffn: get("FFN_HIDDEN_DIM")?,
+            mlp: MlpKind::SwiGlu,
+            norm: NormKind::RmsNorm,
+            position: PositionKind::Rotary,
+            vocab: get("VOCAB_SIZE")?,
+            max_seq_len: self.int(c, "ROPE_MAX_SEQ_LEN", 2048)?.max(1) as u64,
+            attn_bias: false,
+            mlp_bias: false,
+            norm_bias: false,
+            tied_embeddings: c.get("TIED_EMBEDDINGS").is_some_and(|l| l.text == "True"),
+            parallel_attn: false,
+            shared_norm: false,
+            causal: true,
+            attn_impl: AttnImpl::Flash,
+            dropout: false,
+            moe: None,
+        };
+        cfg.check_limits()?;
+        Ok(Some(cfg.build()))
+    }
+
+    /// The plan the module runs for `model` on `cluster`: ranks and layer split from an
+    /// export's `ranks.json` (`nodes`, `parts`), else the cluster's GPUs in order and one stage.
+    pub fn plan(
+        &self,
+        model: &Model,
+        cluster: &Cluster,
+        ranks: Option<(&[NodeLaunch], &[usize])>,
+    ) -> Result<(Plan, u64), InputError> {
+        let k = &self.kwargs;
+        let int = |key: &str, d: i64| self.int(k, key, d);
+        for key in ["context_parallel_degree", "expert_parallel_degree"] {
+            if int(key, 1)? > 1 {
+                let l = &k[key];
+                return Err(self.error(l, format!("{key}: hetplan does not model it yet")));
+            }
+        }
+        let gpus: Vec<GpuId> = match ranks {
+            Some((nodes, _)) => nodes
+                .iter()
+                .flat_map(|n| {
+                    n.gpus.iter().map(move |&g| GpuId {
+                        node: n.node,
+                        local: g,
+                    })
+                })
+                .collect(),
+            None => cluster.gpus(),
+        };
+        let world = gpus.len() as i64;
+        let positive = |key: &str, v: i64| -> Result<u64, InputError> {
+            u64::try_from(v)
+                .ok()
+                .filter(|x| (1..=1 << 20).contains(x))
+                .ok_or_else(|| {
+                    let e =
+                        InputError::new(format!("{key} = {v} is not a degree hetplan can plan"));
+                    match k.get(key) {
+                        Some(l) => e.at_offset(&self.src, l.offset),
+                        None => e,
+                    }
+                })
+        };
+        let tp = positive("tensor_parallel_degree", int("tensor_parallel_degree", 1)?)?;
+        let pp = positive(
+            "pipeline_parallel_degree",
+            int("pipeline_parallel_degree", 1)?,
+        )?;
+        let rep = positive(
+            "data_parallel_replicate_degree",
+            int("data_parallel_replicate_degree", 1)?,
+        )?;
+        let shard_raw = int("data_parallel_shard_degree", -1)?;
+        let rest = world / (tp * pp * rep) as i64;
+        let shard = positive(
+            "data_parallel_shard_degree",
+            if shard_raw == -1 { rest } else { shard_raw },
+        )?;
+        let dp = rep * shard;
+        let ranks_needed = dp.checked_mul(tp).and_then(|x| x.checked_mul(pp));
+        if ranks_needed != u64::try_from(world).ok() {
+            return Err(InputError::new(format!(
+                "the degrees make DP {dp} × TP {tp} × PP {pp} ranks; the job runs on {world} GPUs"
+            ))
+            .hint(Some(
+                "import with the cluster (or ranks.json) the job runs on".into(),
+            )));
+        }
+        let seq = positive("seq_len", int("seq_len", 2048)?)?;
+        let local = positive("local_batch_size", int("local_batch_size", 8)?)?;
+        let gbs_raw = int("global_batch_size", -1)?;
+        let gbs = if gbs_raw == -1 {
+            local * dp
+        } else {
+            positive("global_batch_size", gbs_raw)?
+        };
+        let (mbs, m) = if pp > 1 {
+            let mbs = positive(
+                "pipeline_parallel_microbatch_size",
+                int("pipeline_parallel_microbatch_size", 1)?,
+            )?;
+            if !local.is_multiple_of(mbs) || !gbs.is_multiple_of(local * dp) {
+                return Err(InputError::new(format!(
+                    "local_batch_size {local} does not split into micro-batches of {mbs}, or the \
+                     global batch {gbs} into steps of {local} × DP {dp}"
+                )));
+            }
+            (mbs, (local / mbs) * (gbs / (local * dp)))
+        } else {
+            if !gbs.is_multiple_of(local * dp) {
+                return Err(InputError::new(format!(
+                    "the global batch {gbs} is not a multiple of local_batch_size {local} × DP {dp}"
+                )));
+            }
+            (local, gbs / (local * dp))
+        };
+        let parts: Vec<usize> =
+            match ranks {
+                Some((_, parts)) if parts.len() > 1 => parts.to_vec(),
+                _ if pp == 1 => vec![0, model.layers.len()],
+                _ => return Err(InputError::new(
+                    "a pipelined torchtitan job's layer split is code (module_fqns_per_model_part \
+                     or torchtitan's default split); hetplan reads it from the export's \
+                     ranks.json",
+                )
+                .hint(Some("pass --ranks with the export's ranks.json".into()))),
+            };
+        let chunks = parts.len() - 1;
+        if !chunks.is_multiple_of(pp as usize) || parts.last() != Some(&model.layers.len()) {
+            return Err(InputError::new(format!(
+                "the split {parts:?} does not fit {pp} pipeline ranks and {} layers",
+                model.layers.len()
+            )));
+        }
+        let v = chunks / pp as usize;
+        let schedule = match (pp, self.string("pipeline_parallel_schedule").as_deref()) {
+            (1, _) => Schedule::OneFOneB,
+            (_, Some("GPipe")) => Schedule::Gpipe,
+            (_, Some("Interleaved1F1B")) if v > 1 => Schedule::Interleaved {
+                virtual_stages: v as u32,
+            },
+            (_, None | Some("1F1B")) if v == 1 => Schedule::OneFOneB,
+            (_, s) => {
+                return Err(InputError::new(format!(
+                    "pipeline_parallel_schedule {s:?} with {v} stages per rank: hetplan models \
+                     1F1B, Interleaved1F1B and GPipe"
+                )))
+            }
+        };
+        let recompute = match self
+            .kwargs
+            .get("activation_checkpoint")
+            .map(|l| l.text.as_str())
+        {
+            Some(t) if t.starts_with("FullAC") => Recompute::Full,
+            Some(t) if t.starts_with("SelectiveAC") => Recompute::Selective,
+            _ => Recompute::None,
+        };
+        let offload = if self.flag("enable_cpu_offload", false) {
+            Offload {
+                weights: 1.0,
+                gradients: 1.0,
+                optimizer: 1.0,
+                activations: 0.0,
+            }
+        } else {
+            Offload::default()
+        };
+        let precision = match self.string("mixed_precision_param").as_deref() {
+            Some("float32") => Precision::Fp32,
+            _ => Precision::Bf16,
+        };
+        let per_stage = (dp * tp) as usize;
+        let stages = (0..chunks)
+            .map(|i| {
+                let p = i % pp as usize;
+                Stage {
+                    layers: LayerRange {
+                        start: parts[i],
+                        end: parts[i + 1],
+                    },
+                    devices: gpus[p * per_stage..(p + 1) * per_stage].to_vec(),
+                    tp: tp as u32,
+                    replica_tp: Vec::new(),
+                    dp: dp as u32,
+                    micro_batch_sizes: vec![mbs; dp as usize],
+                    zero: if shard > 1 { 3 } else { 0 },
+                    recompute,
+                    offload,
+                    sequence_parallel: tp > 1 && self.flag("enable_sequence_parallel", true),
+                    replica_samples: Vec::new(),
+                }
+            })
+            .collect();
+        Ok((
+            Plan {
+                global_batch: gbs,
+                micro_batches: m,
+                schedule,
+                engine: Engine::Fsdp,
+                precision,
+                collective_dtypes: Default::default(),
+                stages,
+                made_for: Some(crate::plan::MadeFor::of(model, cluster)),
+            },
+            seq,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_keywords_and_constants_are_read() {
+        let src = "DIM = 256\nN_LAYERS = 2\nN_HEADS = 4\nN_KV_HEADS = 2\nFFN_HIDDEN_DIM = 512\n\
+                   VOCAB_SIZE = 1000\nTIED_EMBEDDINGS = False\n\ndef f():\n    return T(\n        \
+                   training=TrainingConfig(local_batch_size=4, global_batch_size=16, seq_len=128),\n        \
+                   parallelism=ParallelismConfig(data_parallel_replicate_degree=2, \
+                   tensor_parallel_degree=2, pipeline_parallel_degree=1),  # a comment=1\n        \
+                   activation_checkpoint=FullAC.Config(),\n    )\n";
+        let job = TorchtitanJob::parse(src).unwrap();
+        let model = job.model("m").unwrap().unwrap();
+        assert_eq!(model.layers.len(), 4);
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            "name = \"t\"\n[[node_group]]\ngpu = \"a100-sxm4-80gb\"\ngpus_per_node = 4\nnodes = 1\n",
+        )
+        .unwrap();
+        let (plan, seq) = job.plan(&model, &cluster, None).unwrap();
+        assert_eq!(seq, 128);
+        assert_eq!(
+            (plan.stages[0].tp, plan.stages[0].dp, plan.micro_batches),
+            (2, 2, 2)
+        );
+        assert_eq!(plan.stages[0].recompute, Recompute::Full);
+        assert!(crate::plan::ValidPlan::new(plan, &model, &cluster).is_ok());
+        assert!(!job.kwargs.contains_key("a comment"));
+    }
+
+    #[test]
+    fn computed_values_are_located_errors() {
+        let job = TorchtitanJob::parse("x = T(tensor_parallel_degree=N * 2)\n").unwrap();
+        let model = crate::model::catalog::catalog_model("gpt3-125m").unwrap();
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            "name = \"t\"\n[[node_group]]\ngpu = \"a100-sxm4-80gb\"\ngpus_per_node = 4\nnodes = 1\n",
+        )
+        .unwrap();
+        let e = job.plan(&model, &cluster, None).unwrap_err();
+        assert_eq!((e.line, e.column), (Some(1), Some(30)), "{e:?}");
+        assert!(TorchtitanJob::parse("print(1)").is_err());
+    }
+}
