@@ -86,8 +86,8 @@ enum Command {
         hetplan export --model llama3-8b --cluster 2x8xa100-80gb --plan plan.json --to torchtitan --out job/"
     )]
     Export(export::ExportArgs),
-    /// Read the job you run today (a Megatron-LM launch script or arguments) into a model and a
-    /// plan, and compare it with hetplan's plan.
+    /// Read the job you run today (a Megatron-LM launch script or arguments, a DeepSpeed
+    /// config, a torchtitan config module) into a plan, and compare it with hetplan's plan.
     #[command(
         after_help = "The imported plan (-o) works with `estimate`, `simulate` and \
         `export`; so does the job file as --model. Ranks are placed as `ranks.json` beside the \
@@ -95,6 +95,7 @@ enum Command {
         Examples:\n  \
         hetplan import --from megatron job/megatron_args.json --cluster 2x8xa100-80gb\n  \
         hetplan import --from megatron train_llama.sh --cluster cluster.toml -o plan.json\n  \
+        hetplan import --from deepspeed ds_config.json --model gpt3-1.3b --cluster 2x4xa100-80gb --pipeline-stages 2\n  \
         hetplan estimate --model train_llama.sh --cluster cluster.toml --plan plan.json"
     )]
     Import(import::ImportArgs),

@@ -549,7 +549,7 @@ impl MegatronJob {
                     .as_deref()
                 {
                     // block: the first k layers of each stage.
-                    Some("block") => Recompute::Layers(k as u32),
+                    Some("block") => Recompute::Layers(k.min(u64::from(u32::MAX)) as u32),
                     // uniform: every layer, checkpointed in groups of k.
                     _ => Recompute::Full,
                 }
