@@ -18,6 +18,8 @@ pub enum TargetArg {
     Sailor,
     /// Mist's executor (a per-stage strategy YAML for `benchmark_one_case.py`).
     Mist,
+    /// FlashFlex / HexiScale (`llama_train.py`: pipelines of different shapes, LLaMA only).
+    Flashflex,
 }
 
 impl From<TargetArg> for Target {
@@ -28,6 +30,7 @@ impl From<TargetArg> for Target {
             TargetArg::Torchtitan => Target::Torchtitan,
             TargetArg::Sailor => Target::Sailor,
             TargetArg::Mist => Target::Mist,
+            TargetArg::Flashflex => Target::Flashflex,
         }
     }
 }
@@ -127,7 +130,7 @@ fn write_file(path: &std::path::Path, contents: &str, executable: bool) -> Resul
 }
 
 /// The command that plans for the engine, with how much slower its plan is than the user's.
-/// For a runtime hetplan's planner cannot be restricted to (Sailor, Mist: no `--engine`), the
+/// For a runtime hetplan's planner cannot be restricted to (Sailor, Mist, FlashFlex: no `--engine`), the
 /// plain `hetplan plan` command, whose plan may be one the runtime runs.
 fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Option<String>> {
     if !export::model_reasons(target, &l.model).is_empty() {

@@ -1126,3 +1126,94 @@ fn a_torchtitan_export_imports_back_to_the_same_plan() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_flashflex_plan_of_two_pipelines_exports_and_every_rank_lands_on_its_gpu() {
+    let dir = scratch("flashflex");
+    let cluster = "1x2xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps";
+    // Pipeline 0 on the A100s at TP 1, pipeline 1 on the V100s at TP 2.
+    let text = r#"{
+  "global_batch": 16, "micro_batches": 4, "schedule": {"kind": "gpipe"},
+  "stages": [
+    {"layers": {"start": 0, "end": 17},
+     "devices": [{"node": 0, "local": 1}, {"node": 1, "local": 2}, {"node": 1, "local": 3}],
+     "tp": 2, "replica_tp": [1, 2], "dp": 2, "micro_batch_sizes": [2, 2]},
+    {"layers": {"start": 17, "end": 34},
+     "devices": [{"node": 0, "local": 0}, {"node": 1, "local": 0}, {"node": 1, "local": 1}],
+     "tp": 2, "replica_tp": [1, 2], "dp": 2, "micro_batch_sizes": [2, 2]}
+  ]
+}"#;
+    std::fs::write(dir.join("plan.json"), text).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(text).unwrap();
+    let base = [
+        "export",
+        "--model",
+        "llama2-7b",
+        "--cluster",
+        cluster,
+        "--plan",
+        "plan.json",
+        "--to",
+        "flashflex",
+    ];
+    let mut a = base.to_vec();
+    a.extend(["--seq-len", "4096", "--out", "flashflex"]);
+    let o = hetplan(&dir, &a);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let job = dir.join("flashflex");
+    let (ranks, rest) = launch(&dir, &job);
+    let mut launched = ranks.clone();
+    launched.sort_unstable();
+    assert_eq!(
+        launched,
+        plan_gpus(&plan),
+        "every GPU of the plan runs exactly one rank"
+    );
+    // --pp_layouts names each stage's GPUs by the ranks torchrun gives.
+    let args = rest[0].0.clone();
+    let pp = args
+        .split("--pp_layouts ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{args}"));
+    let pp: Vec<Vec<Vec<usize>>> = serde_json::from_str(pp.trim_matches('\'')).unwrap();
+    for (g, st) in plan["stages"].as_array().unwrap().iter().enumerate() {
+        let devs: Vec<(u64, u64)> = st["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["node"].as_u64().unwrap(), d["local"].as_u64().unwrap()))
+            .collect();
+        let replica =
+            |i: usize| -> Vec<(u64, u64)> { pp[i][g].iter().map(|&r| ranks[r]).collect() };
+        assert_eq!(replica(0), devs[..1].to_vec(), "stage {g}: {args}");
+        assert_eq!(replica(1), devs[1..].to_vec(), "stage {g}: {args}");
+    }
+    assert!(args.contains("--hetero_configs [[1,1],[2,2]]"), "{args}");
+    assert!(
+        args.contains("--global_bsz_size 8 8 --chunks 4 4"),
+        "{args}"
+    );
+    // At another sequence length, and with GPT-3: every reason, exit 2.
+    let mut a = base.to_vec();
+    a.extend(["--seq-len", "2048"]);
+    let o = hetplan(&dir, &a);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("sequence 4096"), "{}", o.stderr);
+    std::fs::write(
+        dir.join("plan.json"),
+        text.replacen(
+            "\"micro_batch_sizes\": [2, 2]}",
+            "\"micro_batch_sizes\": [2, 2], \"zero\": 1}",
+            1,
+        ),
+    )
+    .unwrap();
+    let mut a = base.to_vec();
+    a.extend(["--seq-len", "4096"]);
+    let o = hetplan(&dir, &a);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("ZeRO-1"), "{}", o.stderr);
+    assert!(o.stderr.contains("one --default_dp_type"), "{}", o.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -80,6 +80,14 @@ fn digest(target: Target, e: &export::Export) -> String {
             let c: serde_json::Value = serde_json::from_str(&file("ds_config.json")).unwrap();
             format!("{d} {c}")
         }
+        Target::Flashflex => file("launch.sh")
+            .lines()
+            .filter(|l| {
+                l.contains("--hetero_configs") || l.trim_start().starts_with("llama_train.py")
+            })
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" "),
         Target::Mist => file("hetplan_mist.yaml")
             .lines()
             .filter(|l| {

@@ -7,6 +7,7 @@
 //! engine cannot run gives no files but [`ExportError::Unsupported`] with every reason.
 
 pub mod deepspeed;
+pub mod flashflex;
 pub mod megatron;
 pub mod mist;
 pub mod ranks;
@@ -33,15 +34,19 @@ pub enum Target {
     Sailor,
     /// Mist's executor (Dazz993/Mist, `benchmark_one_case.py`): a per-stage strategy YAML.
     Mist,
+    /// FlashFlex (HexiScale, Relaxed-System-Lab/FlashFlex): `llama_train.py` with pipelines of
+    /// different shapes (`--hetero_configs`, `--pp_layouts`).
+    Flashflex,
 }
 
 impl Target {
-    pub const ALL: [Target; 5] = [
+    pub const ALL: [Target; 6] = [
         Target::Megatron,
         Target::Deepspeed,
         Target::Torchtitan,
         Target::Sailor,
         Target::Mist,
+        Target::Flashflex,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +56,7 @@ impl Target {
             Target::Torchtitan => "torchtitan",
             Target::Sailor => "sailor",
             Target::Mist => "mist",
+            Target::Flashflex => "flashflex",
         }
     }
 
@@ -65,6 +71,8 @@ impl Target {
             Target::Sailor => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
             // `training.params_dtype`/`exec_dtype`, parsed by `str_to_torch_dtype`.
             Target::Mist => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            // `--mixed_precision fp32|fp16|bf16` (llama/arguments.py:39).
+            Target::Flashflex => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
         }
     }
 
@@ -80,14 +88,14 @@ impl Target {
     }
 
     /// The mainstream engine whose rules (`plan::runtime`) decide what it runs, if any. The
-    /// research runtimes (Sailor, Mist) have none: hetplan's planner cannot be restricted to
+    /// research runtimes (Sailor, Mist, FlashFlex) have none: hetplan's planner cannot be restricted to
     /// them (`--engine`), only their exporters say what they run.
     pub fn runtime(self) -> Option<crate::plan::runtime::Runtime> {
         match self {
             Target::Megatron => Some(crate::plan::runtime::Runtime::Megatron),
             Target::Deepspeed => Some(crate::plan::runtime::Runtime::Deepspeed),
             Target::Torchtitan => Some(crate::plan::runtime::Runtime::Torchtitan),
-            Target::Sailor | Target::Mist => None,
+            Target::Sailor | Target::Mist | Target::Flashflex => None,
         }
     }
 }
@@ -144,6 +152,7 @@ pub fn why_not(
         Target::Torchtitan => torchtitan::reasons(model, plan, seq_len),
         Target::Sailor => sailor::reasons(model, plan),
         Target::Mist => mist::reasons(model, plan),
+        Target::Flashflex => flashflex::reasons(model, plan, seq_len),
     }
 }
 
@@ -155,6 +164,7 @@ pub fn export(target: Target, job: Job<'_>) -> Result<Export, ExportError> {
         Target::Torchtitan => torchtitan::export(job),
         Target::Sailor => sailor::export(job),
         Target::Mist => mist::export(job),
+        Target::Flashflex => flashflex::export(job),
     }
 }
 
@@ -228,6 +238,7 @@ pub fn model_reasons(target: Target, model: &Model) -> Vec<String> {
         Target::Deepspeed => Vec::new(),
         Target::Sailor => sailor::model_reasons(model),
         Target::Mist => mist::model_reasons(model),
+        Target::Flashflex => flashflex::model_reasons(model),
     }
 }
 
