@@ -241,17 +241,12 @@ fn readme(job: Job<'_>, layout: &RankLayout, parts: &[usize]) -> String {
     let plan: &Plan = job.plan;
     let st = &plan.stages[0];
     let pp = plan.pipeline_depth().max(1);
-    let mut s = format!(
-        "# DeepSpeed job: {} on {}\n\n\
-         Written by `hetplan export --to deepspeed` (hetplan {}) from the plan\n\n    {}\n\n\
-         PP {}, DP {}, ZeRO-{}; micro-batch {}, global batch {} ({} gradient accumulation \
+    let mut s = super::readme_head(job, "DeepSpeed", Target::Deepspeed);
+    s.push_str(&format!(
+        "PP {}, DP {}, ZeRO-{}; micro-batch {}, global batch {} ({} gradient accumulation \
          steps); sequence {}.\n\n## Files\n\n\
          - `ds_config.json`: pass it to `deepspeed.initialize(config=...)` (or \
          `--deepspeed_config`).\n",
-        job.model.name,
-        job.cluster.name,
-        env!("CARGO_PKG_VERSION"),
-        plan.summary(),
         pp,
         st.dp,
         st.zero,
@@ -259,7 +254,7 @@ fn readme(job: Job<'_>, layout: &RankLayout, parts: &[usize]) -> String {
         plan.global_batch,
         plan.micro_batches,
         job.seq_len
-    );
+    ));
     if pp > 1 {
         s.push_str(&format!(
             "- `hetplan_pipeline.py`: `HetplanPipelineModule`, a `PipelineModule` that runs the \

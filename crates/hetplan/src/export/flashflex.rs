@@ -562,10 +562,9 @@ fn readme(job: Job<'_>, layout: &RankLayout, args: &[String]) -> String {
     let pipes = pipelines(plan);
     let pp = pp_layouts(&pipes, layout);
     let b = batches(plan);
-    let mut s = format!(
-        "# FlashFlex job: {} on {}\n\n\
-         Written by `hetplan export --to flashflex` (hetplan {}) from the plan\n\n    {}\n\n\
-         {} pipelines of {} stages (replica i of every stage is pipeline i); global batch {}; \
+    let mut s = super::readme_head(job, "FlashFlex", Target::Flashflex);
+    s.push_str(&format!(
+        "{} pipelines of {} stages (replica i of every stage is pipeline i); global batch {}; \
          sequence {}.\n\n## Files\n\n\
          - `launch.sh`: run it on every node with `NODE_RANK` (below), `MASTER_ADDR` (the \
          address of node rank 0) and `FLASHFLEX` (unless run from there: your checkout of Relaxed-System-Lab/FlashFlex, \
@@ -579,10 +578,6 @@ fn readme(job: Job<'_>, layout: &RankLayout, args: &[String]) -> String {
          iteration. FlashFlex trains on random tokens (`llama/sudo_dataset.py`) for `--run-iter` \
          iterations: it is a benchmark of the plan, not a training run on your data.\n\n\
          ## Pipelines\n\n",
-        job.model.name,
-        job.cluster.name,
-        env!("CARGO_PKG_VERSION"),
-        plan.summary(),
         pipes.len(),
         plan.stages.len(),
         plan.global_batch,
@@ -591,7 +586,7 @@ fn readme(job: Job<'_>, layout: &RankLayout, args: &[String]) -> String {
             .map(|a| super::shell_quote(a))
             .collect::<Vec<_>>()
             .join(" ")
-    );
+    ));
     for (i, (p, ranks)) in pipes.iter().zip(&pp).enumerate() {
         let stages: Vec<String> = (p.iter().zip(ranks))
             .map(|(gpus, rs)| {

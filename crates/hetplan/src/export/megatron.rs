@@ -401,27 +401,18 @@ fn readme(job: Job<'_>, layout: &RankLayout, notes: &[String]) -> String {
     let cluster = job.cluster;
     let st = &plan.stages[0];
     let pp = plan.pipeline_depth().max(1);
-    let mut s = format!(
-        "# Megatron-LM job: {} on {}\n\n\
-         Written by `hetplan export --to megatron` (hetplan {}) from the plan\n\n    {}\n\n\
-         TP {}, PP {}{}, DP {}; micro-batch {}, global batch {} ({} micro-batches); sequence {}.\n\n",
-        job.model.name,
-        cluster.name,
-        env!("CARGO_PKG_VERSION"),
-        plan.summary(),
+    let mut s = super::readme_head(job, "Megatron-LM", Target::Megatron);
+    s.push_str(&format!(
+        "TP {}, PP {}{}, DP {}; micro-batch {}, global batch {} ({} micro-batches); sequence {}.\n\n",
         st.tp,
         pp,
-        if plan.stages.len() > pp {
-            format!(" ({} virtual stages each)", plan.stages.len() / pp)
-        } else {
-            String::new()
-        },
+        super::virtual_stages(plan),
         st.dp,
         st.micro_batch_sizes.first().copied().unwrap_or(1),
         plan.global_batch,
         plan.micro_batches,
         job.seq_len
-    );
+    ));
     s.push_str(
         "## Files\n\n\
          - `launch.sh`: run it on every node with `NODE_RANK` (below) and `MASTER_ADDR` (the \

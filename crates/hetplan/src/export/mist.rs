@@ -574,10 +574,9 @@ pub fn export(job: Job<'_>) -> Result<Export, ExportError> {
 fn readme(job: Job<'_>, layout: &RankLayout, assignment: &[(u32, u32)]) -> String {
     let plan: &Plan = job.plan;
     let pp = plan.pipeline_depth().max(1);
-    let mut s = format!(
-        "# Mist job: {} on {}\n\n\
-         Written by `hetplan export --to mist` (hetplan {}) from the plan\n\n    {}\n\n\
-         {} stages, global batch {} in {} gradient accumulation steps, sequence {}.\n\n\
+    let mut s = super::readme_head(job, "Mist", Target::Mist);
+    s.push_str(&format!(
+        "{} stages, global batch {} in {} gradient accumulation steps, sequence {}.\n\n\
          ## Files\n\n\
          - `hetplan_mist.yaml`: the config Mist's executor \
          (`benchmark/mist/exec/benchmark_one_case.py`) reads with Hydra: the model, the \
@@ -598,15 +597,8 @@ fn readme(job: Job<'_>, layout: &RankLayout, assignment: &[(u32, u32)]) -> Strin
          and its config classes require them, though only its tuner reads them. Copy them from \
          Mist's `benchmark/mist/configs/experiment/template-<gpu>.yaml` for your GPUs, or give \
          them to `launch.sh` as Hydra overrides (`hardware.cpu_gpu_comm_params=[a,b]` ...).\n",
-        job.model.name,
-        job.cluster.name,
-        env!("CARGO_PKG_VERSION"),
-        plan.summary(),
-        pp,
-        plan.global_batch,
-        plan.micro_batches,
-        job.seq_len
-    );
+        pp, plan.global_batch, plan.micro_batches, job.seq_len
+    ));
     s.push_str(&format!(
         "\n## Where each stage runs\n\n\
          Mist numbers ranks node by node on a mesh of {} nodes × {} GPUs \

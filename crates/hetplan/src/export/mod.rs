@@ -317,6 +317,29 @@ pub(crate) fn ranks_file(plan: &crate::plan::Plan, layout: &ranks::RankLayout) -
     }
 }
 
+/// A README's heading: the engine, the model and the cluster, and the plan it was written from.
+pub(crate) fn readme_head(job: Job<'_>, engine: &str, target: Target) -> String {
+    format!(
+        "# {engine} job: {} on {}\n\nWritten by `hetplan export --to {}` (hetplan {}) from the \
+         plan\n\n    {}\n\n",
+        job.model.name,
+        job.cluster.name,
+        target.name(),
+        env!("CARGO_PKG_VERSION"),
+        job.plan.summary()
+    )
+}
+
+/// " (v virtual stages each)" for an interleaved plan, nothing otherwise.
+pub(crate) fn virtual_stages(plan: &crate::plan::Plan) -> String {
+    let pp = plan.pipeline_depth().max(1);
+    if plan.stages.len() > pp {
+        format!(" ({} virtual stages each)", plan.stages.len() / pp)
+    } else {
+        String::new()
+    }
+}
+
 /// The README's section on where every stage runs: `order` says how the engine orders ranks.
 pub(crate) fn placement_table(
     cluster: &Cluster,

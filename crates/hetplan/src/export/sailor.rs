@@ -502,10 +502,9 @@ fn launch(job: Job<'_>, plan: &Plan, layout: &RankLayout, args: &[String]) -> St
 fn readme(job: Job<'_>, layout: &RankLayout, dist: &[Vec<Vec<usize>>], args: &[String]) -> String {
     let plan: &Plan = job.plan;
     let st = &plan.stages[0];
-    let mut s = format!(
-        "# Sailor job: {} on {}\n\n\
-         Written by `hetplan export --to sailor` (hetplan {}) from the plan\n\n    {}\n\n\
-         PP {}, DP {} replicas per stage; micro-batch {}, global batch {} ({} gradient \
+    let mut s = super::readme_head(job, "Sailor", Target::Sailor);
+    s.push_str(&format!(
+        "PP {}, DP {} replicas per stage; micro-batch {}, global batch {} ({} gradient \
          accumulation steps); sequence {}.\n\n## Files\n\n\
          - `dist_config.json`: `[stage][replica][global ranks]`, read by Sailor's \
          `initialize_model_parallel_from_file` (megatron/core/parallel_state.py) and DeepSpeed's \
@@ -525,10 +524,6 @@ fn readme(job: Job<'_>, layout: &RankLayout, dist: &[Vec<Vec<usize>>], args: &[S
          layers. `--model-name` picks Sailor's model class (`OPT`, \
          megatron/model/opt_model.py, for LayerNorm, two-GEMM MLP and learned positions; \
          `LLAMA` for RMSNorm, SwiGLU and rotary), built at the model's shape.\n",
-        job.model.name,
-        job.cluster.name,
-        env!("CARGO_PKG_VERSION"),
-        plan.summary(),
         plan.pipeline_depth().max(1),
         st.dp,
         st.micro_batch_sizes.first().copied().unwrap_or(1),
@@ -539,7 +534,7 @@ fn readme(job: Job<'_>, layout: &RankLayout, dist: &[Vec<Vec<usize>>], args: &[S
             .map(|a| super::shell_quote(a))
             .collect::<Vec<_>>()
             .join(" ")
-    );
+    ));
     s.push_str(
         "\n## Where each rank runs\n\n\
          torchrun numbers ranks node by node in `--node_rank` order, local rank `i` on the \
