@@ -26,6 +26,32 @@ fn engines_python() -> Option<PathBuf> {
     venv.exists().then_some(venv)
 }
 
+/// The engines' interpreter; without one, `None` and the test says on stderr that it checked
+/// nothing — unless `HETPLAN_REQUIRE_ENGINES` says there must be one.
+fn engines_or_skip(test: &str) -> Option<PathBuf> {
+    let python = engines_python();
+    if python.is_none() {
+        assert!(
+            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
+            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found \
+             (HETPLAN_ENGINES_PYTHON or .venv-engines/bin/python; .ci/run makes it)"
+        );
+        eprintln!(
+            "{test}: no interpreter with the engines (HETPLAN_ENGINES_PYTHON or \
+             .venv-engines/bin/python; .ci/run makes it): not checked"
+        );
+    }
+    python
+}
+
+/// A fresh directory for one test.
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hetplan-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn hetplan(dir: &Path, args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hetplan"))
         .args(args)
@@ -66,129 +92,91 @@ const INLINE: &[(&str, &str, &str)] = &[
     ),
 ];
 
-#[test]
-fn megatron_core_accepts_every_export() {
-    let Some(python) = engines_python() else {
-        assert!(
-            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
-            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found \
-             (HETPLAN_ENGINES_PYTHON or .venv-engines/bin/python; .ci/run makes it)"
-        );
-        eprintln!(
-            "megatron_core_accepts_every_export: no interpreter with megatron-core \
-             (HETPLAN_ENGINES_PYTHON or .venv-engines/bin/python; .ci/run makes it): not checked"
-        );
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("hetplan-engines-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut exports: Vec<String> = Vec::new();
-    for (i, (model, cluster, plan)) in INLINE.iter().enumerate() {
+/// `hetplan export ... --to engine --out out` in `dir`, which must succeed.
+fn export_ok(dir: &Path, model: &str, cluster: &str, plan: &str, engine: &str, out: &str) {
+    let (code, err) = hetplan(
+        dir,
+        &[
+            "export",
+            "--model",
+            model,
+            "--cluster",
+            cluster,
+            "--plan",
+            plan,
+            "--to",
+            engine,
+            "--out",
+            out,
+        ],
+    );
+    assert_eq!(code, 0, "{model} {plan} to {engine}: {err}");
+}
+
+/// Exports, in `dir`, every inline `(model, cluster, plan)` and the plan hetplan finds for
+/// the engine (2 s) on every `(model, cluster, global batch)`; `model` maps the names to
+/// `--model` arguments. Returns the export directories.
+fn exports_for(
+    dir: &Path,
+    engine: &str,
+    inline: &[(&str, &str, &str)],
+    planned: &[(&str, &str, &str)],
+    model: impl Fn(&str) -> String,
+) -> Vec<String> {
+    let mut exports = Vec::new();
+    for (i, (m, cluster, plan)) in inline.iter().enumerate() {
         let out = format!("inline-{i}");
-        let (code, err) = hetplan(
-            &dir,
-            &[
-                "export",
-                "--model",
-                model,
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--to",
-                "megatron",
-                "--out",
-                &out,
-            ],
-        );
-        assert_eq!(code, 0, "{model} {plan}: {err}");
+        export_ok(dir, &model(m), cluster, plan, engine, &out);
         exports.push(out);
     }
-    // Plans hetplan finds for Megatron on heterogeneous clusters.
-    for (i, (model, cluster, gbs)) in [
-        (
-            "gpt3-1.3b",
-            "1x4xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps",
-            "64",
-        ),
-        (
-            "llama3-8b",
-            "2x8xh100-80gb@400Gbps+2x8xa100-40gb@200Gbps",
-            "256",
-        ),
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, (m, cluster, gbs)) in planned.iter().enumerate() {
         let plan = format!("planned-{i}.json");
         let (code, err) = hetplan(
-            &dir,
+            dir,
             &[
                 "plan",
                 "--model",
-                model,
+                &model(m),
                 "--cluster",
                 cluster,
                 "--gbs",
                 gbs,
                 "--engine",
-                "megatron",
+                engine,
                 "--time-limit",
                 "2s",
                 "-o",
                 &plan,
             ],
         );
-        assert_eq!(code, 0, "{model}: {err}");
+        assert_eq!(code, 0, "{m} for {engine}: {err}");
         let out = format!("planned-{i}");
-        let (code, err) = hetplan(
-            &dir,
-            &[
-                "export",
-                "--model",
-                model,
-                "--cluster",
-                cluster,
-                "--plan",
-                &plan,
-                "--to",
-                "megatron",
-                "--out",
-                &out,
-            ],
-        );
-        assert_eq!(code, 0, "{model}: {err}");
+        export_ok(dir, &model(m), cluster, &plan, engine, &out);
         exports.push(out);
     }
-    // A broken copy the checker must refuse: one decoder layer too many.
-    let broken = dir.join("broken");
-    std::fs::create_dir_all(&broken).unwrap();
-    let args = std::fs::read_to_string(dir.join("inline-0/megatron_args.json")).unwrap();
-    std::fs::write(
-        broken.join("megatron_args.json"),
-        args.replacen("\"24\"", "\"25\"", 1),
-    )
-    .unwrap();
+    exports
+}
 
-    let out = run_checker(&python, "check_megatron.py", &dir, &exports);
+/// The engine's checker accepts every export (one `ok` line each) and refuses `broken`.
+fn assert_checked(python: &Path, checker: &str, dir: &Path, exports: &[String]) {
+    let out = run_checker(python, checker, dir, exports);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "megatron-core refused an export:\n{stdout}\n{}",
+        "{checker} refused an export:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
         stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        exports.len()
+        exports.len(),
+        "{stdout}"
     );
-    let out = run_checker(&python, "check_megatron.py", &dir, &["broken".to_string()]);
+    let out = run_checker(python, checker, dir, &["broken".to_string()]);
     assert!(
         !out.status.success(),
-        "the checker passed a broken export: {}",
+        "{checker} passed a broken export: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `checker` on `dirs` (relative to `cwd`) with the engines' interpreter, its directory
@@ -211,23 +199,48 @@ fn run_checker(python: &Path, checker: &str, cwd: &Path, dirs: &[String]) -> std
         .expect("the engines' interpreter runs")
 }
 
+#[test]
+fn megatron_core_accepts_every_export() {
+    let Some(python) = engines_or_skip("megatron_core_accepts_every_export") else {
+        return;
+    };
+    let dir = scratch("engines-megatron");
+    // Plans hetplan finds for Megatron on heterogeneous clusters beside the inline ones.
+    let planned = [
+        (
+            "gpt3-1.3b",
+            "1x4xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps",
+            "64",
+        ),
+        (
+            "llama3-8b",
+            "2x8xh100-80gb@400Gbps+2x8xa100-40gb@200Gbps",
+            "256",
+        ),
+    ];
+    let exports = exports_for(&dir, "megatron", INLINE, &planned, str::to_string);
+    // A broken copy the checker must refuse: one decoder layer too many.
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    let args = std::fs::read_to_string(dir.join("inline-0/megatron_args.json")).unwrap();
+    std::fs::write(
+        broken.join("megatron_args.json"),
+        args.replacen("\"24\"", "\"25\"", 1),
+    )
+    .unwrap();
+    assert_checked(&python, "check_megatron.py", &dir, &exports);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// DeepSpeed exports: pipelines with ZeRO-1 and checkpointing, ZeRO-3 with offloading, and what
 /// hetplan plans for DeepSpeed on a heterogeneous cluster.
 #[test]
 fn deepspeed_accepts_every_export() {
-    let Some(python) = engines_python() else {
-        assert!(
-            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
-            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found"
-        );
-        eprintln!("deepspeed_accepts_every_export: no interpreter with deepspeed: not checked");
+    let Some(python) = engines_or_skip("deepspeed_accepts_every_export") else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("hetplan-ds-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut exports: Vec<String> = Vec::new();
-    let inline: &[(&str, &str, &str)] = &[
+    let dir = scratch("engines-ds");
+    let inline = [
         (
             "gpt3-1.3b",
             "2x4xa100-80gb@100Gbps",
@@ -244,65 +257,12 @@ fn deepspeed_accepts_every_export() {
             "pp=4,dp=2,mbs=1,gbs=32,zero=0,precision=fp16,engine=deepspeed",
         ),
     ];
-    for (i, (model, cluster, plan)) in inline.iter().enumerate() {
-        let out = format!("inline-{i}");
-        let (code, err) = hetplan(
-            &dir,
-            &[
-                "export",
-                "--model",
-                model,
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--to",
-                "deepspeed",
-                "--out",
-                &out,
-            ],
-        );
-        assert_eq!(code, 0, "{model} {plan}: {err}");
-        exports.push(out);
-    }
-    let cluster = "1x4xa100-80gb@100Gbps+2x2xv100-32gb@25Gbps";
-    let (code, err) = hetplan(
-        &dir,
-        &[
-            "plan",
-            "--model",
-            "gpt3-1.3b",
-            "--cluster",
-            cluster,
-            "--gbs",
-            "64",
-            "--engine",
-            "deepspeed",
-            "--time-limit",
-            "2s",
-            "-o",
-            "planned.json",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let (code, err) = hetplan(
-        &dir,
-        &[
-            "export",
-            "--model",
-            "gpt3-1.3b",
-            "--cluster",
-            cluster,
-            "--plan",
-            "planned.json",
-            "--to",
-            "deepspeed",
-            "--out",
-            "planned",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    exports.push("planned".into());
+    let planned = [(
+        "gpt3-1.3b",
+        "1x4xa100-80gb@100Gbps+2x2xv100-32gb@25Gbps",
+        "64",
+    )];
+    let exports = exports_for(&dir, "deepspeed", &inline, &planned, str::to_string);
     // A broken copy: a stage boundary moved in the split but not in ranks.json.
     let broken = dir.join("broken");
     std::fs::create_dir_all(&broken).unwrap();
@@ -316,24 +276,7 @@ fn deepspeed_accepts_every_export() {
         py.replace("PARTS = [0, 13, 26]", "PARTS = [0, 12, 26]"),
     )
     .unwrap();
-
-    let out = run_checker(&python, "check_deepspeed.py", &dir, &exports);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "DeepSpeed refused an export:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        exports.len()
-    );
-    let out = run_checker(&python, "check_deepspeed.py", &dir, &["broken".to_string()]);
-    assert!(
-        !out.status.success(),
-        "the checker passed a broken export: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_checked(&python, "check_deepspeed.py", &dir, &exports);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -365,48 +308,21 @@ const TORCHTITAN_INLINE: &[(&str, &str, &str)] = &[
 
 #[test]
 fn torchtitan_accepts_every_export() {
-    let Some(python) = engines_python() else {
-        assert!(
-            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
-            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found \
-             (HETPLAN_ENGINES_PYTHON or .venv-engines/bin/python; .ci/run makes it)"
-        );
-        eprintln!(
-            "torchtitan_accepts_every_export: no interpreter with torchtitan \
-             (HETPLAN_ENGINES_PYTHON or .venv-engines/bin/python; .ci/run makes it): not checked"
-        );
+    let Some(python) = engines_or_skip("torchtitan_accepts_every_export") else {
         return;
     };
     let tiny = root().join("crates/hetplan-cli/tests/fixtures/tiny-llama/config.json");
-    let tiny = tiny.to_str().unwrap();
-    let model_arg = |m: &'static str| if m == "TINY_LLAMA" { tiny } else { m };
-    let dir = std::env::temp_dir().join(format!("hetplan-engines-tt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut exports: Vec<String> = Vec::new();
-    for (i, (model, cluster, plan)) in TORCHTITAN_INLINE.iter().enumerate() {
-        let out = format!("inline-{i}");
-        let (code, err) = hetplan(
-            &dir,
-            &[
-                "export",
-                "--model",
-                model_arg(model),
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--to",
-                "torchtitan",
-                "--out",
-                &out,
-            ],
-        );
-        assert_eq!(code, 0, "{model} {plan}: {err}");
-        exports.push(out);
-    }
-    // Plans hetplan finds for torchtitan on heterogeneous clusters.
-    for (i, (model, cluster, gbs)) in [
+    let tiny = tiny.to_str().unwrap().to_string();
+    let model = |m: &str| {
+        if m == "TINY_LLAMA" {
+            tiny.clone()
+        } else {
+            m.to_string()
+        }
+    };
+    let dir = scratch("engines-tt");
+    // Plans hetplan finds for torchtitan on heterogeneous clusters beside the inline ones.
+    let planned = [
         (
             "TINY_LLAMA",
             "1x4xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps",
@@ -417,50 +333,8 @@ fn torchtitan_accepts_every_export() {
             "2x8xh100-80gb@400Gbps+2x8xa100-40gb@200Gbps",
             "256",
         ),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let plan = format!("planned-{i}.json");
-        let (code, err) = hetplan(
-            &dir,
-            &[
-                "plan",
-                "--model",
-                model_arg(model),
-                "--cluster",
-                cluster,
-                "--gbs",
-                gbs,
-                "--engine",
-                "torchtitan",
-                "--time-limit",
-                "2s",
-                "-o",
-                &plan,
-            ],
-        );
-        assert_eq!(code, 0, "{model}: {err}");
-        let out = format!("planned-{i}");
-        let (code, err) = hetplan(
-            &dir,
-            &[
-                "export",
-                "--model",
-                model_arg(model),
-                "--cluster",
-                cluster,
-                "--plan",
-                &plan,
-                "--to",
-                "torchtitan",
-                "--out",
-                &out,
-            ],
-        );
-        assert_eq!(code, 0, "{model}: {err}");
-        exports.push(out);
-    }
+    ];
+    let exports = exports_for(&dir, "torchtitan", TORCHTITAN_INLINE, &planned, model);
     // A broken copy the checker must refuse: one block more than the parts name.
     let broken = dir.join("broken");
     std::fs::create_dir_all(&broken).unwrap();
@@ -472,34 +346,7 @@ fn torchtitan_accepts_every_export() {
     )
     .unwrap();
     std::fs::copy(dir.join("inline-0/launch.sh"), broken.join("launch.sh")).unwrap();
-
-    let checker = root().join("tests/engines/check_torchtitan.py");
-    let run = |dirs: &[String]| {
-        Command::new(&python)
-            .arg(&checker)
-            .args(dirs)
-            .current_dir(&dir)
-            .output()
-            .expect("the engines' interpreter runs")
-    };
-    let out = run(&exports);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "torchtitan refused an export:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        exports.len(),
-        "{stdout}"
-    );
-    let out = run(&["broken".to_string()]);
-    assert!(
-        !out.status.success(),
-        "the checker passed a broken export: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_checked(&python, "check_torchtitan.py", &dir, &exports);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -509,17 +356,11 @@ fn torchtitan_accepts_every_export() {
 /// must hold its stage's layers and all must agree on finite losses.
 #[test]
 fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
-    let Some(python) = engines_python() else {
-        assert!(
-            std::env::var_os("HETPLAN_REQUIRE_ENGINES").is_none(),
-            "HETPLAN_REQUIRE_ENGINES is set but no interpreter with the engines was found"
-        );
-        eprintln!("deepspeed_trains_an_exported_plan_through_its_own_launch: not run");
+    let Some(python) = engines_or_skip("deepspeed_trains_an_exported_plan_through_its_own_launch")
+    else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("hetplan-ds-run-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("engines-ds-run");
     // Stage 0 on the second node, so that node ranks differ from node indices.
     let plan = r#"{"global_batch": 8, "micro_batches": 4, "schedule": {"kind": "1f1b"},
       "precision": "fp32", "engine": "deepspeed", "stages": [
@@ -529,23 +370,7 @@ fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
        "tp": 1, "dp": 2, "micro_batch_sizes": [1, 1], "zero": 1, "recompute": "none"}]}"#;
     std::fs::write(dir.join("plan.json"), plan).unwrap();
     let cluster = "1x2xa100-80gb@100Gbps+1x2xv100-32gb@100Gbps";
-    let (code, err) = hetplan(
-        &dir,
-        &[
-            "export",
-            "--model",
-            "gpt3-125m",
-            "--cluster",
-            cluster,
-            "--plan",
-            "plan.json",
-            "--to",
-            "deepspeed",
-            "--out",
-            "job",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
+    export_ok(&dir, "gpt3-125m", cluster, "plan.json", "deepspeed", "job");
     let job = dir.join("job");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
