@@ -543,6 +543,79 @@ fn canonical(mut plan: serde_json::Value) -> serde_json::Value {
     plan
 }
 
+/// A plan exported to `engine` in `dir/job`, and `job/file` imported back (with `import`'s
+/// `extra` arguments): the imported plan must be the plan. Returns the plan's estimate (JSON)
+/// and `import`'s output.
+#[allow(clippy::too_many_arguments)]
+fn round_trip(
+    dir: &Path,
+    model: &str,
+    cluster: &str,
+    plan: &str,
+    engine: &str,
+    job: &str,
+    file: &str,
+    extra: &[&str],
+) -> (serde_json::Value, Output) {
+    let o = hetplan(
+        dir,
+        &[
+            "export",
+            "--model",
+            model,
+            "--cluster",
+            cluster,
+            "--plan",
+            plan,
+            "--to",
+            engine,
+            "--out",
+            job,
+        ],
+    );
+    assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+    let o = hetplan(
+        dir,
+        &[
+            "estimate",
+            "--model",
+            model,
+            "--cluster",
+            cluster,
+            "--plan",
+            plan,
+            "--json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
+    let original: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let imported = format!("{job}-imported.json");
+    let source = format!("{job}/{file}");
+    let mut args = vec![
+        "import",
+        "--from",
+        engine,
+        &source,
+        "--cluster",
+        cluster,
+        "--time-limit",
+        "none",
+        "-o",
+        &imported,
+    ];
+    args.extend_from_slice(extra);
+    let out = hetplan(dir, &args);
+    assert_eq!(out.code, 0, "{plan}: {}", out.stderr);
+    let back: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(&imported)).unwrap()).unwrap();
+    assert_eq!(
+        canonical(back),
+        canonical(original["plan"].clone()),
+        "{model} {plan} through {engine}"
+    );
+    (original, out)
+}
+
 #[test]
 fn a_megatron_export_imports_back_to_the_same_plan() {
     let dir = scratch("roundtrip");
@@ -580,64 +653,15 @@ fn a_megatron_export_imports_back_to_the_same_plan() {
     ];
     for (i, (model, plan)) in cases.iter().enumerate() {
         let job = format!("job{i}");
-        let o = hetplan(
+        let (est, _) = round_trip(
             &dir,
-            &[
-                "export",
-                "--model",
-                model,
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--to",
-                "megatron",
-                "--out",
-                &job,
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let original = format!("original{i}.json");
-        let o = hetplan(
-            &dir,
-            &[
-                "estimate",
-                "--model",
-                model,
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--json",
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let est: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-        std::fs::write(dir.join(&original), est["plan"].to_string()).unwrap();
-        let imported = format!("imported{i}.json");
-        let o = hetplan(
-            &dir,
-            &[
-                "import",
-                "--from",
-                "megatron",
-                &format!("{job}/megatron_args.json"),
-                "--cluster",
-                cluster,
-                "--time-limit",
-                "none",
-                "-o",
-                &imported,
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let read = |f: &str| -> serde_json::Value {
-            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap()
-        };
-        assert_eq!(
-            canonical(read(&imported)),
-            canonical(read(&original)),
-            "{model} {plan}"
+            model,
+            cluster,
+            plan,
+            "megatron",
+            &job,
+            "megatron_args.json",
+            &[],
         );
         // The job file is a model for `estimate`, with the same time as the catalog model.
         let o = hetplan(
@@ -649,7 +673,7 @@ fn a_megatron_export_imports_back_to_the_same_plan() {
                 "--cluster",
                 cluster,
                 "--plan",
-                &imported,
+                &format!("{job}-imported.json"),
                 "--json",
             ],
         );
@@ -724,64 +748,17 @@ fn a_deepspeed_export_imports_back_to_the_same_plan() {
     .iter()
     .enumerate()
     {
+        let extra = ["--model", "gpt3-125m"];
         let job = format!("job{i}");
-        let o = hetplan(
+        round_trip(
             &dir,
-            &[
-                "export",
-                "--model",
-                "gpt3-125m",
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--to",
-                "deepspeed",
-                "--out",
-                &job,
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let o = hetplan(
-            &dir,
-            &[
-                "estimate",
-                "--model",
-                "gpt3-125m",
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--json",
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let original: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-        let imported = format!("imported{i}.json");
-        let o = hetplan(
-            &dir,
-            &[
-                "import",
-                "--from",
-                "deepspeed",
-                &format!("{job}/ds_config.json"),
-                "--model",
-                "gpt3-125m",
-                "--cluster",
-                cluster,
-                "--time-limit",
-                "none",
-                "-o",
-                &imported,
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let back: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(&imported)).unwrap()).unwrap();
-        assert_eq!(
-            canonical(back),
-            canonical(original["plan"].clone()),
-            "{plan}"
+            "gpt3-125m",
+            cluster,
+            plan,
+            "deepspeed",
+            &job,
+            "ds_config.json",
+            &extra,
         );
     }
     // Without --model: a usage error that says why.
@@ -1059,62 +1036,15 @@ fn a_torchtitan_export_imports_back_to_the_same_plan() {
     .enumerate()
     {
         let job = format!("job{i}");
-        let o = hetplan(
+        let (original, o) = round_trip(
             &dir,
-            &[
-                "export",
-                "--model",
-                TINY_LLAMA,
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--to",
-                "torchtitan",
-                "--out",
-                &job,
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let o = hetplan(
-            &dir,
-            &[
-                "estimate",
-                "--model",
-                TINY_LLAMA,
-                "--cluster",
-                cluster,
-                "--plan",
-                plan,
-                "--json",
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let original: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-        let imported = format!("imported{i}.json");
-        let o = hetplan(
-            &dir,
-            &[
-                "import",
-                "--from",
-                "torchtitan",
-                &format!("{job}/hetplan_job.py"),
-                "--cluster",
-                cluster,
-                "--time-limit",
-                "none",
-                "-o",
-                &imported,
-                "--json",
-            ],
-        );
-        assert_eq!(o.code, 0, "{plan}: {}", o.stderr);
-        let back: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(&imported)).unwrap()).unwrap();
-        assert_eq!(
-            canonical(back),
-            canonical(original["plan"].clone()),
-            "{plan}"
+            TINY_LLAMA,
+            cluster,
+            plan,
+            "torchtitan",
+            &job,
+            "hetplan_job.py",
+            &["--json"],
         );
         // The model came from the module's shape constants: the same time as the config.json's.
         let out: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
