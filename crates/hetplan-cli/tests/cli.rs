@@ -389,7 +389,11 @@ fn simulate_writes_a_trace_and_a_chart() {
         assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0);
         assert!(e["cat"].is_string() && e["name"].is_string());
     }
-    assert!(complete.iter().any(|e| e["name"] == "F0"));
+    // The first micro-batch's forward, layer by layer: it waits for the previous step's
+    // ZeRO-1 parameter gather, each layer's (Megatron's overlap-param-gather).
+    let named = |n: &str| complete.iter().any(|e| e["name"].as_str() == Some(n));
+    assert!(named("F0 L0") && named("F1"), "the forwards");
+    assert!(named("param gather L0"), "the parameter gathers");
 
     // The chart: well-formed SVG with boxes and the GPUs' rows.
     assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);

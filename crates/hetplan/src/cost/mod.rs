@@ -17,9 +17,9 @@ pub use profiled::Profiled;
 
 use crate::cluster::{Cluster, GpuId};
 use crate::model::Model;
-use crate::plan::{Engine, LayerRange, Plan, Recompute, Schedule, Stage, ValidPlan};
+use crate::plan::{LayerRange, Plan, Recompute, Schedule, Stage, ValidPlan};
 use crate::units::{Bytes, Seconds};
-use comm::{collective_time, members_per_node, p2p_time, Collective};
+use comm::{collective_time, members_per_node, shared_send_time, Collective, SharedSides};
 use constants as k;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -68,8 +68,14 @@ pub struct StageEstimate {
     pub dp_sync: Seconds,
     pub dp_sync_exposed: Seconds,
     pub optimizer: Seconds,
-    /// Extra time of the first and last micro-batches dᵢ (Mist Eq. 1).
+    /// Extra time of the first and last micro-batches dᵢ (Mist Eq. 1): what ends the iteration
+    /// after the stage's last backward.
     pub extra: Seconds,
+    /// What delays the stage's first forward: the previous step's ZeRO-1/2 parameter gather
+    /// where the engine runs it ahead of the forward, layer by layer
+    /// (`Engine::gathers_params_during_forward`), as much of it as that forward does not hide.
+    /// The first micro-batch meets it on every stage on its way through the pipeline.
+    pub start: Seconds,
     /// Memory of the stage's most loaded GPU.
     pub memory: MemoryBreakdown,
     pub compute_source: TimeSource,
@@ -171,6 +177,9 @@ struct Send {
 struct NicLoad {
     /// (node, outgoing?) → each pipeline send crossing it per micro-batch.
     sends: BTreeMap<(u32, bool), Vec<Send>>,
+    /// (from node, to node) → each pipeline send on that route, where the cluster sets the
+    /// route's bandwidth (the simulator's route resource).
+    routes: BTreeMap<(u32, u32), Vec<Send>>,
     /// The share of micro-batch cycles in the steady state.
     steady: f64,
     /// node → tied-embedding pairs crossing it.
@@ -181,7 +190,8 @@ struct NicLoad {
 }
 
 impl NicLoad {
-    fn of(model: &Model, plan: &Plan, tokens_per_sample: f64, elem: f64) -> NicLoad {
+    fn of(w: Workload<'_>, plan: &Plan, tokens_per_sample: f64, elem: f64) -> NicLoad {
+        let model = w.model;
         let depth = plan.pipeline_depth().max(1) as f64;
         let m = plan.micro_batches.max(1) as f64;
         let mut load = NicLoad {
@@ -216,6 +226,13 @@ impl NicLoad {
                                 .entry((t.node, false))
                                 .or_default()
                                 .push(send(bytes));
+                            let key = (g.node.min(t.node), g.node.max(t.node));
+                            if w.cluster.pair_bandwidth.contains_key(&key) {
+                                load.routes
+                                    .entry((g.node, t.node))
+                                    .or_default()
+                                    .push(send(bytes));
+                            }
                         }
                     }
                 }
@@ -258,19 +275,17 @@ impl NicLoad {
         load
     }
 
-    /// How many times longer than alone a send of `bytes` from stage `si` (`forward` or
-    /// backward) from `from` to `to` takes, on average over the micro-batches. Sends that start
-    /// together share the network fairly: the send of `b` bytes ends after
-    /// `b + Σ_others min(bᵧ, b)` bytes have crossed (processor sharing), on the busier side. The
-    /// stage's own sends (its TP ranks, its replicas) always start together, its sends the other
-    /// way never (they follow its other pass); the other stages' meet it in the steady state.
-    fn slowdown(&self, si: usize, forward: bool, from: GpuId, to: GpuId, bytes: f64) -> f64 {
-        if from.node == to.node || bytes <= 0.0 {
-            return 1.0;
-        }
-        let side = |k| {
+    /// What each network a send of `bytes` from stage `si` (`forward` or backward) from `from`
+    /// to `to` carries while it is in flight, on average over the micro-batches. Sends that
+    /// start together share a network fairly: the send of `b` bytes ends after
+    /// `b + Σ_others min(bᵧ, b)` bytes have crossed it (processor sharing), on its busiest side
+    /// at that side's bandwidth (`comm::shared_send_time`). The stage's own sends (its TP ranks,
+    /// its replicas) always start together, its sends the other way never (they follow its
+    /// other pass); the other stages' meet it in the steady state.
+    fn sides(&self, si: usize, forward: bool, from: GpuId, to: GpuId, bytes: f64) -> SharedSides {
+        let carried = |sends: Option<&Vec<Send>>| {
             let (mut own, mut others) = (0.0, 0.0);
-            for y in self.sends.get(&k).into_iter().flatten() {
+            for y in sends.into_iter().flatten() {
                 if y.stage != si {
                     others += y.bytes.min(bytes);
                 } else if y.forward == forward {
@@ -278,9 +293,13 @@ impl NicLoad {
                 }
                 // The stage's sends the other way come after its other pass: never together.
             }
-            (own.max(bytes) + others * self.steady) / bytes
+            Bytes(own.max(bytes) + others * self.steady)
         };
-        side((from.node, true)).max(side((to.node, false)))
+        SharedSides {
+            outgoing: carried(self.sends.get(&(from.node, true))),
+            incoming: carried(self.sends.get(&(to.node, false))),
+            route: carried(self.routes.get(&(from.node, to.node))),
+        }
     }
 }
 
@@ -315,7 +334,7 @@ impl<'a> Ctx<'a> {
 
     fn nic(&self) -> &NicLoad {
         self.nic
-            .get_or_init(|| NicLoad::of(self.w.model, self.plan, self.tokens_per_sample, self.elem))
+            .get_or_init(|| NicLoad::of(self.w, self.plan, self.tokens_per_sample, self.elem))
     }
 }
 
@@ -500,16 +519,16 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         let out = model.layers[st.layers.end - 1].output_bytes_per_token;
         let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
         let to = nx.replica(r % nx.dp.max(1) as usize)[0];
-        let load = ctx.nic().slowdown(si, true, devs[0], to, bytes.get());
-        rt.p2p += p2p_time(cluster, devs[0], to, bytes, load).get();
+        let sides = ctx.nic().sides(si, true, devs[0], to, bytes.get());
+        rt.p2p += shared_send_time(cluster, devs[0], to, bytes, sides).get();
     }
     if si > 0 {
         let pv = &plan.stages[si - 1];
         let out = model.layers[st.layers.start - 1].output_bytes_per_token;
         let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
         let to = pv.replica(r % pv.dp.max(1) as usize)[0];
-        let load = ctx.nic().slowdown(si, false, devs[0], to, bytes.get());
-        rt.p2p += p2p_time(cluster, devs[0], to, bytes, load).get();
+        let sides = ctx.nic().sides(si, false, devs[0], to, bytes.get());
+        rt.p2p += shared_send_time(cluster, devs[0], to, bytes, sides).get();
     }
     let params_local = dp_params(model, st);
     let nlayers = st.layers.len().max(1) as f64;
@@ -640,14 +659,15 @@ fn exposed_behind(compute: f64, comm: f64, layers: f64) -> f64 {
     overlap::co_run(compute, hidden) - compute + comm / layers
 }
 
-/// End-of-iteration work of a stage that the pipeline does not hide: (DP synchronisation
-/// total, its exposed part, the tied-embedding gradient reduction).
+/// The DP synchronisation of a stage that the pipeline does not hide: (its total, the part
+/// exposed before the first forward, the part exposed at the end of the iteration, the
+/// tied-embedding gradient reduction).
 fn end_of_iteration(
     ctx: &Ctx<'_>,
     si: usize,
     worst: &ReplicaTime,
     conc: &dyn Fn(u32) -> usize,
-) -> (f64, f64, f64) {
+) -> (f64, f64, f64, f64) {
     let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
     let params_local = dp_params(model, st);
@@ -687,12 +707,15 @@ fn end_of_iteration(
     // The last bucket to fill waits for the whole backward; the others run behind it.
     let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, buckets as f64);
     // The parameter all-gather of ZeRO-1/2 follows the optimizer step: Megatron
-    // (overlap-param-gather) and FSDP hide it behind the next forward, layer by layer;
-    // DeepSpeed waits for it.
-    exposed += match plan.engine {
-        Engine::Megatron | Engine::Fsdp => exposed_behind(worst.forward, gather, nlayers),
-        Engine::Deepspeed => gather,
-    };
+    // (overlap-param-gather) and FSDP run it ahead of the next forward, layer by layer, the
+    // first layer's in the open (Megatron dispatches it in the first forward's pre-hook);
+    // DeepSpeed waits for it after the step.
+    let mut before = 0.0;
+    if plan.engine.gathers_params_during_forward() {
+        before = exposed_behind(worst.forward, gather, nlayers);
+    } else {
+        exposed += gather;
+    }
     // A tied embedding lives on the first and the last stage: Megatron all-reduces its
     // gradient between the two after the pipeline flush, before the optimizer step.
     let tied_params = tied_params_across_stages(model, plan);
@@ -709,7 +732,7 @@ fn end_of_iteration(
     } else {
         0.0
     };
-    (reduce + gather, exposed, tied)
+    (reduce + gather, before, exposed, tied)
 }
 
 /// Estimates one training iteration of `plan`, validated against the same model and cluster.
@@ -776,7 +799,7 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         };
         hardware_model_flop += (3.0 * fwd.all + recomputed) * passes as f64;
 
-        let (dp_sync, dp_exposed, tied) = end_of_iteration(&ctx, si, &worst, &conc);
+        let (dp_sync, start, dp_exposed, tied) = end_of_iteration(&ctx, si, &worst, &conc);
         let extra = dp_exposed + tied + optimizer;
 
         // Memory: a device holds all its chunks (interleaving), so it is computed once per
@@ -825,9 +848,10 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
             exposed_per_micro_batch: Seconds(worst.exposed),
             micro_batch_time: Seconds(worst.total()),
             dp_sync: Seconds(dp_sync),
-            dp_sync_exposed: Seconds(dp_exposed + tied),
+            dp_sync_exposed: Seconds(start + dp_exposed + tied),
             optimizer: Seconds(optimizer),
             extra: Seconds(extra),
+            start: Seconds(start),
             memory: worst_mem,
             compute_source: worst.source,
         });
@@ -865,11 +889,15 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         tail = tail.max(device_d[p] - prefix / vf);
         prefix += device_t[p];
     }
-    let iteration = match uneven_span {
-        // One stage: its slowest replica's micro-batches, then the end of the iteration.
-        Some(span) => span + tail.max(0.0),
-        None => (m as f64 - 1.0 / vf) * t_max + t_sum / vf + tail.max(0.0),
-    };
+    // What holds up each stage's first forward holds up the first micro-batch on its way
+    // through the pipeline, stage after stage, and with it the fill.
+    let start: f64 = stages.iter().map(|s| s.start.get()).sum();
+    let iteration = start
+        + match uneven_span {
+            // One stage: its slowest replica's micro-batches, then the end of the iteration.
+            Some(span) => span + tail.max(0.0),
+            None => (m as f64 - 1.0 / vf) * t_max + t_sum / vf + tail.max(0.0),
+        };
 
     let busy: f64 = match uneven_span {
         Some(span) => span,

@@ -36,6 +36,16 @@ pub enum Engine {
     Fsdp,
 }
 
+impl Engine {
+    /// Whether the parameter all-gather that follows a ZeRO-1/2 optimizer step runs behind the
+    /// next iteration's forward, bucket by bucket as each layer's forward needs it: Megatron's
+    /// `--overlap-param-gather` (which hetplan's Megatron export sets) and FSDP's prefetch do;
+    /// DeepSpeed gathers right after the step and waits for it.
+    pub fn gathers_params_during_forward(self) -> bool {
+        matches!(self, Engine::Megatron | Engine::Fsdp)
+    }
+}
+
 /// Numeric precision of training.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]

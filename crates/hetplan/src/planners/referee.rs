@@ -624,6 +624,8 @@ fn every(tally: &mut Tally<'_, '_, '_>, sk: &Skeleton<'_>) -> bool {
 struct Effect {
     t: f64,
     d: f64,
+    /// What holds up its first forwards (`StageEstimate::start`).
+    start: f64,
     /// (node, bytes), node-ordered.
     host: Vec<(u32, f64)>,
     fits: bool,
@@ -643,6 +645,7 @@ impl Effect {
         Effect {
             t: chunks().map(|s| s.micro_batch_time.get()).sum(),
             d: chunks().map(|s| s.extra.get()).sum(),
+            start: chunks().map(|s| s.start.get()).sum(),
             host,
             fits: est.per_gpu.iter().filter(|g| g.stage == p).all(|g| g.fits),
         }
@@ -652,6 +655,7 @@ impl Effect {
     fn dominates(&self, other: &Effect) -> bool {
         self.t <= other.t
             && self.d <= other.d
+            && self.start <= other.start
             && self.host.len() == other.host.len()
             && (self.host.iter().zip(&other.host)).all(|(a, b)| a.0 == b.0 && a.1 <= b.1)
     }

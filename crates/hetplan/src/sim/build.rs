@@ -62,9 +62,13 @@ pub enum Label {
         stage: usize,
         layer: usize,
     },
-    /// ZeRO-1/2 parameter all-gather after the optimizer step.
+    /// ZeRO-1/2 parameter all-gather of the optimizer step's result: after the step (`layer`
+    /// none), or layer by layer ahead of the first forward where the engine overlaps it
+    /// (`Engine::gathers_params_during_forward`).
     ParamGather {
         stage: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        layer: Option<usize>,
     },
     /// ZeRO-3 per-layer gather (forward or backward) and ZeRO-2/3 gradient reduce-scatter.
     ZeroGather {
@@ -461,9 +465,15 @@ pub fn task_count(plan: &Plan) -> u64 {
             if st.dp > 1 && st.zero >= 2 {
                 add(&mut n, mul(passes, per(true)));
             } else if st.dp > 1 {
+                // The last backward split, and the first forward where it waits for the gather.
+                let whole = if gathers_during_forward(plan, st) {
+                    2
+                } else {
+                    1
+                };
                 add(
                     &mut n,
-                    mul(passes - 1, per(false)).saturating_add(per(true)),
+                    mul(passes - whole, per(false)).saturating_add(mul(whole, per(true))),
                 );
             } else {
                 add(&mut n, mul(passes, per(false)));
@@ -471,13 +481,22 @@ pub fn task_count(plan: &Plan) -> u64 {
         }
         if st.dp > 1 {
             // ZeRO-3 gathers (both passes) and ZeRO-2/3 reduce-scatters per layer and
-            // micro-batch; gradient buckets; the parameter gather.
+            // micro-batch; gradient buckets; the parameter gather (per layer where it runs
+            // ahead of the first forward).
             let zero = match st.zero {
                 3 => 3,
                 2 => 1,
                 _ => 0,
             };
-            add(&mut n, mul(mul(m, layers), zero).saturating_add(layers + 1));
+            let gathers = if gathers_during_forward(plan, st) {
+                layers
+            } else {
+                1
+            };
+            add(
+                &mut n,
+                mul(mul(m, layers), zero).saturating_add(layers + gathers),
+            );
         }
         // Sends to the next chunk: at most one per pair of replicas whose samples overlap.
         if let Some(nx) = plan.stages.get(si + 1) {
@@ -564,12 +583,16 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         Pass::Backward => c.tp_allreduces_backward,
     };
 
-    // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), and the last
-    // micro-batch's backward when its gradients are reduced in buckets after it.
+    // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), the last
+    // micro-batch's backward when its gradients are reduced in buckets after it, and the first
+    // forward when it waits for the parameter gather layer by layer.
     let split = |si: usize, r: usize, mb: u64, pass: Pass| {
         let st = &plan.stages[si];
         let lb = last_backward_mb(plan, depth, steps_of(si, r).0);
-        st.dp > 1 && (st.zero >= 2 || (pass == Pass::Backward && mb == lb))
+        st.dp > 1
+            && (st.zero >= 2
+                || (pass == Pass::Backward && mb == lb)
+                || (pass == Pass::Forward && mb == 0 && gathers_during_forward(plan, st)))
     };
 
     // Compute tasks, executor by executor, in program order; flows attached afterwards. A pass
@@ -944,10 +967,53 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         );
         let _ = opt;
     }
-    // ZeRO-1/2: parameters gathered after the step (each stage's group once all its replicas
-    // stepped).
+    // ZeRO-1/2: the step's parameters gathered. Where the engine overlaps the gather with the
+    // next forward, this iteration's first forward waits for the previous step's gather layer
+    // by layer, one gather after the other, each once the forward has reached the layer two
+    // before it (Megatron's `finish_param_sync` dispatches the next bucket's gather when a
+    // bucket's forward starts).
     for (si, st) in plan.stages.iter().enumerate() {
-        if st.dp <= 1 || !(st.zero == 1 || st.zero == 2) {
+        if st.dp <= 1 || !gathers_during_forward(plan, st) {
+            continue;
+        }
+        let start = st.layers.start;
+        let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
+            .map(|r| passes[&(si, r, 0, Pass::Forward)].layers.clone())
+            .collect();
+        let mut prev: Option<TaskId> = None;
+        for l in 0..st.layers.len() {
+            let params = cost::memory::stage_params(model, start + l..start + l + 1, st.tp);
+            // The first layer's is dispatched when the forward could start (Megatron's
+            // pre-hook): once what that forward waits for is done.
+            let mut deps: Vec<TaskId> = prev.into_iter().collect();
+            if l == 0 {
+                for ls in &layers {
+                    deps.extend(b.graph.tasks[ls[0]].deps.iter().copied());
+                }
+                deps.sort_unstable();
+                deps.dedup();
+            } else if l >= 2 {
+                deps.extend(layers.iter().map(|ls| ls[l - 2]));
+            }
+            let g = b.dp_collective(
+                si,
+                params * pg_bytes,
+                Collective::AllGather,
+                deps,
+                Label::ParamGather {
+                    stage: si,
+                    layer: Some(start + l),
+                },
+            );
+            for ls in &layers {
+                b.graph.add_dep(ls[l], g);
+            }
+            prev = Some(g);
+        }
+    }
+    // Otherwise after the step (each stage's group once all its replicas stepped).
+    for (si, st) in plan.stages.iter().enumerate() {
+        if st.dp <= 1 || !(st.zero == 1 || st.zero == 2) || gathers_during_forward(plan, st) {
             continue;
         }
         let params = cost::memory::stage_params(model, st.layers.iter(), st.tp);
@@ -959,7 +1025,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             params * pg_bytes,
             Collective::AllGather,
             deps,
-            Label::ParamGather { stage: si },
+            Label::ParamGather {
+                stage: si,
+                layer: None,
+            },
         );
     }
     b.graph.executors = n_exec;
@@ -970,6 +1039,11 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         resources: b.resources,
         executors: b.executors,
     }
+}
+
+/// Whether a stage's ZeRO-1/2 parameter gather runs ahead of its first forward, layer by layer.
+fn gathers_during_forward(plan: &Plan, st: &Stage) -> bool {
+    (st.zero == 1 || st.zero == 2) && plan.engine.gathers_params_during_forward()
 }
 
 /// The micro-batch whose backward comes last on every stage (its gradients complete the

@@ -281,7 +281,7 @@ fn describe(l: &Label) -> (String, Option<usize>) {
             Some(*from_stage),
         ),
         Label::GradSync { stage, .. } => ("gradient reduction".into(), Some(*stage)),
-        Label::ParamGather { stage } => ("parameter all-gather".into(), Some(*stage)),
+        Label::ParamGather { stage, .. } => ("parameter all-gather".into(), Some(*stage)),
         Label::ZeroGather { stage, .. } => ("ZeRO-3 gather".into(), Some(*stage)),
         Label::ZeroScatter { stage, .. } => ("ZeRO reduce-scatter".into(), Some(*stage)),
         Label::TpAllReduce { stage, .. } => ("TP all-reduce".into(), Some(*stage)),

@@ -159,7 +159,10 @@ pub(crate) fn span_name(sp: &Span, depth: usize, multi_replica: bool) -> String 
             }
         }
         Label::GradSync { layer, .. } => format!("grad sync L{layer}"),
-        Label::ParamGather { stage } => format!("param gather s{stage}"),
+        Label::ParamGather { stage, layer } => match layer {
+            Some(l) => format!("param gather L{l}"),
+            None => format!("param gather s{stage}"),
+        },
         Label::ZeroGather {
             mb, layer, pass, ..
         } => format!("ZeRO gather L{layer} {}{mb}", pass_letter(*pass)),
@@ -361,7 +364,10 @@ fn span_args(sp: &Span) -> Args {
             a.stage = Some(*stage);
             a.layer = Some(*layer);
         }
-        Label::ParamGather { stage } => a.stage = Some(*stage),
+        Label::ParamGather { stage, layer } => {
+            a.stage = Some(*stage);
+            a.layer = *layer;
+        }
         Label::ZeroGather {
             stage,
             mb,
