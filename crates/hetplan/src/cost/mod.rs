@@ -184,6 +184,9 @@ struct NicLoad {
     steady: f64,
     /// node → tied-embedding pairs crossing it.
     tied: BTreeMap<u32, usize>,
+    /// node → (physical stage, its GPUs on the node) of every TP group that crosses nodes: the
+    /// stages' blocking TP all-reduces run beside each other all through the steady state.
+    cross_tp: BTreeMap<u32, Vec<(usize, usize)>>,
     /// node → rings of the end-of-iteration DP synchronisation (every physical stage's, one per
     /// parameter shard) crossing it: the stages' syncs run together after the pipeline drains.
     dp_rings: BTreeMap<u32, usize>,
@@ -241,6 +244,16 @@ impl NicLoad {
         // Per physical stage: a device's chunks (interleaving) sync one after the other, as
         // the estimate sums them.
         let physical = plan.pipeline_depth().max(1);
+        for (p, st) in plan.stages[..physical].iter().enumerate() {
+            for r in 0..st.dp as usize {
+                let members = members_per_node(st.replica(r));
+                if members.len() > 1 {
+                    for (&node, &n) in &members {
+                        load.cross_tp.entry(node).or_default().push((p, n));
+                    }
+                }
+            }
+        }
         for st in plan.stages[..physical]
             .iter()
             .filter(|st| st.dp > 1 && st.zero <= 2)
@@ -273,6 +286,15 @@ impl NicLoad {
             }
         }
         load
+    }
+
+    /// GPUs on `node` of the TP groups of other physical stages than `p` that cross nodes: their
+    /// all-reduces share the node's network with `p`'s.
+    fn other_cross_tp(&self, p: usize, node: u32) -> usize {
+        (self.cross_tp.get(&node).into_iter().flatten())
+            .filter(|&&(q, _)| q != p)
+            .map(|&(_, n)| n)
+            .sum()
     }
 
     /// What each network a send of `bytes` from stage `si` (`forward` or backward) from `from`
@@ -502,7 +524,18 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         optimizer: optimizer_seconds(ctx.w, plan, si, r),
         source: TimeSource::Analytic,
     };
-    for c in layer_costs_in(ctx, si, r, conc) {
+    // A TP group across nodes shares each node's network with the other stages' such groups.
+    let depth = plan.pipeline_depth().max(1);
+    let spans_nodes = devs.iter().any(|g| g.node != devs[0].node);
+    let tp_conc = |node: u32| {
+        let n = conc(node);
+        if spans_nodes {
+            n + ctx.nic().other_cross_tp(si % depth, node)
+        } else {
+            n
+        }
+    };
+    for c in layer_costs_in(ctx, si, r, &tp_conc) {
         if c.source != TimeSource::Analytic {
             rt.source = c.source;
         }
