@@ -157,12 +157,98 @@ impl ReplicaTime {
     }
 }
 
-/// One pipeline send of a micro-batch: its stage, which way, its bytes.
+/// One pipeline send of a micro-batch: its stage, which way, its bytes, and how long it lasts
+/// alone (at the slower of its two nodes' networks).
 #[derive(Clone, Copy)]
 struct Send {
     stage: usize,
     forward: bool,
     bytes: f64,
+    alone: f64,
+}
+
+/// When each stage's sends leave within the 1F1B steady-state cycle. The cycle is the slowest
+/// stage's forward and backward; stage s+1's forward follows stage s's by s's forward (the
+/// forward chain), and each stage runs its backward right after its forward, so stage s sends
+/// activations at `Σ_{j≤s} Fⱼ` and gradients at `Σ_{j≤s} Fⱼ + B_s`, modulo the cycle. With
+/// equal stages and B = 2F this is the textbook 1F1B picture: stage a's activations and stage
+/// b's gradients leave together when `a + 1 ≡ b (mod 3)`.
+///
+/// The passes are timed by their model FLOPs on the stage's slowest GPU at its peak (B = 2F):
+/// only what positions the sends matters, and a stage's memory options (recomputation, ZeRO,
+/// offloading, sequence parallelism) then leave the other stages' sends alone, which the
+/// referee's exact dominance cut relies on (`planners::referee`, "Undominated memory options").
+struct SendTiming {
+    cycle: f64,
+    /// Per stage: (activations leave, gradients leave).
+    leave: Vec<(f64, f64)>,
+}
+
+impl SendTiming {
+    /// None for schedules other than 1F1B, where every send is taken to meet the other stages'
+    /// in the steady state.
+    fn of(w: Workload<'_>, plan: &Plan, tokens_per_sample: f64) -> Option<SendTiming> {
+        if plan.schedule != Schedule::OneFOneB || plan.stages.len() < 2 {
+            return None;
+        }
+        let passes: Vec<(f64, f64)> = plan
+            .stages
+            .iter()
+            .map(|st| {
+                let forward = (0..st.dp as usize)
+                    .map(|r| {
+                        let tokens = st.micro_batch_sizes[r] as f64 * tokens_per_sample;
+                        let flop = compute::forward_model_flop(
+                            w.model,
+                            st.layers.iter(),
+                            tokens,
+                            w.seq_len,
+                        )
+                        .all / st.tp_of(r).max(1) as f64;
+                        let peak = (st.replica(r).iter())
+                            .map(|g| compute::matmul_peak(w.cluster.gpu(*g), plan.precision).get())
+                            .fold(f64::INFINITY, f64::min);
+                        flop / peak
+                    })
+                    .fold(0.0, f64::max);
+                (forward, 2.0 * forward)
+            })
+            .collect();
+        let cycle = passes.iter().map(|&(f, b)| f + b).fold(0.0, f64::max);
+        let mut chain = 0.0;
+        let leave = passes
+            .iter()
+            .map(|&(f, b)| {
+                chain += f;
+                (chain, chain + b)
+            })
+            .collect();
+        Some(SendTiming { cycle, leave })
+    }
+
+    /// The share of send `a` (leaving at `a0`, `da` long) during which send `b` is in flight,
+    /// both repeating every cycle.
+    fn overlap(&self, a0: f64, da: f64, b0: f64, db: f64) -> f64 {
+        let c = self.cycle;
+        if c <= 0.0 || da <= 0.0 || da >= c || db >= c {
+            return 1.0;
+        }
+        let (a0, b0) = (a0.rem_euclid(c), b0.rem_euclid(c));
+        let together: f64 = [-c, 0.0, c]
+            .iter()
+            .map(|k| ((a0 + da).min(b0 + k + db) - a0.max(b0 + k)).max(0.0))
+            .sum();
+        (together / da).min(1.0)
+    }
+
+    fn leaves(&self, stage: usize, forward: bool) -> f64 {
+        let (f, b) = self.leave[stage];
+        if forward {
+            f
+        } else {
+            b
+        }
+    }
 }
 
 /// The transfers of the whole plan that cross each node's network at once, per direction: every
@@ -207,10 +293,11 @@ impl NicLoad {
             for (from_si, forward) in [(si, true), (si + 1, false)] {
                 let from_st = &plan.stages[from_si];
                 let to_st = if forward { z } else { a };
-                let send = |bytes| Send {
+                let send = |bytes, alone| Send {
                     stage: from_si,
                     forward,
                     bytes,
+                    alone,
                 };
                 for r in 0..from_st.dp as usize {
                     let to = to_st.replica(r % to_st.dp.max(1) as usize);
@@ -221,20 +308,15 @@ impl NicLoad {
                     for (k, &g) in from_st.replica(r).iter().enumerate() {
                         let t = to[k % to.len()];
                         if g.node != t.node {
-                            load.sends
-                                .entry((g.node, true))
-                                .or_default()
-                                .push(send(bytes));
-                            load.sends
-                                .entry((t.node, false))
-                                .or_default()
-                                .push(send(bytes));
+                            let alone = bytes
+                                / (w.cluster.node_pair_bandwidth(g.node, t.node).get()
+                                    * k::P2P_EFFICIENCY);
+                            let y = send(bytes, alone);
+                            load.sends.entry((g.node, true)).or_default().push(y);
+                            load.sends.entry((t.node, false)).or_default().push(y);
                             let key = (g.node.min(t.node), g.node.max(t.node));
                             if w.cluster.pair_bandwidth.contains_key(&key) {
-                                load.routes
-                                    .entry((g.node, t.node))
-                                    .or_default()
-                                    .push(send(bytes));
+                                load.routes.entry((g.node, t.node)).or_default().push(y);
                             }
                         }
                     }
@@ -302,18 +384,39 @@ impl NicLoad {
     /// start together share a network fairly: the send of `b` bytes ends after
     /// `b + Σ_others min(bᵧ, b)` bytes have crossed it (processor sharing), on its busiest side
     /// at that side's bandwidth (`comm::shared_send_time`). The stage's own sends (its TP ranks,
-    /// its replicas) always start together, its sends the other way never (they follow its
-    /// other pass); the other stages' meet it in the steady state.
-    fn sides(&self, si: usize, forward: bool, from: GpuId, to: GpuId, bytes: f64) -> SharedSides {
+    /// its replicas) always start together. The others meet it in the steady state, each for
+    /// the share of the send during which it is in flight (`SendTiming`); without a timing
+    /// (GPipe, interleaving) the other stages' always, the stage's sends the other way never
+    /// (they follow its other pass).
+    fn sides(
+        &self,
+        cluster: &Cluster,
+        timing: Option<&SendTiming>,
+        (si, forward): (usize, bool),
+        from: GpuId,
+        to: GpuId,
+        bytes: f64,
+    ) -> SharedSides {
+        let alone =
+            bytes / (cluster.node_pair_bandwidth(from.node, to.node).get() * k::P2P_EFFICIENCY);
+        let meets = |y: &Send| match timing {
+            Some(t) => t.overlap(
+                t.leaves(si, forward),
+                alone,
+                t.leaves(y.stage, y.forward),
+                y.alone,
+            ),
+            None if y.stage != si => 1.0,
+            None => 0.0,
+        };
         let carried = |sends: Option<&Vec<Send>>| {
             let (mut own, mut others) = (0.0, 0.0);
             for y in sends.into_iter().flatten() {
-                if y.stage != si {
-                    others += y.bytes.min(bytes);
-                } else if y.forward == forward {
+                if y.stage == si && y.forward == forward {
                     own += y.bytes.min(bytes);
+                } else {
+                    others += y.bytes.min(bytes) * meets(y);
                 }
-                // The stage's sends the other way come after its other pass: never together.
             }
             Bytes(own.max(bytes) + others * self.steady)
         };
@@ -337,6 +440,8 @@ struct Ctx<'a> {
     gg_bytes: f64,
     /// Built on first use: `layer_costs` (the simulator's per-replica call) does not need it.
     nic: std::cell::OnceCell<NicLoad>,
+    /// When the pipeline sends leave (`SendTiming`), built on first use.
+    timing: std::cell::OnceCell<Option<SendTiming>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -351,7 +456,13 @@ impl<'a> Ctx<'a> {
             pg_bytes,
             gg_bytes,
             nic: std::cell::OnceCell::new(),
+            timing: std::cell::OnceCell::new(),
         }
+    }
+
+    fn timing(&self) -> &Option<SendTiming> {
+        self.timing
+            .get_or_init(|| SendTiming::of(self.w, self.plan, self.tokens_per_sample))
     }
 
     fn nic(&self) -> &NicLoad {
@@ -512,8 +623,6 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
     let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
     let devs = st.replica(r);
-    let mbs = st.micro_batch_sizes[r];
-    let tokens = mbs as f64 * ctx.tokens_per_sample;
     let mut rt = ReplicaTime {
         forward: 0.0,
         backward: 0.0,
@@ -544,25 +653,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         rt.recompute += c.recompute + c.tp_recompute;
         rt.tp_comm += c.tp_forward + c.tp_backward;
     }
-    // Pipeline sends: this replica's activations to the next stage and its input gradients to
-    // the previous one, 1/tp per TP rank (Megatron scatter-gather), to the replica of the
-    // neighbour that consumes them (r mod its dp).
-    let tp = st.tp_of(r).max(1) as f64;
-    if let Some(nx) = plan.stages.get(si + 1) {
-        let out = model.layers[st.layers.end - 1].output_bytes_per_token;
-        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
-        let to = nx.replica(r % nx.dp.max(1) as usize)[0];
-        let sides = ctx.nic().sides(si, true, devs[0], to, bytes.get());
-        rt.p2p += shared_send_time(cluster, devs[0], to, bytes, sides).get();
-    }
-    if si > 0 {
-        let pv = &plan.stages[si - 1];
-        let out = model.layers[st.layers.start - 1].output_bytes_per_token;
-        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
-        let to = pv.replica(r % pv.dp.max(1) as usize)[0];
-        let sides = ctx.nic().sides(si, false, devs[0], to, bytes.get());
-        rt.p2p += shared_send_time(cluster, devs[0], to, bytes, sides).get();
-    }
+    rt.p2p = replica_sends(ctx, si, r);
     let params_local = dp_params(model, st);
     let nlayers = st.layers.len().max(1) as f64;
     // ZeRO-3: every micro-batch gathers the parameters in forward and in backward and
@@ -606,6 +697,39 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
             + (bwd_b / pcie - rt.backward - rt.recompute).max(0.0);
     }
     rt
+}
+
+/// Seconds of the pipeline sends of one micro-batch of replica `r` of stage `si`: its
+/// activations to the next stage and its input gradients to the previous one, 1/tp per TP rank
+/// (Megatron scatter-gather), to the replica of the neighbour that consumes them (r mod its dp).
+fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
+    let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
+    let st = &plan.stages[si];
+    let devs = st.replica(r);
+    let tokens = st.micro_batch_sizes[r] as f64 * ctx.tokens_per_sample;
+    let tp = st.tp_of(r).max(1) as f64;
+    let timing = ctx.timing().as_ref();
+    let mut t = 0.0;
+    if let Some(nx) = plan.stages.get(si + 1) {
+        let out = model.layers[st.layers.end - 1].output_bytes_per_token;
+        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
+        let to = nx.replica(r % nx.dp.max(1) as usize)[0];
+        let sides = ctx
+            .nic()
+            .sides(cluster, timing, (si, true), devs[0], to, bytes.get());
+        t += shared_send_time(cluster, devs[0], to, bytes, sides).get();
+    }
+    if si > 0 {
+        let pv = &plan.stages[si - 1];
+        let out = model.layers[st.layers.start - 1].output_bytes_per_token;
+        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
+        let to = pv.replica(r % pv.dp.max(1) as usize)[0];
+        let sides = ctx
+            .nic()
+            .sides(cluster, timing, (si, false), devs[0], to, bytes.get());
+        t += shared_send_time(cluster, devs[0], to, bytes, sides).get();
+    }
+    t
 }
 
 /// Host-link bytes of one micro-batch's forward and backward on replica `r` of stage `si`

@@ -81,22 +81,26 @@
 //! chunk's checkpointing — change only p's own numbers in `cost::estimate`:
 //!
 //! - its per-micro-batch time `t_p` (the sum over its chunks of the slowest replica's
-//!   `replica_time`: compute, recomputation, TP all-reduces on its own devices, sends whose
-//!   bytes and contention (`NicLoad::sends`) depend on micro-batch sizes, TP degrees and layers
-//!   only, ZeRO-2/3 and offload traffic of its own);
+//!   `replica_time`: compute, recomputation, TP all-reduces on its own devices (sharing a
+//!   node's network with the other stages' cross-node TP groups, fixed by the devices), sends
+//!   whose bytes and contention (`NicLoad::sends`, `SendTiming`: when they leave is timed by
+//!   model FLOPs) depend on micro-batch sizes, TP degrees, layers and devices only, ZeRO-2/3 and
+//!   offload traffic of its own);
 //! - its end-of-iteration extra `d_p` (`end_of_iteration`: its own DP synchronisation, whose
 //!   ring sharing `NicLoad::dp_rings` counts the rings of every stage with `dp > 1` and
 //!   `zero ≤ 2` — fixed once ZeRO-3-or-not is; the tied embedding, fixed by the devices; its own
-//!   optimizer step);
+//!   optimizer step), and its start `s_p` (its own ZeRO-1/2 parameter gather ahead of its
+//!   first forward);
 //! - its GPUs' memory (`device_memory` of its chunks only) and the host memory they take
 //!   (offloaded states: its own parameters, ZeRO and offload; activations are never offloaded
 //!   here).
 //!
-//! The iteration time is `T = (m − 1/v)·max_p t_p + Σ_p t_p / v + max(0, max_p (d_p − Σ_{q<p}
-//! t_q / v))`, non-decreasing in every `d_p` and every `t_q` (raising `t_q` by δ adds δ/v to the
-//! sum and takes at most δ/v off the last term); the plan fits when every GPU fits and every
-//! node's host memory holds the sum of its GPUs' offloaded bytes. So if option o' of stage p
-//! fits p's GPUs and has `t'_p ≤ t_p`, `d'_p ≤ d_p` and no more host memory on any node than
+//! The iteration time is `T = Σ_p s_p + (m − 1/v)·max_p t_p + Σ_p t_p / v + max(0, max_p (d_p −
+//! Σ_{q<p} t_q / v))`, non-decreasing in every `s_p`, `d_p` and `t_q` (raising `t_q` by δ adds
+//! δ/v to the sum and takes at most δ/v off the last term); the plan fits when every GPU fits
+//! and every node's host memory holds the sum of its GPUs' offloaded bytes. So if option o' of
+//! stage p fits p's GPUs and has `t'_p ≤ t_p`, `d'_p ≤ d_p`, `s'_p ≤ s_p` and no more host
+//! memory on any node than
 //! option o, then any candidate with o becomes, with o' instead, a candidate that is no slower
 //! and fits whenever it did: options that do not fit p's GPUs, or that another option
 //! dominates (or equals and precedes), never make the optimum better and are dropped. Per
