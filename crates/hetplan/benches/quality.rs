@@ -14,7 +14,9 @@
 //! with the lowest simulated time; the speedup is its simulated time over hetplan's. Prints one
 //! markdown table to stdout, a row per problem, and a last line with the geometric-mean and the
 //! smallest speedup, the problems where hetplan is slower (speedup < 0.999) and its answers that
-//! do not fit; which planner is running, and each seed's result, go to stderr.
+//! do not fit, and how far simulation and estimate are apart over every planner's answers (the
+//! estimate is what hetplan ranks by); which planner is running, and each seed's result, go to
+//! stderr.
 //!
 //! Run: `cargo bench -p hetplan --bench quality` (`T_S` sets T, default 10 s, so a seed gets
 //! 50 s; `PROBLEMS=lab-8-consumer,gamer-farm-13b` runs only those problems, `PLANNERS=metis,mist`
@@ -344,6 +346,8 @@ fn main() {
     let mut not_fitting = 0;
     let mut no_seed = Vec::new();
     let mut no_answer = Vec::new();
+    // Every answer's (simulated − estimated) / estimated, with whose and where.
+    let mut disagreements: Vec<(f64, String)> = Vec::new();
     for case in SUITE {
         if only_problems
             .as_ref()
@@ -383,6 +387,10 @@ fn main() {
                         "sim {sim:.3} s, estimate {:.3} s, fits {}, {:.2} s, {}",
                         o.estimate.iteration_time_s, o.estimate.fits, r.wall_s, o.stop_reason
                     );
+                    disagreements.push((
+                        sim / o.estimate.iteration_time_s - 1.0,
+                        format!("{} on {}", seed.name(), case.name),
+                    ));
                     if o.estimate.fits && best.is_none_or(|(_, b)| *sim < b) {
                         best = Some((seed.name(), *sim));
                     }
@@ -416,6 +424,10 @@ fn main() {
                 if !o.estimate.fits {
                     not_fitting += 1;
                 }
+                disagreements.push((
+                    sim / o.estimate.iteration_time_s - 1.0,
+                    format!("hetplan on {}", case.name),
+                ));
                 let speedup = best.map(|(_, s)| s / sim);
                 if let Some(s) = speedup {
                     speedups.push(s);
@@ -471,6 +483,24 @@ fn main() {
          not fit: {not_fitting}.",
         speedups.len()
     );
+    // How far the simulator, the judge, is from the estimate hetplan ranks by, over every
+    // answer of every planner.
+    disagreements.sort_by(|a, b| a.0.abs().total_cmp(&b.0.abs()));
+    if let Some((worst, whose)) = disagreements.last() {
+        let at = |q: f64| {
+            let i =
+                ((disagreements.len() as f64 * q).ceil() as usize).clamp(1, disagreements.len());
+            disagreements[i - 1].0.abs() * 100.0
+        };
+        println!(
+            "Simulated against estimated, over the {} answers: median |difference| {:.1}%, p90 \
+             {:.1}%, worst {:+.1}% ({whose}).",
+            disagreements.len(),
+            at(0.5),
+            at(0.9),
+            worst * 100.0
+        );
+    }
     if !no_answer.is_empty() {
         println!("hetplan found no plan on: {}.", no_answer.join(", "));
     }

@@ -251,14 +251,15 @@ impl SendTiming {
     }
 }
 
-/// The transfers of the whole plan that cross each node's network at once, per direction: every
+/// The transfers of the whole plan that cross each node's network, per direction: every
 /// pipeline boundary's forward and backward sends (one per TP rank of each sending replica, to
-/// the replica that consumes them) are in flight together in the steady state, so a node that
-/// holds GPUs of several stages carries one stage's activations beside the next one's
-/// gradients — but only in the steady state: a stage's sends meet the other stages' while all of
-/// them run one forward and one backward per micro-batch, which with S stages and m
-/// micro-batches is `(m − S + 1)` of the m cycles (1F1B's warm-up and cool-down send alone). The
-/// tied embedding's pairs all-reduce at once too.
+/// the replica that consumes them), so that a node that holds GPUs of several stages carries one
+/// stage's activations beside another's gradients when they are in flight at once — only in the
+/// steady state, where all stages run one forward and one backward per micro-batch, which with
+/// S stages and m micro-batches is `(m − S + 1)` of the m cycles (1F1B's warm-up and cool-down
+/// send alone), and there only for the share of the cycle they overlap (`SendTiming`). The
+/// tied embedding's pairs all-reduce at once, and TP groups that cross nodes run their
+/// all-reduces side by side.
 #[derive(Default)]
 struct NicLoad {
     /// (node, outgoing?) → each pipeline send crossing it per micro-batch.
