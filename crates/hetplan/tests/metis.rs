@@ -4,7 +4,7 @@
 //! experiments with 4 and 8 GPUs, Metis outputs the same parallel plan as Oracle").
 
 use hetplan::cluster::spec::parse_cluster_toml;
-use hetplan::cost::{Analytic, Workload};
+use hetplan::cost::{estimate, Analytic, Workload};
 use hetplan::model::catalog::catalog_model;
 use hetplan::model::TransformerConfig;
 use hetplan::plan::Precision;
@@ -397,9 +397,10 @@ fn an_impossible_problem_is_infeasible_with_a_reason() {
 #[test]
 fn eq1_follows_the_simulation_on_its_plans() {
     // Eq. 1 uses hetplan's per-layer times and collectives; on this compute-bound problem it
-    // follows the simulated step within 10% for the plans Metis keeps. (hetplan's estimate
-    // parts from both by up to 17% here: it assumes that sends of different stages crossing one
-    // node's network meet in the 1F1B steady state, which the simulation shows only partly.)
+    // follows the simulated step within 10% for the plans Metis keeps. hetplan's estimate
+    // follows it within 0.3-20% on them: the six-stage plan whose first and last stages share a
+    // node, 17% slow when every send on a network was taken to meet the others, is now +4.4%
+    // (`SendTiming`); the +20% one has a 4-way TP stage on the PCIe T4 node, not yet explained.
     let c = cluster(&[("v100-sxm2-16gb", 4, 1), ("t4", 4, 1)], "25 Gbps");
     let m = gpt(4, 2048, 8192);
     let p = problem(&m, &c, 32);
@@ -425,6 +426,12 @@ fn eq1_follows_the_simulation_on_its_plans() {
             "{} Eq. 1 {} vs simulation {sim}",
             r.plan.summary(),
             r.planner_cost_s,
+        );
+        let est = estimate(w, &w.validate(&r.plan).unwrap(), &Analytic).iteration_time_s;
+        assert!(
+            ((est - sim) / sim).abs() < 0.25,
+            "{} hetplan's estimate {est} vs simulation {sim}",
+            r.plan.summary()
         );
         let again = Metis::cost(&p, &r.plan).unwrap();
         assert!((again - r.planner_cost_s).abs() <= 1e-9 * again);
