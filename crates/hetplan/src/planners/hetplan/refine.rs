@@ -108,6 +108,19 @@ pub enum Move {
     TpAll {
         up: bool,
     },
+    /// The stage's replicas split in two halves in order, each half a stage of its own with half
+    /// the layers (the first half the first layers), each replica taking twice its micro-batch:
+    /// a deeper pipeline with narrower data parallelism — less to synchronise and half the
+    /// weights per GPU, for a longer bubble. Seeds reach such plans late (Metis's deep pipelines
+    /// of small replica groups against Mist's few wide stages); no other move reaches them.
+    SplitStage {
+        stage: usize,
+    },
+    /// The stage and the next become one: their replicas side by side over all their layers,
+    /// each replica taking half its micro-batch (the inverse of `SplitStage`).
+    MergeStages {
+        stage: usize,
+    },
 }
 
 impl Move {
@@ -162,6 +175,12 @@ impl Move {
             }
             Move::TpAll { up: false } => {
                 "half the TP degree of every stage, half the micro-batches".into()
+            }
+            Move::SplitStage { stage } => {
+                format!("stage {stage} split in two, half its replicas each")
+            }
+            Move::MergeStages { stage } => {
+                format!("stages {stage} and {} merged into one", stage + 1)
             }
         }
     }
@@ -485,6 +504,17 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
         if !interleaved && pp > 1 {
             out.push(Move::DropStage { stage: s });
         }
+        if !interleaved && st.replica_tp.is_empty() && st.replica_samples.is_empty() {
+            if st.dp >= 2 && st.dp.is_multiple_of(2) && st.layers.len() >= 2 {
+                out.push(Move::SplitStage { stage: s });
+            }
+            let even = |x: &Stage| x.micro_batch_sizes.iter().all(|b| b.is_multiple_of(2));
+            if let Some(nx) = plan.stages.get(s + 1) {
+                if nx.tp == st.tp && nx.replica_tp.is_empty() && even(st) && even(nx) {
+                    out.push(Move::MergeStages { stage: s });
+                }
+            }
+        }
     }
     if plan.stages.iter().all(|s| s.replica_tp.is_empty()) {
         out.push(Move::TpAll { up: true });
@@ -702,6 +732,63 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
             };
             p.stages.remove(stage);
         }
+        Move::SplitStage { stage } => {
+            let st = &p.stages[stage];
+            let half = st.dp as usize / 2;
+            let sizes = &st.micro_batch_sizes;
+            if matches!(p.schedule, Schedule::Interleaved { .. })
+                || st.dp < 2
+                || !st.dp.is_multiple_of(2)
+                || st.layers.len() < 2
+                || !st.replica_tp.is_empty()
+                || !st.replica_samples.is_empty()
+                || sizes[..half].iter().sum::<u64>() != sizes[half..].iter().sum::<u64>()
+                || sizes
+                    .iter()
+                    .any(|&b| 2 * b > problem.options.max_micro_batch)
+            {
+                return None;
+            }
+            let t = st.tp as usize;
+            let mid = st.layers.start + st.layers.len().div_ceil(2);
+            let mut first = st.clone();
+            first.dp = half as u32;
+            first.devices.truncate(half * t);
+            first.micro_batch_sizes = sizes[..half].iter().map(|b| 2 * b).collect();
+            first.layers.end = mid;
+            let mut second = st.clone();
+            second.dp = half as u32;
+            second.devices.drain(..half * t);
+            second.micro_batch_sizes = sizes[half..].iter().map(|b| 2 * b).collect();
+            second.layers.start = mid;
+            clamp_recompute(&mut first);
+            clamp_recompute(&mut second);
+            p.stages.splice(stage..=stage, [first, second]);
+        }
+        Move::MergeStages { stage } => {
+            let (a, b) = (p.stages.get(stage)?, p.stages.get(stage + 1)?);
+            if matches!(p.schedule, Schedule::Interleaved { .. })
+                || a.tp != b.tp
+                || !a.replica_tp.is_empty()
+                || !b.replica_tp.is_empty()
+                || !a.replica_samples.is_empty()
+                || !b.replica_samples.is_empty()
+                || (a.micro_batch_sizes.iter())
+                    .chain(&b.micro_batch_sizes)
+                    .any(|s| !s.is_multiple_of(2))
+            {
+                return None;
+            }
+            let mut merged = a.clone();
+            merged.devices.extend(b.devices.iter().copied());
+            merged.dp += b.dp;
+            merged.micro_batch_sizes = (a.micro_batch_sizes.iter())
+                .chain(&b.micro_batch_sizes)
+                .map(|s| s / 2)
+                .collect();
+            merged.layers.end = b.layers.end;
+            p.stages.splice(stage..=stage + 1, [merged]);
+        }
         Move::AddReplica { stage, gpu_type } => {
             let idle = idle_gpus(cluster, &p);
             let tp = p.stages[stage].tp;
@@ -893,6 +980,7 @@ inter_node_bandwidth = "100 Gbps"
             "Tp",
             "DropStage",
             "TpAll",
+            "SplitStage",
         ] {
             assert!(
                 moves.iter().any(|m| format!("{m:?}").starts_with(kind)),
@@ -987,6 +1075,31 @@ inter_node_bandwidth = "100 Gbps"
         let merged = apply(&problem, &plan, &Move::DropStage { stage: 1 }).unwrap();
         assert_eq!(merged.stages.len(), 1);
         assert_eq!(merged.stages[0].layers.len(), model.layers.len());
+    }
+
+    #[test]
+    fn a_stage_splits_into_two_and_merges_back() {
+        let (model, cluster) = problem_parts();
+        let problem = problem_of(&model, &cluster);
+        let plan = two_stage(model.layers.len());
+        let split = apply(&problem, &plan, &Move::SplitStage { stage: 0 }).unwrap();
+        assert_eq!(split.stages.len(), 3);
+        let (a, b) = (&split.stages[0], &split.stages[1]);
+        assert_eq!((a.dp, b.dp), (2, 2));
+        assert_eq!(a.devices, plan.stages[0].devices[..2].to_vec());
+        assert_eq!(b.devices, plan.stages[0].devices[2..].to_vec());
+        assert_eq!(a.layers.start, plan.stages[0].layers.start);
+        assert_eq!(a.layers.end, b.layers.start);
+        assert_eq!(b.layers.end, plan.stages[0].layers.end);
+        // Each stage still takes the whole micro-batch.
+        assert_eq!(a.micro_batch_sizes, vec![2, 2]);
+        assert_eq!(b.micro_batch_sizes, vec![2, 2]);
+        assert!(common::evaluate(&problem, &split).is_some());
+        let back = apply(&problem, &split, &Move::MergeStages { stage: 0 }).unwrap();
+        assert_eq!(back, plan);
+        // Odd micro-batches do not halve; the last stage has nothing to merge with.
+        assert!(apply(&problem, &plan, &Move::MergeStages { stage: 0 }).is_none());
+        assert!(apply(&problem, &plan, &Move::MergeStages { stage: 1 }).is_none());
     }
 
     #[test]
