@@ -710,27 +710,19 @@ fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
     let tokens = st.micro_batch_sizes[r] as f64 * ctx.tokens_per_sample;
     let tp = st.tp_of(r).max(1) as f64;
     let timing = ctx.timing().as_ref();
-    let mut t = 0.0;
-    if let Some(nx) = plan.stages.get(si + 1) {
-        let out = model.layers[st.layers.end - 1].output_bytes_per_token;
-        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
-        let to = nx.replica(r % nx.dp.max(1) as usize)[0];
-        let sides = ctx
-            .nic()
-            .sides(cluster, timing, (si, true), devs[0], to, bytes.get());
-        t += shared_send_time(cluster, devs[0], to, bytes, sides).get();
-    }
-    if si > 0 {
-        let pv = &plan.stages[si - 1];
-        let out = model.layers[st.layers.start - 1].output_bytes_per_token;
-        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
-        let to = pv.replica(r % pv.dp.max(1) as usize)[0];
-        let sides = ctx
-            .nic()
-            .sides(cluster, timing, (si, false), devs[0], to, bytes.get());
-        t += shared_send_time(cluster, devs[0], to, bytes, sides).get();
-    }
-    t
+    // (the neighbour, the layer whose output crosses, forward?)
+    let next = (plan.stages.get(si + 1)).map(|nx| (nx, st.layers.end - 1, true));
+    let prev = (si > 0).then(|| (&plan.stages[si - 1], st.layers.start - 1, false));
+    next.into_iter()
+        .chain(prev)
+        .map(|(nb, layer, forward)| {
+            let out = model.layers[layer].output_bytes_per_token;
+            let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
+            let to = nb.replica(r % nb.dp.max(1) as usize)[0];
+            let sides = (ctx.nic()).sides(cluster, timing, (si, forward), devs[0], to, bytes.get());
+            shared_send_time(cluster, devs[0], to, bytes, sides).get()
+        })
+        .sum()
 }
 
 /// Host-link bytes of one micro-batch's forward and backward on replica `r` of stage `si`
