@@ -68,6 +68,23 @@ fn saturate(x: f64, half: f64) -> f64 {
     x / (x + half)
 }
 
+/// Keys each query attends to on average over a sequence of `seq`: all of them, half of them
+/// when causal (the kernels' cost, without the diagonal's half-tile), at most `window` (the query itself and the `window − 1`
+/// before it) with a sliding window (Mistral, Gemma 2/3, gpt-oss local layers).
+fn keys_per_query(seq: u64, causal: bool, window: Option<u64>) -> f64 {
+    let s = seq as f64;
+    match window {
+        Some(w) if w < seq => {
+            // Queries 0..w see i+1 keys, the other s−w see w each (a bidirectional window
+            // would see twice as many; no model here has one).
+            let w = w as f64;
+            (w * (w + 1.0) / 2.0 + (s - w) * w) / s
+        }
+        _ if causal => s / 2.0,
+        _ => s,
+    }
+}
+
 /// Peak rate for GEMM-like work at the training precision. FP32 training uses the FP32 vector
 /// rate (PyTorch disables TF32 for matmuls by default since 1.12).
 pub fn matmul_peak(gpu: &GpuSpec, p: Precision) -> FlopPerSec {
@@ -140,6 +157,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
             head_dim,
             causal,
             implementation,
+            window,
             ..
         } => {
             let seq = s.seq as f64;
@@ -151,8 +169,9 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
                 AttnImpl::Flash | AttnImpl::Triton => {
                     let a_eff = k::attention_efficiency_on(*implementation, gpu.arch)
                         * saturate(seq, k::ATTN_HALF_SEQ);
-                    // Flash kernels skip the masked half of a causal score matrix.
-                    let flop = if *causal { full / 2.0 } else { full };
+                    // Flash kernels skip the masked part of the score matrix: the upper half
+                    // of a causal one, and beyond a sliding window.
+                    let flop = full * keys_per_query(s.seq, *causal, *window) / seq;
                     let fwd = flop / (peak * a_eff) + ovh;
                     let bwd = k::FLASH_BWD_RATIO * flop / (peak * a_eff) + ovh;
                     OpCost {
@@ -322,9 +341,18 @@ pub fn forward_model_flop(
                     heads,
                     head_dim,
                     implementation,
+                    window,
                     ..
                 } => {
-                    let a = 4.0 * tokens * seq as f64 * (*heads as f64) * (*head_dim as f64);
+                    // Without the causal half (the model-FLOPs convention) but within a
+                    // sliding window: a window only costs its keys.
+                    let keys = match window {
+                        Some(w) if *w < seq => {
+                            2.0 * keys_per_query(seq, true, Some(*w)) / seq as f64
+                        }
+                        _ => 1.0,
+                    };
+                    let a = 4.0 * tokens * seq as f64 * keys * (*heads as f64) * (*head_dim as f64);
                     f.all += a;
                     if *implementation == AttnImpl::Torch {
                         f.unfused_attention += a;

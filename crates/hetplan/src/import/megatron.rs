@@ -431,6 +431,7 @@ impl MegatronJob {
             attn_impl,
             dropout,
             moe,
+            quirks: Default::default(),
         })
     }
 

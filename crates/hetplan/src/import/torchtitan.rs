@@ -212,6 +212,7 @@ impl TorchtitanJob {
             attn_impl: AttnImpl::Flash,
             dropout: false,
             moe: None,
+            quirks: Default::default(),
         };
         cfg.check_limits()?;
         Ok(Some(cfg.build()))

@@ -152,6 +152,7 @@ fn falcon(
         attn_impl: AttnImpl::Flash,
         dropout: false,
         moe: None,
+        quirks: Default::default(),
     }
 }
 

@@ -1,25 +1,30 @@
 //! HuggingFace `config.json` import.
 //!
 //! Reads the shape of a decoder from the `config.json` of a HuggingFace checkpoint and builds it
-//! with [`TransformerConfig`]. Supported `model_type`s: `llama`, `mistral`, `mixtral`, `qwen2`,
-//! `qwen2_moe`, `gpt2`, `gpt_neox`, `falcon` (also the older `RefinedWebModel`/`RefinedWeb`) and
-//! `mpt`. A multimodal config's language model under `text_config` is used when present.
+//! with [`TransformerConfig`]: the `model_type`s of [`SUPPORTED_MODEL_TYPES`] (also Falcon's
+//! older `RefinedWebModel`/`RefinedWeb`). LLaMA-style families share one reading of the standard
+//! fields ([`Std`]: each family's `transformers` defaults) and differ in
+//! [`Quirks`](super::Quirks) set once per family here; MoE families share one reading of their
+//! experts. A multimodal config's language model under `text_config` is used when present.
 //!
-//! Shape fields (width, depth, heads, vocabulary, FFN width) are required even where the
-//! `transformers` class has a default: a config without them is not the model meant. Optional
-//! fields take the `transformers` defaults, except `num_key_value_heads`, which defaults to the
-//! number of attention heads. Not modelled: sliding-window and local attention (costed as full
-//! causal attention), rope scaling, Qwen2-MoE's one-output shared-expert gate (h parameters a
-//! layer).
+//! Shape fields (width, depth, heads, vocabulary, FFN width) are required at the top level even
+//! where the `transformers` class has a default: a config without them is not the model meant.
+//! A nested `text_config` takes its class's defaults for them (`CLASS_DEFAULTS`), as older
+//! `transformers` wrote it as a diff against them. Optional fields take the family's
+//! `transformers` defaults, except `num_key_value_heads`, which defaults to the number of
+//! attention heads. Parameter counts equal `transformers`' for every family
+//! (`tests/hf_reference.rs`). Not modelled: rope scaling and partial rotary (no parameters),
+//! logit soft-capping, the cost of routing beyond the router GEMM.
 //!
 //! Every whole-number field must lie within the shape limits of `model::LIMITS` (width 2²⁰,
 //! FFN 2²², vocabulary 2²⁴, 10 000 layers, 2¹⁴ heads, 2¹² experts, 2²⁴ positions); errors
 //! name the field and its position in the file.
 
-use super::catalog::{assemble, blocks_of, drop_block_params};
+use super::catalog::{assemble, blocks_of};
 use super::layerlist::JsonSpans;
 use super::{
-    AttnImpl, MlpKind, Model, MoeConfig, NormKind, PositionKind, TransformerConfig, LIMITS,
+    AttnImpl, Mla, MlpKind, Model, MoeConfig, NormKind, PositionKind, QkNorm, TransformerConfig,
+    LIMITS,
 };
 use crate::error::InputError;
 use crate::names;
@@ -35,7 +40,35 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "mixtral",
     "qwen2",
     "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi",
+    "phi3",
+    "phimoe",
+    "olmo",
+    "olmo2",
+    "olmoe",
+    "deepseek_v3",
+    "stablelm",
+    "starcoder2",
+    "cohere",
+    "granite",
+    "persimmon",
+    "nemotron",
+    "smollm3",
+    "glm4",
+    "dbrx",
+    "gpt_oss",
     "gpt2",
+    "gptj",
+    "codegen",
+    "gpt_neo",
+    "gpt_bigcode",
+    "bloom",
+    "opt",
     "gpt_neox",
     "falcon",
     "mpt",
@@ -54,18 +87,42 @@ pub fn parse_hf_config(src: &str, name_hint: &str) -> Result<Model, InputError> 
         prefix: String::new(),
         src,
         spans: &spans,
+        defaults: &[],
+        outer: None,
     };
     let cfg = match root_obj.get("text_config") {
-        Some(Value::Object(t)) => Cfg {
-            obj: t,
-            prefix: "text_config".to_string(),
-            src,
-            spans: &spans,
-        },
+        Some(Value::Object(t)) => {
+            // The language model's type: its own, else the wrapper's default text model.
+            let inner_type = match t.get("model_type").and_then(Value::as_str) {
+                Some(t) => Some(t),
+                None => top
+                    .str_opt("model_type")?
+                    .and_then(|w| WRAPPER_TEXT_TYPES.iter().find(|(k, _)| *k == w))
+                    .map(|(_, t)| *t),
+            };
+            Cfg {
+                obj: t,
+                prefix: "text_config".to_string(),
+                src,
+                spans: &spans,
+                defaults: inner_type
+                    .and_then(|t| CLASS_DEFAULTS.iter().find(|(k, _)| *k == t))
+                    .map_or(&[][..], |(_, d)| *d),
+                outer: Some(root_obj),
+            }
+        }
         _ => top.clone(),
     };
+    let nested_default_type = (cfg.outer.is_some() && cfg.get("model_type").is_none())
+        .then(|| top.str_opt("model_type").ok().flatten())
+        .flatten()
+        .and_then(|w| WRAPPER_TEXT_TYPES.iter().find(|(k, _)| *k == w))
+        .map(|(_, t)| t.to_string());
     let (model_type, mt_cfg) = match cfg.str_opt("model_type")? {
         Some(t) => (t.to_string(), &cfg),
+        None if nested_default_type.is_some() => {
+            (nested_default_type.clone().expect("checked"), &top)
+        }
         None => match top.str_opt("model_type")? {
             Some(t) => (t.to_string(), &top),
             None => {
@@ -91,11 +148,19 @@ pub fn parse_hf_config(src: &str, name_hint: &str) -> Result<Model, InputError> 
     };
 
     let mut model = match model_type.to_ascii_lowercase().as_str() {
-        "llama" => llama_like(&cfg, &name, Family::Llama)?,
-        "mistral" => llama_like(&cfg, &name, Family::Mistral)?,
-        "mixtral" => llama_like(&cfg, &name, Family::Mixtral)?,
-        "qwen2" => llama_like(&cfg, &name, Family::Qwen2)?,
-        "qwen2_moe" => llama_like(&cfg, &name, Family::Qwen2Moe)?,
+        t @ ("llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3_text"
+        | "phi" | "phi3" | "olmo" | "olmo2" | "stablelm" | "starcoder2" | "cohere"
+        | "granite" | "persimmon" | "nemotron" | "smollm3" | "glm4") => {
+            llama_family(&cfg, &name, t)?
+        }
+        t @ ("mixtral" | "qwen2_moe" | "qwen3_moe" | "phimoe" | "olmoe" | "deepseek_v3"
+        | "gpt_oss") => moe_family(&cfg, &name, t)?,
+        "dbrx" => dbrx(&cfg, &name)?,
+        "gptj" | "codegen" => gptj(&cfg, &name)?,
+        "gpt_neo" => gpt_neo(&cfg, &name)?,
+        "gpt_bigcode" => gpt_bigcode(&cfg, &name)?,
+        "bloom" => bloom(&cfg, &name)?,
+        "opt" => opt(&cfg, &name)?,
         "gpt2" => gpt2(&cfg, &name)?,
         "gpt_neox" => gpt_neox(&cfg, &name)?,
         "falcon" | "refinedwebmodel" => falcon(&cfg, &name, false)?,
@@ -118,6 +183,81 @@ pub fn parse_hf_config(src: &str, name_hint: &str) -> Result<Model, InputError> 
     Ok(model)
 }
 
+/// The language model a multimodal wrapper builds when its `text_config` names none.
+const WRAPPER_TEXT_TYPES: &[(&str, &str)] = &[
+    ("llava", "llama"),
+    ("llava_next", "llama"),
+    ("mistral3", "mistral"),
+    ("gemma3", "gemma3_text"),
+];
+
+/// Shape defaults of the `transformers` config classes a `text_config` is most often written
+/// against (transformers 5.24; `head_dim` only where it is not width ÷ heads). Used only for a
+/// nested `text_config`: a top-level config without its shape is not the model meant.
+const CLASS_DEFAULTS: &[(&str, &[(&str, u64)])] = &[
+    (
+        "llama",
+        &[
+            ("hidden_size", 4096),
+            ("intermediate_size", 11008),
+            ("num_hidden_layers", 32),
+            ("num_attention_heads", 32),
+            ("vocab_size", 32000),
+            ("max_position_embeddings", 2048),
+        ],
+    ),
+    (
+        "mistral",
+        &[
+            ("hidden_size", 4096),
+            ("intermediate_size", 14336),
+            ("num_hidden_layers", 32),
+            ("num_attention_heads", 32),
+            ("num_key_value_heads", 8),
+            ("vocab_size", 32000),
+            ("max_position_embeddings", 131072),
+        ],
+    ),
+    (
+        "qwen2",
+        &[
+            ("hidden_size", 4096),
+            ("intermediate_size", 22016),
+            ("num_hidden_layers", 32),
+            ("num_attention_heads", 32),
+            ("vocab_size", 151936),
+            ("max_position_embeddings", 32768),
+        ],
+    ),
+    (
+        "gemma",
+        &[
+            ("hidden_size", 3072),
+            ("intermediate_size", 24576),
+            ("num_hidden_layers", 28),
+            ("num_attention_heads", 16),
+            ("num_key_value_heads", 16),
+            ("head_dim", 256),
+            ("vocab_size", 256000),
+            ("max_position_embeddings", 8192),
+        ],
+    ),
+    (
+        "gemma3_text",
+        &[
+            ("hidden_size", 2304),
+            ("intermediate_size", 9216),
+            ("num_hidden_layers", 26),
+            ("num_attention_heads", 8),
+            ("num_key_value_heads", 4),
+            ("head_dim", 256),
+            ("vocab_size", 262208),
+            ("max_position_embeddings", 131072),
+            ("sliding_window", 4096),
+        ],
+    ),
+];
+
 fn supported_list() -> String {
     SUPPORTED_MODEL_TYPES
         .iter()
@@ -133,6 +273,11 @@ struct Cfg<'a> {
     prefix: String,
     src: &'a str,
     spans: &'a JsonSpans,
+    /// For a nested `text_config`: the shape defaults of its config class, for the fields
+    /// older `transformers` left out of it (it wrote the nested config as a diff against them).
+    defaults: &'static [(&'static str, u64)],
+    /// For a nested `text_config`: the wrapper's config, whose `tie_word_embeddings` decides.
+    outer: Option<&'a Map<String, Value>>,
 }
 
 impl<'a> Cfg<'a> {
@@ -153,9 +298,15 @@ impl<'a> Cfg<'a> {
         }
     }
 
-    /// The value of `key`, treating JSON `null` as absent.
+    /// The value of `key`, treating JSON `null` as absent. A wrapper's `tie_word_embeddings`
+    /// is the one `transformers` ties its language model's head by.
     fn get(&self, key: &str) -> Option<&'a Value> {
-        self.obj.get(key).filter(|v| !v.is_null())
+        let outer = self
+            .outer
+            .filter(|_| key == "tie_word_embeddings")
+            .and_then(|o| o.get(key))
+            .filter(|v| !v.is_null());
+        outer.or_else(|| self.obj.get(key).filter(|v| !v.is_null()))
     }
 
     fn sub(&self, key: &str) -> Result<Option<Cfg<'a>>, InputError> {
@@ -166,6 +317,8 @@ impl<'a> Cfg<'a> {
                 prefix: self.path(key),
                 src: self.src,
                 spans: self.spans,
+                defaults: &[],
+                outer: None,
             })),
             Some(v) => Err(self.type_error(key, "an object", v)),
         }
@@ -190,7 +343,11 @@ impl<'a> Cfg<'a> {
     /// are accepted when integral.
     fn uint_opt(&self, key: &str) -> Result<Option<u64>, InputError> {
         let Some(v) = self.get(key) else {
-            return Ok(None);
+            return Ok(self
+                .defaults
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|&(_, v)| v));
         };
         let num = match v {
             Value::Number(n) => match (n.as_u64(), n.as_i64()) {
@@ -352,17 +509,41 @@ fn check_heads(
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Family {
-    Llama,
-    Mistral,
-    Mixtral,
-    Qwen2,
-    Qwen2Moe,
+/// How a LLaMA-style family reads the standard fields (`hidden_size`, `num_hidden_layers`,
+/// `num_attention_heads`, `num_key_value_heads`, `head_dim`, `intermediate_size`, `vocab_size`,
+/// `max_position_embeddings`, `tie_word_embeddings`, `attention_bias`, `mlp_bias`), with the
+/// defaults of its `transformers` config class.
+struct Std {
+    mlp: MlpKind,
+    norm: NormKind,
+    norm_bias: bool,
+    /// `tie_word_embeddings` when absent.
+    tied: bool,
+    /// `attention_bias` when absent (it sets the QKV bias; the output projection's follows
+    /// unless the family says otherwise).
+    attn_bias: bool,
+    /// The dense FFN width is required (MoE families without dense layers may omit it).
+    ffn_required: bool,
 }
 
-/// LLaMA-style decoders: RMSNorm, SwiGLU, rotary, GQA.
-fn llama_like(cfg: &Cfg, name: &str, family: Family) -> Result<Model, InputError> {
+impl Std {
+    /// Gated SiLU MLP, RMSNorm, untied, no biases: LLaMA and most of its descendants.
+    const LLAMA: Std = Std {
+        mlp: MlpKind::SwiGlu,
+        norm: NormKind::RmsNorm,
+        norm_bias: false,
+        tied: false,
+        attn_bias: false,
+        ffn_required: true,
+    };
+
+    fn tied(self, tied: bool) -> Std {
+        Std { tied, ..self }
+    }
+}
+
+/// The standard fields read into a LLaMA-style shape (see [`Std`]).
+fn standard(cfg: &Cfg, name: &str, std: Std) -> Result<TransformerConfig, InputError> {
     let hidden = cfg.uint(&["hidden_size"], "the model width")?;
     let layers = cfg.uint(&["num_hidden_layers"], "the number of layers")?;
     let heads = cfg.uint(&["num_attention_heads"], "the number of attention heads")?;
@@ -378,40 +559,402 @@ fn llama_like(cfg: &Cfg, name: &str, family: Family) -> Result<Model, InputError
     )?;
     let vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
     let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
-    let qwen = matches!(family, Family::Qwen2 | Family::Qwen2Moe);
-    // Qwen2-MoE's dense FFN width only matters for layers without experts.
-    let ffn = if family == Family::Qwen2Moe {
-        cfg.uint_opt("intermediate_size")?.unwrap_or(0)
-    } else {
+    let ffn = if std.ffn_required {
         cfg.uint(&["intermediate_size"], "the FFN width")?
+    } else {
+        cfg.uint_opt("intermediate_size")?.unwrap_or(0)
     };
     let mut c = TransformerConfig::llama(name, layers, hidden, heads, kv, ffn, vocab, max_seq);
     c.head_dim = head_dim;
-    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false);
-    // Qwen2 has biases on q, k and v (not on o_proj, removed below).
-    c.attn_bias = qwen || cfg.bool_opt("attention_bias")?.unwrap_or(false);
+    c.mlp = std.mlp;
+    c.norm = std.norm;
+    c.norm_bias = std.norm_bias;
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(std.tied);
+    c.attn_bias = cfg.bool_opt("attention_bias")?.unwrap_or(std.attn_bias);
     c.mlp_bias = cfg.bool_opt("mlp_bias")?.unwrap_or(false);
     c.attn_impl = cfg.attn_impl()?;
     c.dropout = cfg.dropout(&["attention_dropout", "hidden_dropout"])?;
+    read_window(cfg, &mut c)?;
+    Ok(c)
+}
 
-    let mut model = match family {
-        Family::Llama | Family::Mistral | Family::Qwen2 => build(&c)?,
-        Family::Mixtral => {
-            c.moe = Some(MoeConfig {
-                experts: cfg.uint(&["num_local_experts"], "the number of experts")?,
-                top_k: cfg.uint(&["num_experts_per_tok"], "experts per token")?,
-                expert_ffn: ffn,
-                shared_ffn: None,
-            });
-            check_top_k(cfg, c.moe.as_ref().expect("set"), "num_experts_per_tok")?;
-            build(&c)?
+/// Sliding-window attention, for its cost: `layer_types` (what `transformers` writes now), else
+/// each family's older fields — `use_sliding_window` with `max_window_layers` (Qwen2/3: the
+/// layers from there on slide), `sliding_window_pattern` (Gemma 3: every n-th layer global),
+/// Gemma 2's alternation, and a bare `sliding_window` for every layer (Mistral, Starcoder2,
+/// Phi-3).
+fn read_window(cfg: &Cfg, c: &mut TransformerConfig) -> Result<(), InputError> {
+    let layers = c.layers as usize;
+    let model_type = cfg.str_opt("model_type")?.unwrap_or("");
+    let local: Vec<bool> = match cfg.get("layer_types") {
+        Some(Value::Array(a)) => {
+            if a.len() != layers {
+                return Err(cfg.located(
+                    "layer_types",
+                    InputError::new(format!("{} layer types for {layers} layers", a.len())),
+                ));
+            }
+            let mut v = Vec::with_capacity(layers);
+            for t in a {
+                match t.as_str() {
+                    Some("sliding_attention") | Some("chunked_attention") => v.push(true),
+                    Some(_) => v.push(false),
+                    None => {
+                        return Err(cfg
+                            .located("layer_types", InputError::new("expected a list of strings")))
+                    }
+                }
+            }
+            v
         }
-        Family::Qwen2Moe => qwen2_moe(cfg, c)?,
+        Some(v) => return Err(cfg.type_error("layer_types", "a list of layer types", v)),
+        None => match model_type {
+            "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" | "smollm3" => {
+                if cfg.bool_opt("use_sliding_window")?.unwrap_or(false) {
+                    let from = cfg.uint_opt("max_window_layers")?.unwrap_or(0) as usize;
+                    (0..layers).map(|i| i >= from).collect()
+                } else {
+                    vec![false; layers]
+                }
+            }
+            "gemma2" => (0..layers).map(|i| i % 2 == 0).collect(),
+            "gemma3_text" => {
+                let n = cfg.uint_opt("sliding_window_pattern")?.unwrap_or(6) as usize;
+                (0..layers).map(|i| (i + 1) % n != 0).collect()
+            }
+            _ => vec![true; layers],
+        },
     };
-    if qwen {
-        drop_block_params(&mut model, "proj", hidden);
+    if !local.iter().any(|&l| l) {
+        return Ok(());
     }
-    Ok(model)
+    let Some(w) = cfg.uint_opt("sliding_window")? else {
+        return Ok(());
+    };
+    c.quirks.window = Some(w);
+    c.quirks.local_layers = if local.iter().all(|&l| l) {
+        Vec::new()
+    } else {
+        local
+    };
+    Ok(())
+}
+
+/// LLaMA-style families that differ only in what [`Std`] and the quirks say.
+fn llama_family(cfg: &Cfg, name: &str, model_type: &str) -> Result<Model, InputError> {
+    let gemma = Std {
+        mlp: MlpKind::SwiGlu,
+        ..Std::LLAMA.tied(true)
+    };
+    let shared_qk = QkNorm {
+        per_head: false,
+        bias: false,
+    };
+    let whole_qk = QkNorm {
+        per_head: true,
+        bias: false,
+    };
+    let c = match model_type {
+        "llama" | "mistral" | "phi3" | "granite" => standard(cfg, name, Std::LLAMA)?,
+        "smollm3" => standard(cfg, name, Std::LLAMA.tied(true))?,
+        "qwen2" => {
+            // Biases on q, k and v, not on the output projection.
+            let mut c = standard(cfg, name, Std::LLAMA)?;
+            c.attn_bias = true;
+            c.quirks.proj_bias = Some(false);
+            c
+        }
+        "qwen3" => {
+            let mut c = standard(cfg, name, Std::LLAMA)?;
+            c.quirks.qk_norm = Some(shared_qk);
+            c
+        }
+        "gemma" => standard(cfg, name, gemma)?,
+        "gemma2" | "gemma3_text" => {
+            let mut c = standard(cfg, name, gemma)?;
+            c.quirks.post_norms = true;
+            if model_type == "gemma3_text" {
+                c.quirks.qk_norm = Some(shared_qk);
+            }
+            c
+        }
+        "olmo" => {
+            // OLMo's LayerNorm has neither weight nor bias.
+            let mut c = standard(
+                cfg,
+                name,
+                Std {
+                    norm: NormKind::LayerNorm,
+                    ..Std::LLAMA
+                },
+            )?;
+            c.quirks.norm_affine = false;
+            c
+        }
+        "olmo2" => {
+            let mut c = standard(cfg, name, Std::LLAMA)?;
+            c.quirks.pre_norms = false;
+            c.quirks.post_norms = true;
+            c.quirks.qk_norm = Some(whole_qk);
+            c
+        }
+        "glm4" => {
+            let mut c = standard(
+                cfg,
+                name,
+                Std {
+                    attn_bias: true,
+                    ..Std::LLAMA
+                },
+            )?;
+            c.quirks.proj_bias = Some(false);
+            c.quirks.post_norms = true;
+            c
+        }
+        "cohere" => {
+            // One bias-free LayerNorm feeds attention and MLP side by side.
+            let mut c = standard(
+                cfg,
+                name,
+                Std {
+                    norm: NormKind::LayerNorm,
+                    ..Std::LLAMA.tied(true)
+                },
+            )?;
+            c.parallel_attn = true;
+            c.shared_norm = true;
+            if cfg.bool_opt("use_qk_norm")?.unwrap_or(false) {
+                c.quirks.qk_norm = Some(whole_qk);
+            }
+            c
+        }
+        "stablelm" => {
+            let mut c = standard(
+                cfg,
+                name,
+                Std {
+                    norm: NormKind::LayerNorm,
+                    norm_bias: true,
+                    ..Std::LLAMA
+                },
+            )?;
+            c.attn_bias = cfg.bool_opt("use_qkv_bias")?.unwrap_or(false);
+            c.quirks.proj_bias = Some(false);
+            if cfg.bool_opt("qk_layernorm")?.unwrap_or(false) {
+                c.quirks.qk_norm = Some(whole_qk);
+            }
+            if cfg.bool_opt("use_parallel_residual")?.unwrap_or(false) {
+                c.parallel_attn = true;
+                c.shared_norm = true;
+            }
+            c
+        }
+        "nemotron" => {
+            // Squared-ReLU MLP without a gate; LayerNorm1P with bias.
+            standard(
+                cfg,
+                name,
+                Std {
+                    mlp: MlpKind::Gelu,
+                    norm: NormKind::LayerNorm,
+                    norm_bias: true,
+                    ..Std::LLAMA
+                },
+            )?
+        }
+        "starcoder2" => {
+            let mut c = standard(
+                cfg,
+                name,
+                Std {
+                    mlp: MlpKind::Gelu,
+                    norm: NormKind::LayerNorm,
+                    norm_bias: true,
+                    ..Std::LLAMA.tied(true)
+                },
+            )?;
+            let bias = cfg.bool_opt("use_bias")?.unwrap_or(true);
+            c.attn_bias = bias;
+            c.mlp_bias = bias;
+            c
+        }
+        "persimmon" | "phi" => {
+            // Non-gated MLP with biases, LayerNorm with bias, biases on every projection;
+            // Phi-2 runs attention and MLP side by side from one norm and has an LM-head bias.
+            let mut c = standard(
+                cfg,
+                name,
+                Std {
+                    mlp: MlpKind::Gelu,
+                    norm: NormKind::LayerNorm,
+                    norm_bias: true,
+                    attn_bias: true,
+                    ..Std::LLAMA
+                },
+            )?;
+            c.attn_bias = true;
+            c.mlp_bias = true;
+            let qk_default = model_type == "persimmon";
+            if cfg.bool_opt("qk_layernorm")?.unwrap_or(qk_default) {
+                c.quirks.qk_norm = Some(QkNorm {
+                    per_head: false,
+                    bias: true,
+                });
+            }
+            if model_type == "phi" {
+                c.parallel_attn = true;
+                c.shared_norm = true;
+                c.quirks.lm_head_bias = true;
+            }
+            c
+        }
+        other => unreachable!("llama_family called for `{other}`"),
+    };
+    c.check_limits()?;
+    Ok(c.build())
+}
+
+/// Mixture-of-experts families whose every MoE block has `experts` of `expert_ffn` (and
+/// maybe a shared expert beside them), and whose other blocks are dense with `intermediate_size`.
+fn moe_family(cfg: &Cfg, name: &str, model_type: &str) -> Result<Model, InputError> {
+    // transformers 5 writes `num_local_experts` where the Hub's configs say `num_experts`.
+    let experts_keys: &[&str] = match model_type {
+        "mixtral" | "phimoe" | "gpt_oss" => &["num_local_experts"],
+        "deepseek_v3" => &["n_routed_experts"],
+        _ => &["num_experts", "num_local_experts"],
+    };
+    let std = match model_type {
+        "phimoe" => Std {
+            norm: NormKind::LayerNorm,
+            norm_bias: true,
+            ..Std::LLAMA
+        },
+        "gpt_oss" => Std {
+            attn_bias: true,
+            ..Std::LLAMA
+        },
+        // Families whose dense width only matters for their dense layers.
+        "qwen2_moe" | "qwen3_moe" => Std {
+            ffn_required: false,
+            ..Std::LLAMA
+        },
+        _ => Std::LLAMA,
+    };
+    let mut dense = if model_type == "deepseek_v3" {
+        deepseek_attention(cfg, name)?
+    } else {
+        standard(cfg, name, std)?
+    };
+    let experts = cfg.uint(experts_keys, "the number of experts")?;
+    let top_k = cfg.uint(&["num_experts_per_tok"], "experts per token")?;
+    let expert_ffn = match model_type {
+        // The expert width is `intermediate_size` where there are no dense layers.
+        "mixtral" | "phimoe" | "gpt_oss" | "olmoe" => dense.ffn,
+        _ => cfg.uint(&["moe_intermediate_size"], "the FFN width of one expert")?,
+    };
+    let shared_ffn = match model_type {
+        "qwen2_moe" => match cfg.get("shared_expert_intermediate_size") {
+            // Absent or 0: no shared expert.
+            Some(v) if v.as_u64() == Some(0) => None,
+            _ => cfg.uint_opt("shared_expert_intermediate_size")?,
+        },
+        "deepseek_v3" => cfg
+            .uint_opt("n_shared_experts")?
+            .map(|n| n.saturating_mul(expert_ffn)),
+        _ => None,
+    };
+    let moe = MoeConfig {
+        experts,
+        top_k,
+        expert_ffn,
+        shared_ffn,
+    };
+    check_top_k(cfg, &moe, "num_experts_per_tok")?;
+    match model_type {
+        "qwen2_moe" => {
+            dense.attn_bias = true;
+            dense.quirks.proj_bias = Some(false);
+            dense.quirks.shared_expert_gate = shared_ffn.is_some();
+        }
+        "qwen3_moe" => {
+            dense.quirks.qk_norm = Some(QkNorm {
+                per_head: false,
+                bias: false,
+            })
+        }
+        "olmoe" => {
+            dense.quirks.qk_norm = Some(QkNorm {
+                per_head: true,
+                bias: false,
+            })
+        }
+        "gpt_oss" => {
+            dense.quirks.attn_sinks = true;
+            dense.quirks.expert_bias = true;
+            dense.quirks.router_bias = true;
+        }
+        _ => {}
+    }
+    // Which blocks are MoE.
+    let is_moe: Box<dyn Fn(u64) -> bool> = match model_type {
+        "qwen2_moe" | "qwen3_moe" => {
+            let step = cfg.uint_opt("decoder_sparse_step")?.unwrap_or(1);
+            let dense_only = index_list(cfg, "mlp_only_layers")?;
+            Box::new(move |i| !dense_only.contains(&i) && (i + 1).is_multiple_of(step))
+        }
+        "deepseek_v3" => {
+            let k = match cfg.get("first_k_dense_replace") {
+                Some(v) if v.as_u64() == Some(0) => 0,
+                _ => cfg.uint_opt("first_k_dense_replace")?.unwrap_or(0),
+            };
+            let freq = cfg.uint_opt("moe_layer_freq")?.unwrap_or(1);
+            Box::new(move |i| i >= k && i.is_multiple_of(freq))
+        }
+        _ => Box::new(|_| true),
+    };
+    mixed_blocks(cfg, dense, moe, is_moe)
+}
+
+/// DeepSeek-V3's attention: multi-head latent attention on a LLaMA-style block.
+fn deepseek_attention(cfg: &Cfg, name: &str) -> Result<TransformerConfig, InputError> {
+    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(&["num_attention_heads"], "the number of attention heads")?;
+    let vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(4096);
+    let ffn = cfg.uint(&["intermediate_size"], "the FFN width")?;
+    let mla = Mla {
+        q_lora_rank: cfg.uint_opt("q_lora_rank")?,
+        kv_lora_rank: cfg.uint(&["kv_lora_rank"], "the key/value projection rank")?,
+        qk_nope_head_dim: cfg.uint(&["qk_nope_head_dim"], "the query/key width without rotary")?,
+        qk_rope_head_dim: cfg.uint(&["qk_rope_head_dim"], "the rotary query/key width")?,
+        v_head_dim: cfg.uint(&["v_head_dim"], "the value width per head")?,
+    };
+    let mut c = TransformerConfig::llama(name, layers, hidden, heads, heads, ffn, vocab, max_seq);
+    c.head_dim = (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim) / 2;
+    c.quirks.mla = Some(mla);
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false);
+    c.attn_bias = cfg.bool_opt("attention_bias")?.unwrap_or(false);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["attention_dropout"])?;
+    Ok(c)
+}
+
+fn index_list(cfg: &Cfg, key: &str) -> Result<BTreeSet<u64>, InputError> {
+    match cfg.get(key) {
+        None => Ok(BTreeSet::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_u64())
+            .collect::<Option<BTreeSet<_>>>()
+            .ok_or_else(|| {
+                cfg.located(
+                    key,
+                    InputError::new("expected a list of layer indices (whole numbers)"),
+                )
+            }),
+        Some(v) => Err(cfg.type_error(key, "a list of layer indices", v)),
+    }
 }
 
 fn check_top_k(cfg: &Cfg, moe: &MoeConfig, key: &str) -> Result<(), InputError> {
@@ -427,39 +970,16 @@ fn check_top_k(cfg: &Cfg, moe: &MoeConfig, key: &str) -> Result<(), InputError> 
     Ok(())
 }
 
-/// Qwen2-MoE: experts of `moe_intermediate_size` with a shared expert beside them in every
-/// `decoder_sparse_step`-th layer not listed in `mlp_only_layers`; the others dense.
-fn qwen2_moe(cfg: &Cfg, dense: TransformerConfig) -> Result<Model, InputError> {
-    let moe = MoeConfig {
-        experts: cfg.uint(&["num_experts"], "the number of experts")?,
-        top_k: cfg.uint(&["num_experts_per_tok"], "experts per token")?,
-        expert_ffn: cfg.uint(&["moe_intermediate_size"], "the FFN width of one expert")?,
-        // Absent or 0: no shared expert.
-        shared_ffn: match cfg.get("shared_expert_intermediate_size") {
-            Some(v) if v.as_u64() == Some(0) => None,
-            _ => cfg.uint_opt("shared_expert_intermediate_size")?,
-        },
-    };
-    check_top_k(cfg, &moe, "num_experts_per_tok")?;
-    let step = cfg.uint_opt("decoder_sparse_step")?.unwrap_or(1);
-    let dense_only: BTreeSet<u64> = match cfg.get("mlp_only_layers") {
-        None => BTreeSet::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| v.as_u64())
-            .collect::<Option<BTreeSet<_>>>()
-            .ok_or_else(|| {
-                cfg.located(
-                    "mlp_only_layers",
-                    InputError::new("expected a list of layer indices (whole numbers)"),
-                )
-            })?,
-        Some(v) => return Err(cfg.type_error("mlp_only_layers", "a list of layer indices", v)),
-    };
-    let is_moe = |i: u64| !dense_only.contains(&i) && (i + 1).is_multiple_of(step);
+/// Blocks that are MoE where `is_moe` says and dense elsewhere (then `dense.ffn` must be set).
+fn mixed_blocks(
+    cfg: &Cfg,
+    dense: TransformerConfig,
+    moe: MoeConfig,
+    is_moe: Box<dyn Fn(u64) -> bool>,
+) -> Result<Model, InputError> {
     let mut sparse = dense.clone();
     sparse.moe = Some(moe);
-    if (0..dense.layers).all(is_moe) {
+    if (0..dense.layers).all(&is_moe) {
         return build(&sparse);
     }
     if dense.ffn == 0 {
@@ -478,6 +998,194 @@ fn qwen2_moe(cfg: &Cfg, dense: TransformerConfig) -> Result<Model, InputError> {
         })
         .collect();
     Ok(assemble(&dense.name, &dense, blocks, &dense))
+}
+
+/// DBRX: MoE of gated experts, bias-free LayerNorms and projections, its own field names.
+fn dbrx(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["d_model"], "the model width")?;
+    let heads = cfg.uint(&["n_heads"], "the number of attention heads")?;
+    let layers = cfg.uint(&["n_layers"], "the number of layers")?;
+    let vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let max_seq = cfg.uint_opt("max_seq_len")?.unwrap_or(2048);
+    let attn = cfg.sub("attn_config")?;
+    let kv = match &attn {
+        Some(a) => a.uint_opt("kv_n_heads")?.unwrap_or(1),
+        None => 1,
+    };
+    let head_dim = check_heads(cfg, hidden, heads, kv, None, "n_heads", "n_heads")?;
+    let ffn_cfg = cfg.sub("ffn_config")?.ok_or_else(|| {
+        InputError::new("missing `ffn_config` (the experts' shape)").field(cfg.path("ffn_config"))
+    })?;
+    let expert_ffn = ffn_cfg.uint(&["ffn_hidden_size"], "the FFN width of one expert")?;
+    let moe = MoeConfig {
+        experts: ffn_cfg.uint(&["moe_num_experts"], "the number of experts")?,
+        top_k: ffn_cfg.uint(&["moe_top_k"], "experts per token")?,
+        expert_ffn,
+        shared_ffn: None,
+    };
+    check_top_k(&ffn_cfg, &moe, "moe_top_k")?;
+    let mut c =
+        TransformerConfig::llama(name, layers, hidden, heads, kv, expert_ffn, vocab, max_seq);
+    c.head_dim = head_dim;
+    c.norm = NormKind::LayerNorm;
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false);
+    c.attn_impl = cfg.attn_impl()?;
+    c.moe = Some(moe);
+    build(&c)
+}
+
+/// GPT-J and CodeGen: attention and MLP side by side from one LayerNorm, bias-free attention
+/// projections, an MLP and LM head with biases, rotary, untied.
+fn gptj(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["n_embd", "hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(
+        &["n_head", "num_attention_heads"],
+        "the number of attention heads",
+    )?;
+    check_heads(cfg, hidden, heads, heads, None, "n_head", "n_head")?;
+    let max_seq = cfg.uint_any(&["n_positions", "n_ctx"])?.unwrap_or(2048);
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * hidden);
+    c.position = PositionKind::Rotary;
+    c.attn_bias = false;
+    c.parallel_attn = true;
+    c.shared_norm = true;
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(false);
+    c.quirks.lm_head_bias = true;
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["resid_pdrop", "embd_pdrop", "attn_pdrop"])?;
+    build(&c)
+}
+
+/// GPT-Neo: GPT-2's block with bias-free q/k/v (the output projection has one), and local
+/// attention over `window_size` tokens in the layers `attention_types` marks `local`.
+fn gpt_neo(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["num_layers"], "the number of layers")?;
+    let heads = cfg.uint(&["num_heads"], "the number of attention heads")?;
+    check_heads(cfg, hidden, heads, heads, None, "num_heads", "num_heads")?;
+    let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    c.ffn = cfg.uint_opt("intermediate_size")?.unwrap_or(4 * hidden);
+    c.attn_bias = false;
+    c.quirks.proj_bias = Some(true);
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["resid_dropout", "embed_dropout", "attention_dropout"])?;
+    // attention_types: [[["global", "local"], 12]] — a pattern repeated n times.
+    let mut kinds = Vec::new();
+    if let Some(Value::Array(groups)) = cfg.get("attention_types") {
+        for g in groups {
+            let bad = || {
+                cfg.located(
+                    "attention_types",
+                    InputError::new("expected [[[\"global\", \"local\"], n], ...]"),
+                )
+            };
+            let Some([Value::Array(pattern), n]) = g.as_array().map(|a| a.as_slice()) else {
+                return Err(bad());
+            };
+            let n = n.as_u64().ok_or_else(bad)?.min(LIMITS.layers);
+            for _ in 0..n {
+                for p in pattern {
+                    kinds.push(p.as_str().ok_or_else(bad)? == "local");
+                }
+            }
+        }
+    }
+    if kinds.iter().any(|&l| l) {
+        kinds.resize(layers as usize, false);
+        c.quirks.window = Some(cfg.uint_opt("window_size")?.unwrap_or(256));
+        c.quirks.local_layers = kinds;
+    }
+    build(&c)
+}
+
+/// GPT-BigCode (SantaCoder, StarCoder): GPT-2 with multi-query attention (`multi_query`).
+fn gpt_bigcode(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["n_embd", "hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(
+        &["n_head", "num_attention_heads"],
+        "the number of attention heads",
+    )?;
+    let kv = if cfg.bool_opt("multi_query")?.unwrap_or(true) {
+        1
+    } else {
+        heads
+    };
+    check_heads(cfg, hidden, heads, kv, None, "n_head", "n_head")?;
+    let max_seq = cfg
+        .uint_any(&["n_positions", "max_position_embeddings"])?
+        .unwrap_or(1024);
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
+    c.kv_heads = kv;
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * hidden);
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["resid_pdrop", "embd_pdrop", "attn_pdrop"])?;
+    build(&c)
+}
+
+/// BLOOM: ALiBi, a LayerNorm after the word embeddings, biases everywhere, tied.
+fn bloom(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["hidden_size", "n_embed"], "the model width")?;
+    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(
+        &["n_head", "num_attention_heads"],
+        "the number of attention heads",
+    )?;
+    check_heads(cfg, hidden, heads, heads, None, "n_head", "n_head")?;
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, 2048);
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    c.position = PositionKind::Alibi;
+    c.quirks.embed_norm = true;
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["hidden_dropout", "attention_dropout"])?;
+    build(&c)
+}
+
+/// OPT: learned positions with two extra rows, a ReLU MLP of `ffn_dim`, biases per
+/// `enable_bias`, a final LayerNorm only with `do_layer_norm_before`, and projections in and
+/// out when `word_embed_proj_dim` differs from the width (OPT-350m); tied.
+fn opt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
+    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
+    let layers = cfg.uint(&["num_hidden_layers"], "the number of layers")?;
+    let heads = cfg.uint(&["num_attention_heads"], "the number of attention heads")?;
+    check_heads(
+        cfg,
+        hidden,
+        heads,
+        heads,
+        None,
+        "num_attention_heads",
+        "num_attention_heads",
+    )?;
+    let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    c.ffn = cfg.uint(&["ffn_dim"], "the FFN width")?;
+    let bias = cfg.bool_opt("enable_bias")?.unwrap_or(true);
+    c.attn_bias = bias;
+    c.mlp_bias = bias;
+    c.norm_bias = cfg
+        .bool_opt("layer_norm_elementwise_affine")?
+        .unwrap_or(true);
+    c.quirks.position_offset = 2;
+    c.quirks.final_norm = cfg.bool_opt("do_layer_norm_before")?.unwrap_or(true);
+    let e = cfg.uint_opt("word_embed_proj_dim")?.unwrap_or(hidden);
+    if e != hidden {
+        c.quirks.embed_dim = Some(e);
+    }
+    c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
+    c.attn_impl = cfg.attn_impl()?;
+    c.dropout = cfg.dropout(&["dropout", "attention_dropout"])?;
+    build(&c)
 }
 
 /// GPT-2: learned positions, GeLU MLP of `n_inner` (4h), biases, LayerNorm, tied.
@@ -604,6 +1312,7 @@ fn falcon(cfg: &Cfg, name: &str, refinedweb: bool) -> Result<Model, InputError> 
         attn_impl: cfg.attn_impl()?,
         dropout: cfg.dropout(&["hidden_dropout", "attention_dropout"])?,
         moe: None,
+        quirks: Default::default(),
     };
     build(&c)
 }
@@ -982,9 +1691,15 @@ mod tests {
         let src = format!("{{\"model_type\": \"llava\", \"text_config\": {LLAMA2_7B}}}");
         let m = parse_hf_config(&src, "llava").unwrap();
         assert_eq!(m.params(), 6_738_415_616);
+        // A nested config without a shape field takes its class's default (older transformers
+        // wrote it as a diff against them); a top-level one is an error.
         let missing = src.replace("\"hidden_size\": 4096,", "");
-        let e = parse_hf_config(&missing, "").unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("text_config.hidden_size"));
+        assert_eq!(
+            parse_hf_config(&missing, "").unwrap().params(),
+            6_738_415_616
+        );
+        let e = parse_hf_config(&LLAMA2_7B.replace("\"hidden_size\": 4096,", ""), "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("hidden_size"));
         assert!(e.message.contains("missing `hidden_size`"), "{e}");
     }
 

@@ -13,7 +13,9 @@ mod limits;
 pub mod transformer;
 
 pub use limits::{Limits, LIMITS};
-pub use transformer::{AttnImpl, MlpKind, MoeConfig, NormKind, PositionKind, TransformerConfig};
+pub use transformer::{
+    AttnImpl, Mla, MlpKind, MoeConfig, NormKind, PositionKind, QkNorm, Quirks, TransformerConfig,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +53,9 @@ pub enum OpKind {
         implementation: AttnImpl,
         /// Attention dropout stores a mask and its output (non-flash implementations).
         dropout: bool,
+        /// Sliding-window attention: each query attends to at most this many keys.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
     },
     /// A memory-bound op (norm, activation, residual add, bias, dropout, loss): moves
     /// `bytes_per_token` through HBM in forward (reads + writes, 16-bit) and does

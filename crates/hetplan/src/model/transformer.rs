@@ -60,6 +60,95 @@ pub struct MoeConfig {
     pub shared_ffn: Option<u64>,
 }
 
+/// Normalisation of queries and keys before the scores (QK-norm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QkNorm {
+    /// A weight for every head (`(heads + kv_heads)·head_dim`: Cohere, StableLM, and OLMo 2 and
+    /// OLMoE, which normalise the whole query and key vectors); else one `head_dim` norm shared by
+    /// the heads, for queries and for keys (Qwen3, Gemma 3, Persimmon).
+    pub per_head: bool,
+    /// The norms carry a bias (Persimmon's LayerNorms).
+    pub bias: bool,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through low-rank
+/// projections, each followed by an RMSNorm; keys carry a rotary part shared by the heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mla {
+    /// Rank of the query down-projection; `None`: a plain query projection.
+    pub q_lora_rank: Option<u64>,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+/// What sets a family's blocks apart from the plain pre-norm decoder `TransformerConfig`
+/// describes, each written once here and set by the readers (`model::hf`). The defaults are the
+/// plain decoder.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Quirks {
+    /// Bias on the attention output projection; `None`: as `attn_bias` (the QKV bias).
+    pub proj_bias: Option<bool>,
+    /// Norms carry weights (OLMo's LayerNorm has none).
+    pub norm_affine: bool,
+    /// Norms before attention and before the MLP (pre-norm).
+    pub pre_norms: bool,
+    /// Norms on the attention and MLP outputs before each residual add (Gemma 2/3, OLMo 2,
+    /// GLM-4).
+    pub post_norms: bool,
+    pub qk_norm: Option<QkNorm>,
+    /// A learned logit per head that absorbs attention (gpt-oss's sinks).
+    pub attn_sinks: bool,
+    pub mla: Option<Mla>,
+    /// Sliding-window attention: the window in tokens, and which blocks use it (`local_layers`
+    /// empty: every block). Attention then costs only its window.
+    pub window: Option<u64>,
+    pub local_layers: Vec<bool>,
+    /// The LM head has a bias (Phi-2, GPT-J, CodeGen).
+    pub lm_head_bias: bool,
+    /// A norm right after the token embedding (BLOOM).
+    pub embed_norm: bool,
+    /// A norm before the LM head (all but OPT-350m).
+    pub final_norm: bool,
+    /// Extra rows of the learned position table (OPT: 2).
+    pub position_offset: u64,
+    /// Token-embedding width when it differs from the model's, with bias-free projections in
+    /// after the embedding and out before the LM head (OPT-350m).
+    pub embed_dim: Option<u64>,
+    /// Biases on every expert's GEMMs (gpt-oss).
+    pub expert_bias: bool,
+    /// Bias on the MoE router (gpt-oss).
+    pub router_bias: bool,
+    /// A one-output gate on the shared expert (Qwen2-MoE).
+    pub shared_expert_gate: bool,
+}
+
+impl Default for Quirks {
+    fn default() -> Self {
+        Quirks {
+            proj_bias: None,
+            norm_affine: true,
+            pre_norms: true,
+            post_norms: false,
+            qk_norm: None,
+            attn_sinks: false,
+            mla: None,
+            window: None,
+            local_layers: Vec::new(),
+            lm_head_bias: false,
+            embed_norm: false,
+            final_norm: true,
+            position_offset: 0,
+            embed_dim: None,
+            expert_bias: false,
+            router_bias: false,
+            shared_expert_gate: false,
+        }
+    }
+}
+
 /// The shape of a transformer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TransformerConfig {
@@ -91,6 +180,9 @@ pub struct TransformerConfig {
     /// Dropout layers present (they store masks).
     pub dropout: bool,
     pub moe: Option<MoeConfig>,
+    /// What sets the family apart (all default for the plain decoder).
+    #[serde(default)]
+    pub quirks: Quirks,
 }
 
 impl TransformerConfig {
@@ -120,6 +212,7 @@ impl TransformerConfig {
             attn_impl: AttnImpl::Flash,
             dropout: false,
             moe: None,
+            quirks: Quirks::default(),
         }
     }
 
@@ -159,19 +252,25 @@ impl TransformerConfig {
             attn_impl: AttnImpl::Flash,
             dropout: false,
             moe: None,
+            quirks: Quirks::default(),
         }
     }
 
-    fn norm_params(&self) -> u64 {
-        if self.norm_bias {
-            self.hidden.saturating_mul(2)
-        } else {
-            self.hidden
+    fn norm_params_of(&self, width: u64) -> u64 {
+        match (self.quirks.norm_affine, self.norm_bias) {
+            (false, _) => 0,
+            (true, true) => width.saturating_mul(2),
+            (true, false) => width,
         }
     }
 
     fn norm_op(&self, name: &str) -> Op {
-        let h = self.hidden as f64;
+        self.norm_op_of(name, self.hidden)
+    }
+
+    /// A norm over `width` elements per token (the model width, or a low-rank projection's).
+    fn norm_op_of(&self, name: &str, width: u64) -> Op {
+        let h = width as f64;
         Op {
             name: name.to_string(),
             // Reads x, writes y (2 bytes each per element); ~5 FLOP per element (mean, variance,
@@ -181,11 +280,39 @@ impl TransformerConfig {
                 flops_per_token: 5.0 * h,
                 sharded: false,
             },
-            params: self.norm_params(),
+            params: self.norm_params_of(width),
             params_sharded: false,
             tied: false,
             saved_bytes_per_token: 2.0 * h,
             saved_sharded: false,
+        }
+    }
+
+    /// QK-norm over the queries and keys of one token (`width` = (heads + kv_heads)·head_dim),
+    /// split over TP ranks with the heads.
+    fn qk_norm_op(&self, q: QkNorm, width: u64) -> Op {
+        let w = width as f64;
+        let weights = if q.per_head {
+            width
+        } else {
+            self.head_dim.saturating_mul(2)
+        };
+        Op {
+            name: "qk_norm".to_string(),
+            kind: OpKind::Elementwise {
+                bytes_per_token: 4.0 * w,
+                flops_per_token: 5.0 * w,
+                sharded: true,
+            },
+            params: if q.bias {
+                weights.saturating_mul(2)
+            } else {
+                weights
+            },
+            params_sharded: q.per_head,
+            tied: false,
+            saved_bytes_per_token: 2.0 * w,
+            saved_sharded: true,
         }
     }
 
@@ -264,7 +391,16 @@ impl TransformerConfig {
         }
     }
 
-    fn mlp_ops(&self, ops: &mut Vec<Op>, prefix: &str, ffn: u64, count: u64, token_fraction: f64) {
+    #[allow(clippy::too_many_arguments)]
+    fn mlp_ops(
+        &self,
+        ops: &mut Vec<Op>,
+        prefix: &str,
+        ffn: u64,
+        count: u64,
+        token_fraction: f64,
+        bias: bool,
+    ) {
         let h = self.hidden;
         let f = ffn as f64;
         // Tokens entering each expert set (top_k for MoE, 1 for dense).
@@ -284,7 +420,7 @@ impl TransformerConfig {
             h,
             up_width,
             TpSplit::Column,
-            self.mlp_bias,
+            bias,
             count,
             token_fraction,
             input_saved,
@@ -314,87 +450,207 @@ impl TransformerConfig {
             ffn,
             h,
             TpSplit::Row,
-            self.mlp_bias,
+            bias,
             count,
             token_fraction,
             2.0 * f * copies,
         ));
-        if self.mlp_bias {
+        if bias {
             ops.push(self.row_bias(&format!("{prefix}fc2_bias"), h, count, token_fraction));
         }
     }
 
-    fn block(&self, i: u64) -> Layer {
+    /// The attention window of block `i`, if it slides.
+    pub fn window_of(&self, i: u64) -> Option<u64> {
+        let w = self.quirks.window?;
+        let local = &self.quirks.local_layers;
+        (local.is_empty() || local.get(i as usize).copied().unwrap_or(false)).then_some(w)
+    }
+
+    /// The attention projections and core: QKV (or MLA's low-rank projections), QK-norm,
+    /// the core, the output projection. Returns the ops.
+    fn attention_ops(&self, i: u64, ops: &mut Vec<Op>) {
         let h = self.hidden;
         let (a, g, d) = (self.heads, self.kv_heads, self.head_dim);
-        let qkv_width = a.saturating_add(g.saturating_mul(2)).saturating_mul(d);
-        let mut ops = vec![self.norm_op("ln1")];
-        ops.push(self.gemm(
-            "qkv",
-            h,
-            qkv_width,
-            TpSplit::Column,
-            self.attn_bias,
-            1,
-            1.0,
-            2.0 * h as f64,
-        ));
+        // (query/key width per head, value width per head, KV heads of the core)
+        let (dq, dv, kv) = match self.quirks.mla {
+            None => {
+                let qkv_width = a.saturating_add(g.saturating_mul(2)).saturating_mul(d);
+                ops.push(self.gemm(
+                    "qkv",
+                    h,
+                    qkv_width,
+                    TpSplit::Column,
+                    self.attn_bias,
+                    1,
+                    1.0,
+                    2.0 * h as f64,
+                ));
+                (d, d, g)
+            }
+            Some(m) => {
+                let dq = m.qk_nope_head_dim.saturating_add(m.qk_rope_head_dim);
+                let saved_h = 2.0 * h as f64;
+                match m.q_lora_rank {
+                    None => ops.push(self.gemm(
+                        "q",
+                        h,
+                        a.saturating_mul(dq),
+                        TpSplit::Column,
+                        self.attn_bias,
+                        1,
+                        1.0,
+                        saved_h,
+                    )),
+                    Some(r) => {
+                        // The down-projections are replicated over TP ranks (Megatron's MLA).
+                        ops.push(self.gemm(
+                            "q_down",
+                            h,
+                            r,
+                            TpSplit::Replicated,
+                            self.attn_bias,
+                            1,
+                            1.0,
+                            saved_h,
+                        ));
+                        ops.push(self.norm_op_of("q_norm", r));
+                        ops.push(self.gemm(
+                            "q_up",
+                            r,
+                            a.saturating_mul(dq),
+                            TpSplit::Column,
+                            false,
+                            1,
+                            1.0,
+                            2.0 * r as f64,
+                        ));
+                    }
+                }
+                let r = m.kv_lora_rank;
+                ops.push(self.gemm(
+                    "kv_down",
+                    h,
+                    r.saturating_add(m.qk_rope_head_dim),
+                    TpSplit::Replicated,
+                    self.attn_bias,
+                    1,
+                    1.0,
+                    0.0,
+                ));
+                ops.push(self.norm_op_of("kv_norm", r));
+                ops.push(self.gemm(
+                    "kv_up",
+                    r,
+                    a.saturating_mul(m.qk_nope_head_dim.saturating_add(m.v_head_dim)),
+                    TpSplit::Column,
+                    false,
+                    1,
+                    1.0,
+                    2.0 * r as f64,
+                ));
+                (dq, m.v_head_dim, a)
+            }
+        };
+        if let Some(q) = self.quirks.qk_norm {
+            ops.push(self.qk_norm_op(q, a.saturating_add(kv).saturating_mul(dq)));
+        }
+        // Q, K and V as the core keeps them (2 bytes per element).
+        let core_saved = 2.0 * ((a + kv) as f64 * dq as f64 + kv as f64 * dv as f64);
         ops.push(Op {
             name: "attention".to_string(),
             kind: OpKind::Attention {
                 heads: a,
-                kv_heads: g,
-                head_dim: d,
+                kv_heads: kv,
+                // The two products have the query/key and the value width: their mean gives
+                // the FLOPs of both.
+                head_dim: (dq + dv) / 2,
                 causal: self.causal,
                 implementation: self.attn_impl,
                 dropout: self.dropout,
+                window: self.window_of(i),
             },
-            params: 0,
-            params_sharded: false,
+            params: if self.quirks.attn_sinks { a } else { 0 },
+            params_sharded: self.quirks.attn_sinks,
             tied: false,
-            // Q, K and V (2 bytes per element).
-            saved_bytes_per_token: 2.0 * qkv_width as f64,
+            saved_bytes_per_token: core_saved,
             saved_sharded: true,
         });
-        let attn_width = a.saturating_mul(d);
+        let attn_width = a.saturating_mul(dv);
+        let proj_bias = self.quirks.proj_bias.unwrap_or(self.attn_bias);
         ops.push(self.gemm(
             "proj",
             attn_width,
             h,
             TpSplit::Row,
-            self.attn_bias,
+            proj_bias,
             1,
             1.0,
             2.0 * attn_width as f64,
         ));
-        if self.attn_bias {
+        if proj_bias {
             ops.push(self.row_bias("proj_bias", h, 1, 1.0));
+        }
+    }
+
+    fn block(&self, i: u64) -> Layer {
+        let h = self.hidden;
+        let q = &self.quirks;
+        let mut ops = Vec::new();
+        if q.pre_norms {
+            ops.push(self.norm_op("ln1"));
+        }
+        self.attention_ops(i, &mut ops);
+        if q.post_norms {
+            ops.push(self.norm_op("post_attn_norm"));
         }
         if !self.parallel_attn {
             ops.push(self.residual_op("attn_residual"));
         }
-        if !(self.parallel_attn && self.shared_norm) {
+        if q.pre_norms && !(self.parallel_attn && self.shared_norm) {
             ops.push(self.norm_op("ln2"));
         }
         match self.moe {
-            None => self.mlp_ops(&mut ops, "", self.ffn, 1, 1.0),
+            None => self.mlp_ops(&mut ops, "", self.ffn, 1, 1.0, self.mlp_bias),
             Some(moe) => {
                 ops.push(self.gemm(
                     "router",
                     h,
                     moe.experts,
                     TpSplit::Replicated,
-                    false,
+                    q.router_bias,
                     1,
                     1.0,
                     0.0,
                 ));
                 let frac = moe.top_k as f64 / moe.experts as f64;
-                self.mlp_ops(&mut ops, "expert_", moe.expert_ffn, moe.experts, frac);
+                self.mlp_ops(
+                    &mut ops,
+                    "expert_",
+                    moe.expert_ffn,
+                    moe.experts,
+                    frac,
+                    q.expert_bias,
+                );
                 if let Some(shared) = moe.shared_ffn {
-                    self.mlp_ops(&mut ops, "shared_", shared, 1, 1.0);
+                    self.mlp_ops(&mut ops, "shared_", shared, 1, 1.0, self.mlp_bias);
+                    if q.shared_expert_gate {
+                        ops.push(self.gemm(
+                            "shared_gate",
+                            h,
+                            1,
+                            TpSplit::Replicated,
+                            false,
+                            1,
+                            1.0,
+                            0.0,
+                        ));
+                    }
                 }
             }
+        }
+        if q.post_norms {
+            ops.push(self.norm_op("post_mlp_norm"));
         }
         ops.push(self.residual_op("mlp_residual"));
         Layer {
@@ -410,27 +666,51 @@ impl TransformerConfig {
         }
     }
 
+    /// The token-embedding width (the model's unless `quirks.embed_dim` says otherwise).
+    fn embed_width(&self) -> u64 {
+        self.quirks.embed_dim.unwrap_or(self.hidden)
+    }
+
     fn embedding(&self) -> Layer {
         let h = self.hidden;
+        let e = self.embed_width();
         let mut ops = vec![Op {
             name: "wte".to_string(),
-            kind: OpKind::Lookup { width: h },
-            params: self.vocab.saturating_mul(h),
+            kind: OpKind::Lookup { width: e },
+            params: self.vocab.saturating_mul(e),
             params_sharded: true,
             tied: false,
             saved_bytes_per_token: 0.0,
             saved_sharded: false,
         }];
+        if e != h {
+            ops.push(self.gemm(
+                "project_in",
+                e,
+                h,
+                TpSplit::Replicated,
+                false,
+                1,
+                1.0,
+                2.0 * e as f64,
+            ));
+        }
         if self.position == PositionKind::Learned {
             ops.push(Op {
                 name: "wpe".to_string(),
                 kind: OpKind::Lookup { width: h },
-                params: self.max_seq_len.saturating_mul(h),
+                params: self
+                    .max_seq_len
+                    .saturating_add(self.quirks.position_offset)
+                    .saturating_mul(h),
                 params_sharded: false,
                 tied: false,
                 saved_bytes_per_token: 0.0,
                 saved_sharded: false,
             });
+        }
+        if self.quirks.embed_norm {
+            ops.push(self.norm_op("embed_norm"));
         }
         Layer {
             name: "embedding".to_string(),
@@ -446,37 +726,68 @@ impl TransformerConfig {
 
     fn head(&self) -> Layer {
         let h = self.hidden;
+        let e = self.embed_width();
         let v = self.vocab as f64;
+        let mut ops = Vec::new();
+        if self.quirks.final_norm {
+            ops.push(self.norm_op("ln_f"));
+        }
+        if e != h {
+            ops.push(self.gemm(
+                "project_out",
+                h,
+                e,
+                TpSplit::Replicated,
+                false,
+                1,
+                1.0,
+                2.0 * h as f64,
+            ));
+        }
         let mut logits = self.gemm(
             "logits",
-            h,
+            e,
             self.vocab,
             TpSplit::Column,
             false,
             1,
             1.0,
-            2.0 * h as f64,
+            2.0 * e as f64,
         );
         logits.tied = self.tied_embeddings;
+        ops.push(logits);
+        if self.quirks.lm_head_bias {
+            // The head's own bias, split with the vocabulary (not part of a tied table).
+            ops.push(Op {
+                name: "logits_bias".to_string(),
+                kind: OpKind::Elementwise {
+                    bytes_per_token: 4.0 * v,
+                    flops_per_token: v,
+                    sharded: true,
+                },
+                params: self.vocab,
+                params_sharded: true,
+                tied: false,
+                saved_bytes_per_token: 0.0,
+                saved_sharded: false,
+            });
+        }
+        ops.push(Op {
+            name: "loss".to_string(),
+            kind: OpKind::Loss { vocab: self.vocab },
+            params: 0,
+            params_sharded: false,
+            tied: false,
+            // Megatron's fp32 softmax kept for the gradient: 4 bytes per vocabulary entry
+            // (Korthikanti et al. 2022 §4.1, output layer 4sbv/t); engines with a fused loss
+            // keep less (cost::memory).
+            saved_bytes_per_token: 4.0 * v,
+            saved_sharded: true,
+        });
         Layer {
             name: "head".to_string(),
             kind: LayerKind::Head,
-            ops: vec![
-                self.norm_op("ln_f"),
-                logits,
-                Op {
-                    name: "loss".to_string(),
-                    kind: OpKind::Loss { vocab: self.vocab },
-                    params: 0,
-                    params_sharded: false,
-                    tied: false,
-                    // Megatron's fp32 softmax kept for the gradient: 4 bytes per vocabulary
-                    // entry (Korthikanti et al. 2022 §4.1, output layer 4sbv/t); engines with a
-                    // fused loss keep less (cost::memory).
-                    saved_bytes_per_token: 4.0 * v,
-                    saved_sharded: true,
-                },
-            ],
+            ops,
             output_bytes_per_token: 0.0,
             tp_allreduces_fwd: 0,
             // The input gradient of the column-parallel logits GEMM.

@@ -1,0 +1,135 @@
+//! Parameter counts of every HuggingFace architecture hetplan reads, against the counts
+//! `transformers` itself gives (issue 12). The configs and counts were written by
+//! `tools/hf_reference/generate.py` (transformers on PyTorch's meta device; its version is in
+//! `reference.json`); this test needs no Python.
+
+use hetplan::model::hf::parse_hf_config;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The tolerance the issue sets: 0.01%.
+const TOLERANCE: f64 = 1e-4;
+
+fn data() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/hf"))
+}
+
+fn reference() -> serde_json::Map<String, Value> {
+    let src = std::fs::read_to_string(data().join("reference.json")).expect("reference.json");
+    let v: Value = serde_json::from_str(&src).expect("reference.json is JSON");
+    v["models"].as_object().expect("a `models` object").clone()
+}
+
+#[test]
+fn every_family_counts_its_parameters_as_transformers_does() {
+    let models = reference();
+    let mut failures = Vec::new();
+    let mut worst = (0.0f64, String::new());
+    for (name, r) in &models {
+        let want = r["params"].as_u64().expect("params") as f64;
+        let src = std::fs::read_to_string(data().join(format!("{name}.json"))).unwrap();
+        match parse_hf_config(&src, name) {
+            Ok(m) => {
+                let got = m.params() as f64;
+                let err = (got - want) / want;
+                if err.abs() >= worst.0 {
+                    worst = (err.abs(), name.clone());
+                }
+                if err.abs() > TOLERANCE {
+                    failures.push(format!(
+                        "{name} ({}): {got} against {want} ({:+.4}%)",
+                        r["model_type"],
+                        100.0 * err
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{name}: rejected: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    eprintln!(
+        "{} models; largest |error| {:.2e} ({})",
+        models.len(),
+        worst.0,
+        worst.1
+    );
+}
+
+#[test]
+fn the_reference_covers_the_families_users_bring() {
+    // The 39 decoder architectures of issue 12 (and the multimodal wrappers' language part):
+    // a family dropped from the generator would otherwise pass unnoticed.
+    let covered: BTreeSet<String> = reference()
+        .values()
+        .map(|r| r["model_type"].as_str().unwrap().to_string())
+        .collect();
+    for t in [
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "gpt2",
+        "gpt_neox",
+        "falcon",
+        "mpt",
+        "mistral3",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "gemma3",
+        "phi",
+        "phi3",
+        "phimoe",
+        "olmo",
+        "olmo2",
+        "olmoe",
+        "deepseek_v3",
+        "stablelm",
+        "starcoder2",
+        "gptj",
+        "gpt_neo",
+        "gpt_bigcode",
+        "bloom",
+        "opt",
+        "codegen",
+        "cohere",
+        "granite",
+        "dbrx",
+        "persimmon",
+        "nemotron",
+        "gpt_oss",
+        "smollm3",
+        "glm4",
+        "llava",
+    ] {
+        assert!(covered.contains(t), "no reference model of `{t}`");
+    }
+    assert!(reference().len() >= 45);
+}
+
+#[test]
+fn sliding_window_layers_cost_only_their_window() {
+    // Gemma 2 alternates 4096-token windows (even blocks) with global attention: at sequence
+    // 8192 a local block's attention does fewer FLOPs than a global one, at 4096 the same.
+    use hetplan::cost::compute::forward_model_flop;
+    let src = std::fs::read_to_string(data().join("gemma-2-9b.json")).unwrap();
+    let m = parse_hf_config(&src, "gemma-2-9b").unwrap();
+    let t = m.transformer.as_ref().expect("a transformer shape");
+    assert_eq!(t.window_of(0), Some(4096));
+    assert_eq!(t.window_of(1), None);
+    let flop = |layer: usize, seq: u64| forward_model_flop(&m, layer..layer + 1, 1.0, seq).all;
+    // Layer 0 is the embedding; blocks 0 and 1 are layers 1 and 2.
+    let (local, global) = (flop(1, 8192), flop(2, 8192));
+    assert!(local < global, "{local} !< {global}");
+    // The attention core per token: global 4·s·a·d (the model-FLOPs convention, no causal
+    // half), local 8·k·a·d with k the keys a query sees on average, (w(w+1)/2 + (s−w)·w)/s.
+    let (a, d, s, w) = (16.0, 256.0, 8192.0, 4096.0);
+    let keys = (w * (w + 1.0) / 2.0 + (s - w) * w) / s;
+    let want = 4.0 * s * a * d - 8.0 * keys * a * d;
+    assert!(((global - local) - want).abs() / want < 1e-9);
+    assert_eq!(flop(1, 4096), flop(2, 4096));
+}
