@@ -37,7 +37,7 @@ INT_FIELDS = {
 FLOAT_FIELDS = {"attention-dropout", "hidden-dropout"}
 STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",
               "pipeline-model-parallel-layout"}
-BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias"}
+BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias", "qk-layernorm"}
 # Flags of the training script, not of the model config (checked for shape only).
 TRAINING_FLAGS = {
     "seq-length": int, "max-position-embeddings": int, "micro-batch-size": int,
@@ -45,6 +45,7 @@ TRAINING_FLAGS = {
     "lr-decay-style": str, "log-interval": int, "tokenizer-type": str,
     "position-embedding-type": str, "data-parallel-sharding-strategy": str,
     "optimizer-offload-fraction": float, "attention-backend": str, "num-experts": int,
+    "window-size": str, "window-attn-skip-freq": str,
 }
 TRAINING_SWITCHES = {
     "mock-data", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
@@ -84,6 +85,13 @@ def config_kwargs(a):
             kw[name.replace("-", "_")] = a[name]
     if "num-experts" in a:
         kw["num_moe_experts"] = a["num-experts"]
+    # arguments.py: `--window-size` is `tuple_type` ("L,R"), `--window-attn-skip-freq`
+    # `moe_freq_type` (an int, or a Python list expression of 1 = sliding, 0 = full).
+    if "window-size" in a:
+        kw["window_size"] = tuple(int(i) for i in a["window-size"].strip("()").split(","))
+    if "window-attn-skip-freq" in a:
+        f = a["window-attn-skip-freq"]
+        kw["window_attn_skip_freq"] = [int(i) for i in f.strip("[]").split(",")] if "[" in f else int(f)
     if a.get("swiglu"):
         kw["gated_linear_unit"] = True
         kw["activation_func"] = F.silu

@@ -218,7 +218,20 @@ fn megatron_core_accepts_every_export() {
             "256",
         ),
     ];
-    let exports = exports_for(&dir, "megatron", INLINE, &planned, str::to_string);
+    let mut exports = exports_for(&dir, "megatron", INLINE, &planned, str::to_string);
+    // HuggingFace configs with what Megatron takes beyond the plain decoder: QK-norm (Qwen3),
+    // a sliding window on every layer (Mistral) and on every other one (GPT-Neo).
+    let hf = [
+        ("qwen3-0.6b", "1x8xa100-80gb", "tp=2,pp=2,mbs=1,gbs=16"),
+        ("mistral-7b-v0.1", "2x8xa100-80gb", "tp=4,pp=2,mbs=1,gbs=32"),
+        ("gpt-neo-1.3b", "1x8xa100-80gb", "tp=2,pp=2,mbs=2,gbs=32"),
+    ];
+    let hf_dir = root().join("crates/hetplan/tests/data/hf");
+    std::fs::create_dir_all(dir.join("hf")).unwrap();
+    let hf_exports = exports_for(&dir.join("hf"), "megatron", &hf, &[], |m| {
+        hf_dir.join(format!("{m}.json")).display().to_string()
+    });
+    exports.extend(hf_exports.into_iter().map(|e| format!("hf/{e}")));
     // A broken copy the checker must refuse: one decoder layer too many.
     let broken = dir.join("broken");
     std::fs::create_dir_all(&broken).unwrap();

@@ -133,3 +133,47 @@ fn sliding_window_layers_cost_only_their_window() {
     assert!(((global - local) - want).abs() / want < 1e-9);
     assert_eq!(flop(1, 4096), flop(2, 4096));
 }
+
+#[test]
+fn engines_building_plain_decoders_refuse_what_they_would_leave_out() {
+    use hetplan::export::{model_reasons, Target};
+    let read = |name: &str| {
+        let src = std::fs::read_to_string(data().join(format!("{name}.json"))).unwrap();
+        parse_hf_config(&src, name).unwrap()
+    };
+    let llama = read("llama-3.1-8b");
+    for t in [Target::Megatron, Target::Torchtitan] {
+        assert!(model_reasons(t, &llama).is_empty(), "{t:?}");
+    }
+    let all = [Target::Megatron, Target::Torchtitan, Target::Mist];
+    let not_megatron = [Target::Torchtitan, Target::Mist];
+    for (name, what, refusing) in [
+        (
+            "gemma-2-9b",
+            "norms on the attention and MLP outputs",
+            &all[..],
+        ),
+        ("olmo-7b", "LayerNorms without weights", &all[..]),
+        ("olmo-2-7b", "QK-norm with weights per head", &all[..]),
+        // Megatron takes these (`--qk-layernorm`, `--window-size`).
+        ("qwen3-8b", "QK-norm", &not_megatron[..]),
+        (
+            "mistral-7b-v0.1",
+            "sliding-window attention",
+            &not_megatron[..],
+        ),
+    ] {
+        let m = read(name);
+        for &t in refusing {
+            let why = model_reasons(t, &m);
+            assert!(
+                why.iter().any(|w| w.contains(what)),
+                "{name} {t:?}: {why:?}"
+            );
+        }
+    }
+    for name in ["qwen3-8b", "mistral-7b-v0.1"] {
+        let why = model_reasons(Target::Megatron, &read(name));
+        assert!(why.is_empty(), "{name}: {why:?}");
+    }
+}

@@ -81,7 +81,7 @@ fn model_size(model: &Model) -> Result<&'static str, Vec<String>> {
             model.name
         )]);
     };
-    let mut why = Vec::new();
+    let mut why = super::quirk_reasons(cfg, "FlashFlex", &[]);
     if cfg.moe.is_some() {
         why.push("FlashFlex trains dense LLaMA; the model is a mixture of experts".into());
     }

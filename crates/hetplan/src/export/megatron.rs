@@ -8,7 +8,8 @@
 //!   [--group-query-attention --num-query-groups] [--kv-channels] --seq-length
 //!   --max-position-embeddings --position-embedding-type {learned_absolute,rope}
 //!   --normalization {LayerNorm,RMSNorm} [--swiglu] [--untie-embeddings-and-output-weights]
-//!   [--disable-bias-linear] [--add-qkv-bias] --attention-backend {flash,unfused}`, MoE
+//!   [--disable-bias-linear] [--add-qkv-bias] [--qk-layernorm] [--window-size L,0
+//!   [--window-attn-skip-freq [1,0,...]]] --attention-backend {flash,unfused}`, MoE
 //!   `--num-experts --moe-router-topk --moe-ffn-hidden-size
 //!   [--moe-shared-expert-intermediate-size]`;
 //! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
@@ -28,7 +29,7 @@
 
 use super::ranks::{self, RankLayout};
 use super::{shell_quote, Export, ExportError, ExportFile, Job, Target};
-use crate::model::{AttnImpl, LayerKind, MlpKind, Model, NormKind, PositionKind};
+use crate::model::{AttnImpl, Departure, LayerKind, MlpKind, Model, NormKind, PositionKind};
 use crate::plan::runtime::Runtime;
 use crate::plan::{Plan, Precision, Recompute};
 
@@ -145,7 +146,12 @@ pub fn model_args(model: &Model, seq_len: u64) -> Result<Vec<String>, Vec<String
             model.name
         )]);
     };
-    let mut why = Vec::new();
+    // `--window-size` with `--window-attn-skip-freq`, and `--qk-layernorm`.
+    let mut why = super::quirk_reasons(
+        cfg,
+        "Megatron-LM",
+        &[Departure::SlidingWindow, Departure::QkNorm],
+    );
     if cfg.parallel_attn {
         why.push(
             "Megatron's GPT layer runs attention then MLP; the model runs them in parallel \
@@ -235,6 +241,27 @@ pub fn model_args(model: &Model, seq_len: u64) -> Result<Vec<String>, Vec<String
             .into(),
         ),
     );
+    if let Some(w) = cfg.quirks.window {
+        // megatron-core's window_size is (left, right) as flash-attention takes it: a query
+        // sees itself and the w − 1 tokens before it, as transformers' `sliding_window` w.
+        flag("window-size", Some(format!("{},0", w.saturating_sub(1))));
+        if !cfg.quirks.local_layers.is_empty() {
+            // A list pattern: 1 slides, 0 attends globally.
+            let pattern: Vec<&str> = cfg
+                .quirks
+                .local_layers
+                .iter()
+                .map(|&l| if l { "1" } else { "0" })
+                .collect();
+            flag(
+                "window-attn-skip-freq",
+                Some(format!("[{}]", pattern.join(","))),
+            );
+        }
+    }
+    if cfg.quirks.qk_norm.is_some() {
+        flag("qk-layernorm", None);
+    }
     if let Some(moe) = &cfg.moe {
         flag("num-experts", Some(moe.experts.to_string()));
         flag("moe-router-topk", Some(moe.top_k.to_string()));

@@ -43,7 +43,7 @@ fn family(model: &Model) -> Result<&'static str, Vec<String>> {
             model.name
         )]);
     };
-    let mut why = Vec::new();
+    let mut why = super::quirk_reasons(cfg, "Mist", &[]);
     if cfg.moe.is_some() {
         why.push("hetplan exports dense models to Mist; the model is a mixture of experts".into());
     }

@@ -226,6 +226,27 @@ fn node_table(cluster: &Cluster, layout: &ranks::RankLayout) -> String {
     s
 }
 
+/// Why an engine that builds its decoder from flags (`engine` names it) would not build
+/// `cfg`: one reason per structure the plain pre-norm decoder lacks (`Quirks::departures`)
+/// that the export does not express (`handled`).
+pub(crate) fn quirk_reasons(
+    cfg: &crate::model::TransformerConfig,
+    engine: &str,
+    handled: &[crate::model::Departure],
+) -> Vec<String> {
+    cfg.quirks
+        .departures()
+        .into_iter()
+        .filter(|d| !handled.contains(d))
+        .map(|d| {
+            format!(
+                "hetplan exports plain pre-norm decoders to {engine}; the model has {}",
+                d.describe()
+            )
+        })
+        .collect()
+}
+
 /// Why `target` cannot train `model` under any plan (empty when some plan may run it): the
 /// reasons no re-planning removes.
 pub fn model_reasons(target: Target, model: &Model) -> Vec<String> {

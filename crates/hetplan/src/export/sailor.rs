@@ -55,7 +55,7 @@ fn model_name(model: &Model) -> Result<&'static str, Vec<String>> {
             model.name
         )]);
     };
-    let mut why = Vec::new();
+    let mut why = super::quirk_reasons(cfg, "Sailor", &[]);
     if cfg.moe.is_some() {
         why.push(
             "Sailor's layer split is for dense models; the model is a mixture of experts".into(),

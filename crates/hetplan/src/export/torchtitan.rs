@@ -231,7 +231,7 @@ pub fn model_reasons(model: &Model) -> Vec<String> {
             model.name
         )];
     };
-    let mut why = Vec::new();
+    let mut why = super::quirk_reasons(cfg, "torchtitan", &[]);
     if cfg.moe.is_some() {
         why.push(
             "hetplan exports dense models to torchtitan's Llama 3 model; the model is a mixture \

@@ -14,7 +14,8 @@ pub mod transformer;
 
 pub use limits::{Limits, LIMITS};
 pub use transformer::{
-    AttnImpl, Mla, MlpKind, MoeConfig, NormKind, PositionKind, QkNorm, Quirks, TransformerConfig,
+    AttnImpl, Departure, Mla, MlpKind, MoeConfig, NormKind, PositionKind, QkNorm, Quirks,
+    TransformerConfig,
 };
 
 use serde::{Deserialize, Serialize};

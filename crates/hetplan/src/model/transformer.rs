@@ -149,6 +149,83 @@ impl Default for Quirks {
     }
 }
 
+/// A structure the plain pre-norm decoder lacks (`Quirks::departures`): what an engine that
+/// builds its decoder from flags must express or refuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Departure {
+    NormWithoutWeights,
+    OutputNorms,
+    /// One `head_dim` norm shared by the heads, without bias (Megatron's `--qk-layernorm`).
+    QkNorm,
+    /// QK-norm with a weight per head or a bias.
+    QkNormPerHeadOrBias,
+    AttentionSinks,
+    LatentAttention,
+    SlidingWindow,
+    LmHeadBias,
+    EmbeddingNorm,
+    NoFinalNorm,
+    EmbeddingWidth,
+    ExpertBiases,
+    SharedExpertGate,
+}
+
+impl Departure {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Departure::NormWithoutWeights => "LayerNorms without weights (OLMo)",
+            Departure::OutputNorms => {
+                "norms on the attention and MLP outputs (Gemma 2/3, OLMo 2, GLM-4)"
+            }
+            Departure::QkNorm => "QK-norm",
+            Departure::QkNormPerHeadOrBias => "QK-norm with weights per head or a bias",
+            Departure::AttentionSinks => "attention sinks (gpt-oss)",
+            Departure::LatentAttention => "multi-head latent attention (DeepSeek)",
+            Departure::SlidingWindow => "sliding-window attention",
+            Departure::LmHeadBias => "a bias on the LM head",
+            Departure::EmbeddingNorm => "a norm after the token embedding (BLOOM)",
+            Departure::NoFinalNorm => "no norm before the LM head",
+            Departure::EmbeddingWidth => {
+                "an embedding of another width than the model, with projections (OPT-350m)"
+            }
+            Departure::ExpertBiases => "biases on the experts and the router (gpt-oss)",
+            Departure::SharedExpertGate => "a gate on the shared expert (Qwen2-MoE)",
+        }
+    }
+}
+
+impl Quirks {
+    /// What the model has beyond the plain pre-norm decoder: what an engine that builds only
+    /// that decoder from flags would silently leave out.
+    pub fn departures(&self) -> Vec<Departure> {
+        let mut d = Vec::new();
+        let mut add = |cond: bool, x: Departure| {
+            if cond {
+                d.push(x)
+            }
+        };
+        add(!self.norm_affine, Departure::NormWithoutWeights);
+        add(self.post_norms || !self.pre_norms, Departure::OutputNorms);
+        if let Some(q) = self.qk_norm {
+            add(!q.per_head && !q.bias, Departure::QkNorm);
+            add(q.per_head || q.bias, Departure::QkNormPerHeadOrBias);
+        }
+        add(self.attn_sinks, Departure::AttentionSinks);
+        add(self.mla.is_some(), Departure::LatentAttention);
+        add(self.window.is_some(), Departure::SlidingWindow);
+        add(self.lm_head_bias, Departure::LmHeadBias);
+        add(self.embed_norm, Departure::EmbeddingNorm);
+        add(!self.final_norm, Departure::NoFinalNorm);
+        add(self.embed_dim.is_some(), Departure::EmbeddingWidth);
+        add(
+            self.expert_bias || self.router_bias,
+            Departure::ExpertBiases,
+        );
+        add(self.shared_expert_gate, Departure::SharedExpertGate);
+        d
+    }
+}
+
 /// The shape of a transformer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TransformerConfig {
