@@ -32,7 +32,7 @@ INT_FIELDS = {
     "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
     "kv-channels", "tensor-model-parallel-size", "pipeline-model-parallel-size",
     "recompute-num-layers", "moe-router-topk", "moe-ffn-hidden-size",
-    "moe-shared-expert-intermediate-size",
+    "moe-shared-expert-intermediate-size", "expert-model-parallel-size",
 }
 FLOAT_FIELDS = {"attention-dropout", "hidden-dropout"}
 STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",

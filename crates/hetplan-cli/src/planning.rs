@@ -95,6 +95,9 @@ pub struct ProblemArgs {
     /// Largest tensor-parallel degree to consider.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub max_tp: u32,
+    /// Largest expert-parallel degree hetplan's planner considers for MoE models (1: none).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_ep: u32,
     /// The engine the plan must run on. `any`: any plan, a heterogeneity-aware runtime's
     /// included, with the best plan each mainstream engine runs beside it (hetplan's planner).
     /// An engine also sets what the cost model assumes overlaps compute and how ZeRO
@@ -275,6 +278,7 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
         compute,
         options: PlanOptions {
             max_tp: a.max_tp,
+            max_ep: a.max_ep,
             engine: a.engine.into(),
             runtime: a.engine.runtime(),
             precision,

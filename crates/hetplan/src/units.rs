@@ -30,6 +30,10 @@ macro_rules! quantity {
             pub fn min(self, other: $name) -> $name {
                 $name(self.0.min(other.0))
             }
+            /// Exactly zero (for leaving a field out of serialized output).
+            pub fn is_zero(&self) -> bool {
+                self.0 == 0.0
+            }
             pub fn is_finite(self) -> bool {
                 self.0.is_finite()
             }

@@ -370,6 +370,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         },
         made_for: None,
         stages: vec![Stage {
+            ep: 1,
             layers: LayerRange {
                 start: 0,
                 end: layers,

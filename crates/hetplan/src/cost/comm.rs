@@ -18,14 +18,18 @@ pub enum Collective {
     AllReduce,
     AllGather,
     ReduceScatter,
+    /// Every member sends 1/n of its buffer to each other member (expert parallelism's token
+    /// dispatch and combine): not a ring; see [`all_to_all_time`].
+    AllToAll,
 }
 
 impl Collective {
     /// Times a ring moves the buffer: an all-reduce is a reduce-scatter then an all-gather.
+    /// An all-to-all moves each member's buffer once.
     pub fn passes(self) -> f64 {
         match self {
             Collective::AllReduce => 2.0,
-            Collective::AllGather | Collective::ReduceScatter => 1.0,
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => 1.0,
         }
     }
 }
@@ -53,6 +57,9 @@ pub fn collective_time(
     if n <= 1 || bytes.get() <= 0.0 {
         return Seconds::ZERO;
     }
+    if kind == Collective::AllToAll {
+        return all_to_all_time(cluster, group, bytes, concurrent);
+    }
     let steps = kind.passes() * (n as f64 - 1.0);
     // What every edge of the ring carries.
     let volume = steps / n as f64 * bytes.get();
@@ -78,6 +85,47 @@ pub fn collective_time(
         }
     }
     Seconds(volume / (bw * k::COLLECTIVE_EFFICIENCY)) + collective_latency(cluster, group, kind)
+}
+
+/// Time of an all-to-all over `group` in which every member sends `bytes`, 1/n to each member
+/// (itself included): all pairs at once, as NCCL's grouped send/receive runs them. Inside a
+/// node each GPU's link carries its (m−1)/n share out; each node's network carries what its m
+/// members send off the node, m·(n−m)/n of the buffer, on the node's share of the network
+/// (`concurrent` as for the rings); the busiest of these sets the time, plus one message
+/// latency (the sends run side by side).
+pub fn all_to_all_time(
+    cluster: &Cluster,
+    group: &[GpuId],
+    bytes: Bytes,
+    concurrent: &dyn Fn(u32) -> usize,
+) -> Seconds {
+    let n = group.len();
+    if n <= 1 || bytes.get() <= 0.0 {
+        return Seconds::ZERO;
+    }
+    let nf = n as f64;
+    let b = bytes.get();
+    let per_node = members_per_node(group);
+    let mut t = 0.0f64;
+    for (&node, &m) in &per_node {
+        let mf = m as f64;
+        let nd = &cluster.nodes[node as usize];
+        if m > 1 {
+            t = t.max(b * (mf - 1.0) / nf / nd.intra_bandwidth.get());
+        }
+        if m < n {
+            // The node's network at its share for these m GPUs: bytes out (and, symmetric,
+            // in) over m / concurrent of its bandwidth.
+            let share = mf / concurrent(node).max(m) as f64;
+            t = t.max(mf * b * (nf - mf) / nf / (nd.inter_bandwidth.get() * share));
+        }
+    }
+    let latency = if per_node.len() > 1 {
+        cluster.inter_latency
+    } else {
+        cluster.intra_latency
+    };
+    Seconds(t / k::COLLECTIVE_EFFICIENCY + latency.get())
 }
 
 /// The message latencies of one `kind` ring collective over `group`: `passes·(n−1)` steps,

@@ -47,6 +47,9 @@ pub struct LayerShape {
     /// Sequence parallelism: norms and residuals split over the TP ranks too.
     pub sequence_parallel: bool,
     pub precision: Precision,
+    /// Expert parallelism: each GPU runs `1/ep` of a MoE layer's experts on the tokens `ep`
+    /// replicas route to them — as many FLOPs, in larger GEMMs.
+    pub ep: u32,
 }
 
 /// A source of layer compute times. `Sync`: hetplan's planner estimates plans in parallel.
@@ -134,8 +137,13 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
                 TpSplit::Row => kl /= tp,
                 TpSplit::Replicated => {}
             }
-            let mt = m * token_fraction;
-            let cnt = *count as f64;
+            let ep = if op.is_expert() {
+                s.ep.max(1) as f64
+            } else {
+                1.0
+            };
+            let mt = m * token_fraction * ep;
+            let cnt = *count as f64 / ep;
             let flop = 2.0 * mt * kl * nl * cnt;
             let shape_eff = saturate(mt, k::GEMM_HALF_DIM)
                 * saturate(kl, k::GEMM_HALF_DIM)

@@ -102,6 +102,14 @@ pub const HBM_EFFICIENCY: f64 = 0.80;
 /// "CUDA C++ Best Practices Guide", §Kernel launch).
 pub const KERNEL_OVERHEAD_S: f64 = 4e-6;
 
+/// Expert parallelism: the busiest expert-parallel rank's share of a MoE layer's expert work
+/// relative to the average. With a capacity factor C routers drop the tokens beyond C times an
+/// expert's even share, so no rank does more than C times the average; Switch Transformer
+/// trains with C = 1.25 (Fedus et al. 2021, "Switch Transformers", §2.2 and Table 1: 1.0–1.25
+/// work best). Dropless routers under a load-balancing loss are taken to stay within it.
+/// Without expert parallelism every GPU runs all experts on its own tokens: no imbalance.
+pub const MOE_EP_LOAD_FACTOR: f64 = 1.25;
+
 /// NCCL bus bandwidth reached by large all-reduce/all-gather/reduce-scatter relative to the
 /// link rate: nccl-tests on DGX A100 report ~230 GB/s bus bandwidth on 300 GB/s-per-direction
 /// NVLink, and ~90% of line rate across InfiniBand/RoCE rails (NVIDIA nccl-tests

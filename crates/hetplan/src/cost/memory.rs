@@ -27,10 +27,17 @@ pub struct MemoryBreakdown {
 /// Parameters of `layers` held by one TP rank (a tied head weight counts: the last stage keeps a
 /// copy, as Megatron does, unless the embedding is on the same stage).
 pub fn stage_params(model: &Model, layers: std::ops::Range<usize>, tp: u32) -> f64 {
+    let (dense, expert) = stage_params_split(model, layers, tp);
+    dense + expert
+}
+
+/// [`stage_params`] as (dense, expert) parameters: the experts' (`Op::is_expert`) are what
+/// expert parallelism splits further.
+pub fn stage_params_split(model: &Model, layers: std::ops::Range<usize>, tp: u32) -> (f64, f64) {
     let has_embedding = layers
         .clone()
         .any(|i| model.layers[i].kind == crate::model::LayerKind::Embedding);
-    let mut p = 0.0;
+    let (mut dense, mut expert) = (0.0, 0.0);
     for i in layers {
         for op in &model.layers[i].ops {
             if op.tied && has_embedding {
@@ -41,10 +48,39 @@ pub fn stage_params(model: &Model, layers: std::ops::Range<usize>, tp: u32) -> f
             } else {
                 1.0
             };
-            p += op.params as f64 / shard;
+            let p = op.params as f64 / shard;
+            if op.is_expert() {
+                expert += p;
+            } else {
+                dense += p;
+            }
         }
     }
-    p
+    (dense, expert)
+}
+
+/// Parameters of `layers` on one GPU of a TP rank with expert parallelism `ep`: the experts'
+/// split `ep` ways.
+pub fn gpu_params(model: &Model, layers: std::ops::Range<usize>, tp: u32, ep: u32) -> f64 {
+    let (dense, expert) = stage_params_split(model, layers, tp);
+    dense + expert / ep.max(1) as f64
+}
+
+/// Weights, gradients and optimizer states (bytes) of one GPU holding `dense` and `expert`
+/// parameters (its expert-parallel share) of a stage with `dp` replicas in expert-parallel
+/// groups of `ep`: ZeRO shards the dense states over the `dp` replicas and the experts' over
+/// the `dp / ep` that hold the same experts (Megatron's expert data-parallel group).
+pub fn sharded_states_ep(
+    dense: f64,
+    expert: f64,
+    precision: Precision,
+    zero: u8,
+    dp: f64,
+    ep: f64,
+) -> (f64, f64, f64) {
+    let (w, g, o) = sharded_states(dense, precision, zero, dp);
+    let (we, ge, oe) = sharded_states(expert, precision, zero, (dp / ep.max(1.0)).max(1.0));
+    (w + we, g + ge, o + oe)
 }
 
 /// Bytes per vocabulary entry and token that the loss keeps for backward.

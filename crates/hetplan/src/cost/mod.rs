@@ -59,6 +59,9 @@ pub struct StageEstimate {
     pub backward: Seconds,
     pub recompute: Seconds,
     pub tp_comm: Seconds,
+    /// Expert-parallel all-to-alls (token dispatch and combine at every MoE layer).
+    #[serde(skip_serializing_if = "Seconds::is_zero")]
+    pub ep_comm: Seconds,
     pub p2p: Seconds,
     /// ZeRO-2/3 and offload traffic per micro-batch that compute could not hide.
     pub exposed_per_micro_batch: Seconds,
@@ -132,8 +135,11 @@ fn dp_group(st: &Stage, k: usize) -> Vec<GpuId> {
 /// degree t takes part in tp/t of the `tp` rings at once; across nodes they share its node's
 /// network as every ring does (the node's GPUs × the rings crossing it), inside a node the
 /// estimate does not charge the GPU's link for the extra rings (the simulator does).
+/// With expert parallelism the experts' gradients are reduced over the dp / ep replicas that
+/// hold the same experts; the ring here carries them over all dp at their per-GPU size (1/ep):
+/// an over-estimate of the expert part by at most (dp − 1)/dp against (dp/ep − 1)/(dp/ep).
 fn dp_params(model: &Model, st: &Stage) -> f64 {
-    memory::stage_params(model, st.layers.iter(), st.tp)
+    memory::gpu_params(model, st.layers.iter(), st.tp, st.ep)
 }
 
 /// Per-replica, per-micro-batch timing of a stage (seconds).
@@ -143,6 +149,8 @@ struct ReplicaTime {
     backward: f64,
     recompute: f64,
     tp_comm: f64,
+    /// Expert-parallel all-to-alls.
+    ep_comm: f64,
     p2p: f64,
     exposed: f64,
     /// Adam step over this replica's shard, on its slowest GPU.
@@ -153,7 +161,13 @@ struct ReplicaTime {
 impl ReplicaTime {
     /// The stable micro-batch time tᵢ of this replica.
     fn total(&self) -> f64 {
-        self.forward + self.backward + self.recompute + self.tp_comm + self.p2p + self.exposed
+        self.forward
+            + self.backward
+            + self.recompute
+            + self.tp_comm
+            + self.ep_comm
+            + self.p2p
+            + self.exposed
     }
 }
 
@@ -512,7 +526,46 @@ pub struct LayerCost {
     pub tp_allreduce_bytes: Bytes,
     pub tp_allreduces_forward: u32,
     pub tp_allreduces_backward: u32,
+    /// Expert parallelism: the blocking all-to-alls (token dispatch and combine) of a MoE
+    /// layer in forward and in backward (with the recomputed forward's), as the estimate prices
+    /// them; for the simulator, each GPU's send buffer of one and how many each pass issues.
+    pub ep_forward: f64,
+    pub ep_backward: f64,
+    pub ep_alltoall_bytes: Bytes,
+    pub ep_alltoalls_forward: u32,
+    pub ep_alltoalls_backward: u32,
     pub source: TimeSource,
+}
+
+/// The share of layer `layer`'s forward FLOPs (at sequence `seq`) in its expert GEMMs.
+fn expert_flop_share(model: &Model, layer: usize, seq: u64) -> f64 {
+    let l = &model.layers[layer];
+    let expert: f64 = l
+        .ops
+        .iter()
+        .filter(|o| o.is_expert())
+        .map(|o| match o.kind {
+            crate::model::OpKind::Gemm {
+                k,
+                n,
+                count,
+                token_fraction,
+                ..
+            } => 2.0 * token_fraction * k as f64 * n as f64 * count as f64,
+            _ => 0.0,
+        })
+        .sum();
+    let all = compute::forward_model_flop(model, layer..layer + 1, 1.0, seq).all;
+    if all > 0.0 {
+        (expert / all).min(1.0)
+    } else {
+        0.0
+    }
+}
+
+/// The GPUs of TP rank `k` across replica `r`'s expert-parallel group.
+fn ep_peers(st: &Stage, r: usize, k: usize) -> Vec<GpuId> {
+    st.ep_group(r).map(|q| st.replica(q)[k]).collect()
 }
 
 /// The per-layer costs of one micro-batch through replica `r` of stage `si`: what the cost model
@@ -548,14 +601,41 @@ fn layer_costs_in(
         tp,
         sequence_parallel: st.sequence_parallel,
         precision: plan.precision,
+        ep: st.ep,
     };
     let n_ckpt = memory::recomputed_layers(st);
+    // An expert-parallel group runs in step at every MoE layer: each replica's layers take the
+    // time of the group's slowest GPU.
+    let ep = st.ep.max(1);
+    let group_devs: Vec<GpuId> = if ep > 1 {
+        st.ep_group(r)
+            .flat_map(|q| st.replica(q).iter().copied())
+            .collect()
+    } else {
+        devs.to_vec()
+    };
+    let peers = ep_peers(st, r, 0);
     st.layers
         .iter()
         .enumerate()
         .map(|(j, li)| {
-            let lt = slowest_layer_time(ctx, devs, li, shape);
+            let mut lt = slowest_layer_time(ctx, &group_devs, li, shape);
             let layer = &model.layers[li];
+            let moe = layer.experts().filter(|_| ep > 1);
+            if moe.is_some() {
+                // The busiest rank's expert work (`MOE_EP_LOAD_FACTOR`), on the expert GEMMs'
+                // share of the layer.
+                let f = 1.0 + expert_flop_share(model, li, seq) * (k::MOE_EP_LOAD_FACTOR - 1.0);
+                lt.forward = lt.forward * f;
+                lt.backward = lt.backward * f;
+                lt.selective_forward = lt.selective_forward * f;
+            }
+            // Each GPU dispatches its 1/tp of the tokens' top-k copies and gets them back.
+            let ep_bytes = match moe {
+                Some((_, elems)) => Bytes(tokens * elems * ctx.elem / 2.0 / tp as f64),
+                None => Bytes(0.0),
+            };
+            let a2a = collective_time(cluster, &peers, ep_bytes, Collective::AllToAll, conc).get();
             let tp_bytes = if tp > 1 && !lt.includes_tp_comm {
                 Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0)
             } else {
@@ -582,6 +662,15 @@ fn layer_costs_in(
                 tp_allreduces_forward: layer.tp_allreduces_fwd,
                 tp_allreduces_backward: layer.tp_allreduces_bwd
                     + if full { layer.tp_allreduces_fwd } else { 0 },
+                ep_forward: 2.0 * a2a,
+                ep_backward: if full { 4.0 } else { 2.0 } * a2a,
+                ep_alltoall_bytes: ep_bytes,
+                ep_alltoalls_forward: if moe.is_some() { 2 } else { 0 },
+                ep_alltoalls_backward: match (moe.is_some(), full) {
+                    (false, _) => 0,
+                    (true, false) => 2,
+                    (true, true) => 4,
+                },
                 source: lt.source,
             }
         })
@@ -596,11 +685,14 @@ pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f
     let st = &plan.stages[si];
     let devs = st.replica(r);
     let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
-    let params_local = memory::stage_params(model, st.layers.iter(), st.tp_of(r));
-    let shard = if st.zero >= 1 {
-        st.dp.max(1) as f64
+    let (dense, expert) = memory::stage_params_split(model, st.layers.iter(), st.tp_of(r));
+    let ep = st.ep.max(1) as f64;
+    // ZeRO-1+: the dense states sharded over dp, the experts' (1/ep of them here) over dp/ep,
+    // which comes to expert/dp on every GPU as well.
+    let (params_local, shard) = if st.zero >= 1 {
+        (dense + expert, st.dp.max(1) as f64)
     } else {
-        1.0
+        (dense + expert / ep, 1.0)
     };
     let slowest = |f: &dyn Fn(&crate::gpu::GpuSpec) -> f64| {
         devs.iter()
@@ -629,6 +721,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         backward: 0.0,
         recompute: 0.0,
         tp_comm: 0.0,
+        ep_comm: 0.0,
         p2p: 0.0,
         exposed: 0.0,
         optimizer: optimizer_seconds(ctx.w, plan, si, r),
@@ -653,6 +746,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         rt.backward += c.backward;
         rt.recompute += c.recompute + c.tp_recompute;
         rt.tp_comm += c.tp_forward + c.tp_backward;
+        rt.ep_comm += c.ep_forward + c.ep_backward;
     }
     rt.p2p = replica_sends(ctx, si, r);
     let params_local = dp_params(model, st);
@@ -731,7 +825,7 @@ fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
 pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64, f64) {
     let st = &plan.stages[si];
     let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
-    let params = memory::stage_params(w.model, st.layers.iter(), st.tp_of(r));
+    let params = memory::gpu_params(w.model, st.layers.iter(), st.tp_of(r), st.ep);
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
     let wb = off.weights * params * w_bytes / if st.zero >= 3 { dp } else { 1.0 };
@@ -760,7 +854,7 @@ pub fn grad_buckets(model: &Model, plan: &Plan, st: &Stage) -> Vec<LayerRange> {
     let mut end = st.layers.end;
     let mut params = 0.0;
     for l in st.layers.iter().rev() {
-        params += memory::stage_params(model, l..l + 1, st.tp);
+        params += memory::gpu_params(model, l..l + 1, st.tp, st.ep);
         if limit.is_none_or(|b| params >= b) {
             buckets.push(LayerRange { start: l, end });
             end = l;
@@ -994,6 +1088,7 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
             backward: Seconds(worst.backward + worst.recompute),
             recompute: Seconds(worst.recompute),
             tp_comm: Seconds(worst.tp_comm),
+            ep_comm: Seconds(worst.ep_comm),
             p2p: Seconds(worst.p2p),
             exposed_per_micro_batch: Seconds(worst.exposed),
             micro_batch_time: Seconds(worst.total()),
@@ -1170,12 +1265,13 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let tp = st.tp_of(r);
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
-    let params: f64 = chunks
+    let (dense, expert) = chunks
         .iter()
-        .map(|c| memory::stage_params(model, c.layers.iter(), c.tp_of(r)))
-        .sum();
+        .map(|c| memory::stage_params_split(model, c.layers.iter(), c.tp_of(r)))
+        .fold((0.0, 0.0), |(d, e), (cd, ce)| (d + cd, e + ce));
+    let ep = st.ep.max(1) as f64;
     let (weights, gradients, optimizer) =
-        memory::sharded_states(params, plan.precision, st.zero, dp);
+        memory::sharded_states_ep(dense, expert / ep, plan.precision, st.zero, dp, ep);
     let offloaded_states =
         weights * off.weights + gradients * off.gradients + optimizer * off.optimizer;
     let weights = weights * (1.0 - off.weights);
@@ -1196,7 +1292,7 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
             let largest = c
                 .layers
                 .iter()
-                .map(|l| memory::stage_params(model, l..l + 1, tp))
+                .map(|l| memory::gpu_params(model, l..l + 1, tp, c.ep))
                 .fold(0.0, f64::max);
             gathered = gathered.max(2.0 * largest * ctx.pg_bytes);
         }

@@ -13,6 +13,7 @@
 //!   `--num-experts --moe-router-topk --moe-ffn-hidden-size
 //!   [--moe-shared-expert-intermediate-size]`;
 //! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
+//!   [--expert-model-parallel-size]
 //!   --pipeline-model-parallel-layout` (core 0.13+: `E` embedding, `t` decoder layer, `L` loss,
 //!   `|` between stages, stage `i = vpp_rank·PP + pp_rank`; it sets the virtual pipeline size,
 //!   so `--num-virtual-stages-per-pipeline-rank` must not be given beside it),
@@ -329,6 +330,12 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     }
     if st.sequence_parallel && st.tp > 1 {
         flag("sequence-parallel", None);
+    }
+    // One degree for the whole model (`Runtime::why_not` checks the stages agree); the expert
+    // tensor-parallel size stays Megatron's default, the TP degree, as hetplan prices it.
+    let ep = plan.stages.iter().map(|s| s.ep).max().unwrap_or(1);
+    if ep > 1 {
+        flag("expert-model-parallel-size", Some(ep.to_string()));
     }
     flag(
         "micro-batch-size",

@@ -218,6 +218,7 @@ impl DeepspeedJob {
         let per_stage = dp as usize;
         let stages = (0..pp)
             .map(|s| Stage {
+                ep: 1,
                 layers: LayerRange {
                     start: parts[s],
                     end: parts[s + 1],

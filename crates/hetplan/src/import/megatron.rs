@@ -572,6 +572,7 @@ impl MegatronJob {
                 let p = i % pp as usize;
                 let len = layers.len() as u32;
                 Stage {
+                    ep: 1,
                     layers,
                     devices: gpus[p * per_stage..(p + 1) * per_stage].to_vec(),
                     tp: tp as u32,

@@ -374,6 +374,7 @@ impl TorchtitanJob {
             .map(|i| {
                 let p = i % pp as usize;
                 Stage {
+                    ep: 1,
                     layers: LayerRange {
                         start: parts[i],
                         end: parts[i + 1],

@@ -98,6 +98,12 @@ pub struct Op {
 }
 
 impl Op {
+    /// One of a mixture-of-experts layer's expert ops (the transformer builder names them
+    /// `expert_…`): what expert parallelism splits.
+    pub fn is_expert(&self) -> bool {
+        self.name.starts_with("expert_")
+    }
+
     /// Bytes saved for backward per token at sequence length `seq`, for 16-bit activations:
     /// (bytes, of which recomputed by selective checkpointing). The non-flash attention core
     /// stores its softmax output (2·a·s bytes per token) and, with dropout, a mask and the
@@ -145,6 +151,22 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// A mixture-of-experts layer's expert count and the elements of its input each token sends
+    /// to the experts it is routed to (top-k × width): what an expert-parallel all-to-all moves.
+    pub fn experts(&self) -> Option<(u64, f64)> {
+        self.ops.iter().find_map(|o| match o.kind {
+            OpKind::Gemm {
+                k,
+                count,
+                token_fraction,
+                ..
+            } if o.is_expert() && count > 1 => {
+                Some((count, token_fraction * count as f64 * k as f64))
+            }
+            _ => None,
+        })
+    }
+
     /// Parameters of the layer, counting a tied weight (saturating at `u64::MAX`).
     pub fn params(&self) -> u64 {
         self.ops

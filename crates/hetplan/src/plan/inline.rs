@@ -14,6 +14,7 @@
 //! | `zero` | ZeRO stage 0–3 | 0 |
 //! | `ckpt` | activation checkpointing: `none`, `selective`, `full` or a number of layers per stage | `none` |
 //! | `sp` | sequence parallelism `on`/`off` | `off` |
+//! | `ep` | expert parallelism: each MoE layer's experts split over `ep` DP replicas (stages without MoE layers keep 1) | 1 |
 //! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
 //! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
 //! | `engine` | `megatron`, `deepspeed` or `fsdp` | `megatron` |
@@ -61,6 +62,7 @@ pub const KEYS: &[&str] = &[
     "zero",
     "ckpt",
     "sp",
+    "ep",
     "schedule",
     "v",
     "engine",
@@ -413,6 +415,26 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
 
     // Per-stage settings.
     let zero = s.int("zero", 0, u32::MAX as u64)?.unwrap_or(0);
+    let ep = s.int("ep", 1, u32::MAX as u64)?.unwrap_or(1) as u32;
+    if ep > 1 {
+        if !dp.is_multiple_of(ep) {
+            return Err(s.err(
+                "ep",
+                format!("ep={ep} must divide dp={dp}: expert-parallel groups are DP replicas"),
+                Some(format!("ep at most {dp}, a divisor of it")),
+            ));
+        }
+        if !model.layers.iter().any(|l| l.experts().is_some()) {
+            return Err(s.err(
+                "ep",
+                format!(
+                    "ep={ep}, but {} has no mixture-of-experts layer",
+                    model.name
+                ),
+                Some("leave ep out (1)".into()),
+            ));
+        }
+    }
     if zero > 3 {
         return Err(s.err(
             "zero",
@@ -491,6 +513,12 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         .into_iter()
         .enumerate()
         .map(|(j, layers)| Stage {
+            // Stages without MoE layers keep ep = 1.
+            ep: if layers.iter().any(|l| model.layers[l].experts().is_some()) {
+                ep
+            } else {
+                1
+            },
             layers,
             devices: stage_devices[j % pp as usize].clone(),
             tp,

@@ -237,9 +237,32 @@ pub struct Stage {
     /// replica runs `micro_batches` micro-batches of its size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replica_samples: Vec<u64>,
+    /// Expert parallelism: each MoE layer's experts are split over `ep` consecutive DP
+    /// replicas (replica r is in group r / ep; the GPUs of one TP rank exchange tokens by
+    /// all-to-all), as Megatron forms its expert-parallel groups from data-parallel ranks. The
+    /// expert weights, gradients and optimizer states on a GPU shrink by `ep`, and the
+    /// experts' gradients are reduced over the dp / ep replicas holding the same experts.
+    /// 1: every replica holds every expert.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub ep: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 impl Stage {
+    /// The DP replicas in replica `r`'s expert-parallel group (`ep` consecutive ones).
+    pub fn ep_group(&self, r: usize) -> std::ops::Range<usize> {
+        let ep = self.ep.max(1) as usize;
+        let start = r / ep * ep;
+        start..(start + ep).min(self.dp as usize)
+    }
+
     /// Replica r's micro-batches per iteration and the size of its last one, given the plan's
     /// `micro_batches` (see `replica_samples`).
     pub fn replica_steps(&self, r: usize, micro_batches: u64) -> (u64, u64) {
@@ -464,7 +487,8 @@ impl Plan {
         d
     }
 
-    /// The compact summary used in tables: `0-12@n0g0..n0g3 (2×2) | ...`, `m=8`.
+    /// The compact summary used in tables: `0-12@n0g0..n0g3 (2×2) | ...`, `m=8`; expert
+    /// parallelism as `(16x1 ep8)`.
     pub fn summary(&self) -> String {
         let stages: Vec<String> = self
             .stages
@@ -478,8 +502,14 @@ impl Plan {
                     let t: Vec<String> = s.replica_tp.iter().map(|t| t.to_string()).collect();
                     format!("[{}]", t.join(","))
                 };
+                // Expert parallelism after the degrees: `(16x1 ep8)`.
+                let ep = if s.ep > 1 {
+                    format!(" ep{}", s.ep)
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{}-{}@{}..{} ({}x{})",
+                    "{}-{}@{}..{} ({}x{}{ep})",
                     s.layers.start,
                     s.layers.end.saturating_sub(1),
                     first,

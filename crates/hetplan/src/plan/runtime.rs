@@ -102,6 +102,36 @@ impl Runtime {
                 list(plan, |s| s.dp.to_string())
             ));
         }
+        // Expert parallelism: Megatron's `--expert-model-parallel-size` and torchtitan's
+        // `expert_parallel_degree` are single sizes; hetplan exports it to those two.
+        if plan.stages.iter().any(|s| s.ep > 1) {
+            match self {
+                Runtime::Megatron | Runtime::Torchtitan if !same(&|s| s.ep.to_string()) => why
+                    .push(format!(
+                        "{name} runs one expert-parallel degree in every stage; the plan's are {}",
+                        list(plan, |s| s.ep.to_string())
+                    )),
+                Runtime::Megatron
+                    if plan
+                        .stages
+                        .iter()
+                        .any(|s| s.ep > 1 && s.tp > 1 && !s.sequence_parallel) =>
+                {
+                    // megatron-core ModelParallelConfig: "When using expert parallelism and
+                    // tensor parallelism for training, sequence parallelism must be used".
+                    why.push(
+                        "Megatron runs expert parallelism beside tensor parallelism only with \
+                         sequence parallelism; the plan has it off"
+                            .into(),
+                    )
+                }
+                Runtime::Deepspeed | Runtime::Fsdp => why.push(format!(
+                    "hetplan exports expert parallelism to Megatron and torchtitan; {name} runs \
+                     the plan without it"
+                )),
+                _ => {}
+            }
+        }
         // `--micro-batch-size`, `train_micro_batch_size_per_gpu`, `local_batch_size`: global.
         let mbs = first.micro_batch_sizes.first().copied().unwrap_or(0);
         if plan
@@ -319,6 +349,7 @@ mod tests {
     fn stage(layers: (usize, usize), gpus: &[u32], tp: u32, mbs: u64) -> Stage {
         let dp = gpus.len() as u32 / tp;
         Stage {
+            ep: 1,
             layers: LayerRange {
                 start: layers.0,
                 end: layers.1,

@@ -357,6 +357,28 @@ pub enum PlanError {
         layers: u32,
         stage_layers: usize,
     },
+    #[error("stage {stage} has ep = {ep}, which does not divide its dp = {dp}")]
+    ExpertParallelDivides { stage: usize, ep: u32, dp: u32 },
+    #[error("stage {stage} has ep = {ep}, but none of its layers is a mixture of experts")]
+    ExpertParallelWithoutExperts { stage: usize, ep: u32 },
+    #[error(
+        "stage {stage} has ep = {ep}, which does not divide the {experts} experts of layer {layer}"
+    )]
+    ExpertParallelExperts {
+        stage: usize,
+        ep: u32,
+        layer: usize,
+        experts: u64,
+    },
+    #[error(
+        "stage {stage} has ep = {ep}, but {reason}: the replicas of an expert-parallel group \
+         exchange tokens at every MoE layer and must run in step"
+    )]
+    ExpertParallelReplicas {
+        stage: usize,
+        ep: u32,
+        reason: &'static str,
+    },
 }
 
 impl PlanError {
@@ -404,6 +426,10 @@ impl PlanError {
             PlanError::ZeroStage { stage, .. } => st(stage, "zero"),
             PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
             PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
+            PlanError::ExpertParallelDivides { stage, .. }
+            | PlanError::ExpertParallelWithoutExperts { stage, .. }
+            | PlanError::ExpertParallelExperts { stage, .. }
+            | PlanError::ExpertParallelReplicas { stage, .. } => st(stage, "ep"),
         }
     }
 
@@ -507,6 +533,21 @@ impl PlanError {
             PlanError::OffloadRatio { .. } => "offload fractions lie between 0 and 1".into(),
             PlanError::RecomputeLayers { stage_layers, .. } => {
                 format!("recompute at most {stage_layers} layers, or \"full\"")
+            }
+            PlanError::ExpertParallelDivides { dp, .. } => format!(
+                "ep is one of {} (it groups DP replicas)",
+                divisors(*dp as u64)
+            ),
+            PlanError::ExpertParallelWithoutExperts { .. } => {
+                "set ep to 1 (expert parallelism splits the experts of MoE layers)".into()
+            }
+            PlanError::ExpertParallelExperts { experts, .. } => {
+                format!("ep is one of {}", divisors(*experts))
+            }
+            PlanError::ExpertParallelReplicas { .. } => {
+                "give the stage's replicas one TP degree, one micro-batch size and the same \
+                 micro-batch count, or set ep to 1"
+                    .into()
             }
         })
     }
@@ -673,6 +714,7 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
     } else {
         check_replica_tp(i, s, errs);
     }
+    check_expert_parallel(model, i, s, errs);
     if s.dp > 0 && s.micro_batch_sizes.len() != s.dp as usize {
         errs.push(PlanError::MicroBatchSizesCount {
             stage: i,
@@ -843,6 +885,61 @@ fn check_replica_tp(i: usize, s: &Stage, errs: &mut Vec<PlanError>) {
             stage: i,
             devices: s.devices.len(),
             expected,
+        });
+    }
+}
+
+/// Expert parallelism (`Stage::ep`): at least 1, dividing dp and every MoE layer's expert
+/// count, on a stage with MoE layers whose replicas run in step (one TP degree, one
+/// micro-batch size, no per-replica sample counts).
+fn check_expert_parallel(model: &Model, i: usize, s: &Stage, errs: &mut Vec<PlanError>) {
+    let ep = s.ep;
+    if ep == 0 {
+        errs.push(PlanError::ZeroDegree {
+            stage: i,
+            which: "ep",
+        });
+        return;
+    }
+    if ep == 1 {
+        return;
+    }
+    if s.dp > 0 && !s.dp.is_multiple_of(ep) {
+        errs.push(PlanError::ExpertParallelDivides {
+            stage: i,
+            ep,
+            dp: s.dp,
+        });
+    }
+    let layers = s.layers.start.min(model.layers.len())..s.layers.end.min(model.layers.len());
+    let moe: Vec<(usize, u64)> = layers
+        .filter_map(|l| model.layers[l].experts().map(|(e, _)| (l, e)))
+        .collect();
+    if moe.is_empty() {
+        errs.push(PlanError::ExpertParallelWithoutExperts { stage: i, ep });
+    }
+    if let Some(&(layer, experts)) = moe.iter().find(|(_, e)| !e.is_multiple_of(ep as u64)) {
+        errs.push(PlanError::ExpertParallelExperts {
+            stage: i,
+            ep,
+            layer,
+            experts,
+        });
+    }
+    let reason = if !s.replica_tp.is_empty() {
+        Some("its replicas have different TP degrees")
+    } else if s.micro_batch_sizes.windows(2).any(|w| w[0] != w[1]) {
+        Some("its replicas have different micro-batch sizes")
+    } else if !s.replica_samples.is_empty() {
+        Some("its replicas process different numbers of samples")
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        errs.push(PlanError::ExpertParallelReplicas {
+            stage: i,
+            ep,
+            reason,
         });
     }
 }

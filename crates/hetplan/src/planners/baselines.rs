@@ -548,6 +548,7 @@ impl Planner for AlpaAverage {
                             tp: tp as u32,
                             sequence_parallel: false,
                             precision: problem.options.precision,
+                            ep: 1,
                         };
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {

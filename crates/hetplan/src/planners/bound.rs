@@ -4,7 +4,9 @@
 //! **The compute bound.** Every sample passes every layer forward and backward on some GPU. Let
 //! `c_g(l)` be the fewest GPU-seconds per sample that a GPU of type `g` spends on layer `l`,
 //! over every TP degree `t ≤ max_tp` and micro-batch size `b ≤ min(max_micro_batch, gbs)` the
-//! planners may choose, with and without sequence parallelism: `t·(fwd + bwd)(l, g, t, b) / b`
+//! planners may choose, with and without sequence parallelism, and for MoE layers every
+//! expert-parallel degree dividing the experts (larger expert GEMMs; the load imbalance the
+//! estimate adds on top only raises a plan's time): `t·(fwd + bwd)(l, g, t, b) / b`
 //! from the same `ComputeTimes` the estimate uses. A plan's iteration is at least the busiest
 //! GPU's compute, so with `n_g` GPUs of type `g` and `x_{g,l}` the samples of layer `l` that
 //! type `g` processes, the iteration time `T` of any plan satisfies
@@ -95,20 +97,31 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                 .iter()
                 .map(|&(l, _)| {
                     let mut best = f64::INFINITY;
+                    // Expert parallelism runs a MoE layer's experts in larger GEMMs: every
+                    // degree dividing the experts is a shape a plan may take.
+                    let eps: Vec<u32> = match model.layers[l].experts() {
+                        Some((e, _)) => (1..=e.min(problem.options.max_ep.max(1) as u64) as u32)
+                            .filter(|d| e.is_multiple_of(*d as u64))
+                            .collect(),
+                        None => vec![1],
+                    };
                     for tp in 1..=max_tp {
                         for b in 1..=max_b {
                             for sequence_parallel in [false, true] {
-                                let shape = LayerShape {
-                                    mbs: b,
-                                    seq: problem.seq_len,
-                                    tp,
-                                    sequence_parallel,
-                                    precision: problem.options.precision,
-                                };
-                                let t = problem.compute.layer_time(spec, model, l, shape);
-                                let per = tp as f64 * (t.forward + t.backward).get() / b as f64;
-                                if per.is_finite() && per >= 0.0 {
-                                    best = best.min(per);
+                                for &ep in &eps {
+                                    let shape = LayerShape {
+                                        mbs: b,
+                                        seq: problem.seq_len,
+                                        tp,
+                                        sequence_parallel,
+                                        precision: problem.options.precision,
+                                        ep,
+                                    };
+                                    let t = problem.compute.layer_time(spec, model, l, shape);
+                                    let per = tp as f64 * (t.forward + t.backward).get() / b as f64;
+                                    if per.is_finite() && per >= 0.0 {
+                                        best = best.min(per);
+                                    }
                                 }
                             }
                         }

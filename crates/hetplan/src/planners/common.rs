@@ -53,6 +53,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
         stages: stages
             .into_iter()
             .map(|s| Stage {
+                ep: 1,
                 layers: s.layers,
                 dp: s.micro_batch_sizes.len() as u32,
                 devices: s.devices,

@@ -49,6 +49,9 @@ pub struct PlanOptions {
     pub max_tp: u32,
     /// Largest micro-batch size per replica to consider.
     pub max_micro_batch: u64,
+    /// Largest expert-parallel degree to consider (1: none). Only hetplan's planner searches
+    /// expert parallelism; the seeds' spaces have none.
+    pub max_ep: u32,
     /// The engine the plan must run on (`--engine`); `None`: any, a heterogeneity-aware
     /// runtime included. Honoured by hetplan's planner; the seeds search their own spaces.
     pub runtime: Option<crate::plan::runtime::Runtime>,
@@ -61,6 +64,7 @@ impl Default for PlanOptions {
             precision: Precision::Bf16,
             max_tp: 8,
             max_micro_batch: 64,
+            max_ep: 64,
             runtime: None,
         }
     }

@@ -302,6 +302,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
     let n = problem.cluster.num_gpus().max(1) as f64;
     let precision = problem.options.precision;
     let stage = Stage {
+        ep: 1,
         layers: LayerRange {
             start: 0,
             end: model.layers.len(),
@@ -353,6 +354,7 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         tp: 1,
         sequence_parallel: false,
         precision: problem.options.precision,
+        ep: 1,
     };
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;

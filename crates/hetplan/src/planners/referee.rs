@@ -506,6 +506,7 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
                 replicas.iter().map(Replica::tp).collect()
             };
             Stage {
+                ep: 1,
                 layers: ranges[j],
                 devices: sk.devices[p].clone(),
                 tp,

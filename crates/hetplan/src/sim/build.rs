@@ -90,6 +90,15 @@ pub enum Label {
         pass: Pass,
         layer: Option<usize>,
     },
+    /// Expert-parallel all-to-alls (token dispatch and combine) of a pass (or of one layer of
+    /// it), between the replica and the others of its expert-parallel group.
+    EpAllToAll {
+        stage: usize,
+        replica: usize,
+        mb: u64,
+        pass: Pass,
+        layer: Option<usize>,
+    },
     /// Offload traffic over a replica's host links for one pass.
     Offload {
         stage: usize,
@@ -442,6 +451,64 @@ impl<'a> Builder<'a> {
     }
 }
 
+impl Builder<'_> {
+    /// The expert-parallel all-to-alls that follow compute task `after` of executor `e`
+    /// (`count` of them, each GPU sending `bytes`, 1/n to each member of its group): this
+    /// replica's sends to the others of its expert-parallel group, GPU by GPU of the same TP
+    /// rank. Every replica of the group adds its own, so the group's traffic is complete; the
+    /// replicas are not made to wait for each other here (they run in step, and the estimate
+    /// and this share the group's slowest compute). The executor's next compute waits.
+    fn ep_alltoalls(
+        &mut self,
+        e: usize,
+        after: TaskId,
+        bytes: f64,
+        count: u32,
+        label: Label,
+    ) -> TaskId {
+        let (si, r) = (self.executors[e].stage, self.executors[e].replica);
+        let st = &self.plan.stages[si];
+        if bytes <= 0.0 || count == 0 || st.ep <= 1 {
+            return after;
+        }
+        let group = st.ep_group(r);
+        let n = group.len() as f64;
+        let pairs: Vec<(GpuId, GpuId)> = (0..st.tp_of(r) as usize)
+            .flat_map(|k| {
+                let me = st.replica(r)[k];
+                group
+                    .clone()
+                    .filter(move |&q| q != r)
+                    .map(move |q| (me, st.replica(q)[k]))
+            })
+            .collect();
+        let edges: Vec<Edge> = pairs
+            .into_iter()
+            .map(|(from, to)| self.hop(from, to, bytes / n * count as f64))
+            .collect();
+        let cl = self.w.cluster;
+        let spans = self.executors[e]
+            .devices
+            .iter()
+            .chain(group.clone().flat_map(|q| st.replica(q).iter()))
+            .any(|g| g.node != self.executors[e].devices[0].node);
+        let alpha = if spans {
+            cl.inter_latency
+        } else {
+            cl.intra_latency
+        };
+        let work = Work::Flow {
+            edges,
+            latency: count as f64 * alpha.get(),
+            efficiency: k::COLLECTIVE_EFFICIENCY,
+            execs: vec![e],
+        };
+        let t = self.task(work, vec![after], label);
+        self.pending_sends[e].push(t);
+        t
+    }
+}
+
 /// How many tasks `build` makes for `plan`, counted from the plan's shape without building
 /// anything (saturating: a plan with 10⁸ micro-batches answers at once).
 pub fn task_count(plan: &Plan) -> u64 {
@@ -457,7 +524,8 @@ pub fn task_count(plan: &Plan) -> u64 {
         let per = |split: bool| {
             let units = if split { layers } else { 1 };
             let tp = if st.tp > 1 { 2 } else { 1 };
-            mul(units, tp) + u64::from(!st.offload.is_none())
+            let ep = if st.ep > 1 { 2 } else { 1 };
+            mul(units, tp + ep - 1) + u64::from(!st.offload.is_none())
         };
         for r in 0..st.dp as usize {
             let steps = st.replica_steps(r, m).0;
@@ -582,6 +650,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         Pass::Forward => c.tp_allreduces_forward,
         Pass::Backward => c.tp_allreduces_backward,
     };
+    let ep_count = |c: &LayerCost, pass: Pass| match pass {
+        Pass::Forward => c.ep_alltoalls_forward,
+        Pass::Backward => c.ep_alltoalls_backward,
+    };
 
     // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), the last
     // micro-batch's backward when its gradients are reduced in buckets after it, and the first
@@ -639,6 +711,13 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 pass: op.pass,
                 layer,
             };
+            let ep_label = |layer: Option<usize>| Label::EpAllToAll {
+                stage: op.chunk,
+                replica: r,
+                mb: op.mb,
+                pass: op.pass,
+                layer,
+            };
             let tasks = if split(op.chunk, r, op.mb, op.pass) {
                 let order: Vec<usize> = match op.pass {
                     Pass::Forward => (0..lc.len()).collect(),
@@ -651,12 +730,19 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                     let c = &lc[l];
                     let t = b.compute(e, compute_of(c, op.pass), vec![], label(Some(start + l)));
                     layers[l] = t;
-                    layer_ends[l] = b.tp_allreduces(
+                    let tp_end = b.tp_allreduces(
                         e,
                         t,
                         c.tp_allreduce_bytes.get(),
                         tp_count(c, op.pass),
                         tp_label(Some(start + l)),
+                    );
+                    layer_ends[l] = b.ep_alltoalls(
+                        e,
+                        tp_end,
+                        c.ep_alltoall_bytes.get(),
+                        ep_count(c, op.pass),
+                        ep_label(Some(start + l)),
                     );
                 }
                 let final_layer = *order.last().expect("a stage has layers");
@@ -678,7 +764,19 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                     .map(|c| c.tp_allreduce_bytes.get() * tp_count(c, op.pass) as f64)
                     .sum();
                 let per_message = if count > 0 { bytes / count as f64 } else { 0.0 };
-                let end = b.tp_allreduces(e, t, per_message, count, tp_label(None));
+                let tp_end = b.tp_allreduces(e, t, per_message, count, tp_label(None));
+                // The MoE layers' all-to-alls likewise, as one flow after the pass.
+                let ep_n: u32 = lc.iter().map(|c| ep_count(c, op.pass)).sum();
+                let ep_bytes: f64 = lc
+                    .iter()
+                    .map(|c| c.ep_alltoall_bytes.get() * ep_count(c, op.pass) as f64)
+                    .sum();
+                let ep_per = if ep_n > 0 {
+                    ep_bytes / ep_n as f64
+                } else {
+                    0.0
+                };
+                let end = b.ep_alltoalls(e, tp_end, ep_per, ep_n, ep_label(None));
                 PassTasks {
                     first: t,
                     last: end,
@@ -815,7 +913,8 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 };
                 let mut prev_gather: Option<TaskId> = None;
                 for (pos, &l) in order.iter().enumerate() {
-                    let params = cost::memory::stage_params(model, start + l..start + l + 1, st.tp);
+                    let params =
+                        cost::memory::gpu_params(model, start + l..start + l + 1, st.tp, st.ep);
                     if st.zero >= 3 {
                         // Gather layer l while the layer before it computes (prefetch 1): it
                         // may start once the one before that is done.
@@ -889,7 +988,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         // computes) is done on every replica, after the bucket before it.
         for bucket in cost::grad_buckets(model, plan, st) {
             let params: f64 = (bucket.iter())
-                .map(|l| cost::memory::stage_params(model, l..l + 1, st.tp))
+                .map(|l| cost::memory::gpu_params(model, l..l + 1, st.tp, st.ep))
                 .sum();
             let l = bucket.start - start;
             let mut deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();
@@ -982,7 +1081,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             .collect();
         let mut prev: Option<TaskId> = None;
         for l in 0..st.layers.len() {
-            let params = cost::memory::stage_params(model, start + l..start + l + 1, st.tp);
+            let params = cost::memory::gpu_params(model, start + l..start + l + 1, st.tp, st.ep);
             // The first layer's is dispatched when the forward could start (Megatron's
             // pre-hook): once what that forward waits for is done.
             let mut deps: Vec<TaskId> = prev.into_iter().collect();
@@ -1016,7 +1115,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         if st.dp <= 1 || !(st.zero == 1 || st.zero == 2) || gathers_during_forward(plan, st) {
             continue;
         }
-        let params = cost::memory::stage_params(model, st.layers.iter(), st.tp);
+        let params = cost::memory::gpu_params(model, st.layers.iter(), st.tp, st.ep);
         let deps: Vec<TaskId> = (0..st.dp as usize)
             .filter_map(|r| b.last[b.exec_of[&(si % depth, r)]])
             .collect();

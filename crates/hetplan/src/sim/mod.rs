@@ -285,6 +285,7 @@ fn describe(l: &Label) -> (String, Option<usize>) {
         Label::ZeroGather { stage, .. } => ("ZeRO-3 gather".into(), Some(*stage)),
         Label::ZeroScatter { stage, .. } => ("ZeRO reduce-scatter".into(), Some(*stage)),
         Label::TpAllReduce { stage, .. } => ("TP all-reduce".into(), Some(*stage)),
+        Label::EpAllToAll { stage, .. } => ("EP all-to-all".into(), Some(*stage)),
         Label::Offload { stage, .. } => ("offload copy".into(), Some(*stage)),
         Label::TiedSync => ("tied-embedding all-reduce".into(), None),
     }

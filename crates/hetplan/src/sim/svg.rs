@@ -53,6 +53,7 @@ fn colour(k: Kind) -> (&'static str, &'static str) {
         Kind::ZeroGather => ("#76b7b2", "#000000"),
         Kind::ZeroScatter => ("#9c755f", "#ffffff"),
         Kind::TpAllReduce => ("#d37295", "#ffffff"),
+        Kind::EpAllToAll => ("#8cd17d", "#000000"),
         Kind::Offload => ("#79706e", "#ffffff"),
         Kind::TiedSync => ("#b6992d", "#000000"),
     }
@@ -160,6 +161,7 @@ fn merge_key(l: &Label) -> MergeKey {
         Label::ZeroGather { stage, mb, .. }
         | Label::ZeroScatter { stage, mb, .. }
         | Label::TpAllReduce { stage, mb, .. }
+        | Label::EpAllToAll { stage, mb, .. }
         | Label::Offload { stage, mb, .. } => (k, Some(*mb), Some(*stage)),
         Label::TiedSync => (k, None, None),
     }

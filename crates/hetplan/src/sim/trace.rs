@@ -30,6 +30,7 @@ pub(crate) enum Kind {
     ZeroGather,
     ZeroScatter,
     TpAllReduce,
+    EpAllToAll,
     Offload,
     TiedSync,
 }
@@ -51,6 +52,7 @@ impl Kind {
             Label::ZeroGather { .. } => Kind::ZeroGather,
             Label::ZeroScatter { .. } => Kind::ZeroScatter,
             Label::TpAllReduce { .. } => Kind::TpAllReduce,
+            Label::EpAllToAll { .. } => Kind::EpAllToAll,
             Label::Offload { .. } => Kind::Offload,
             Label::TiedSync => Kind::TiedSync,
         }
@@ -69,6 +71,7 @@ impl Kind {
             Kind::ZeroGather => "zero-gather",
             Kind::ZeroScatter => "zero-reduce-scatter",
             Kind::TpAllReduce => "tp-all-reduce",
+            Kind::EpAllToAll => "ep-all-to-all",
             Kind::Offload => "offload",
             Kind::TiedSync => "tied-embedding-sync",
         }
@@ -87,12 +90,13 @@ impl Kind {
             Kind::ZeroGather => "ZeRO-3 gather",
             Kind::ZeroScatter => "ZeRO reduce-scatter",
             Kind::TpAllReduce => "tensor-parallel all-reduce",
+            Kind::EpAllToAll => "expert-parallel all-to-all",
             Kind::Offload => "offload copy",
             Kind::TiedSync => "tied-embedding all-reduce",
         }
     }
 
-    pub(crate) const ALL: [Kind; 12] = [
+    pub(crate) const ALL: [Kind; 13] = [
         Kind::Forward,
         Kind::Backward,
         Kind::Optimizer,
@@ -103,6 +107,7 @@ impl Kind {
         Kind::ZeroGather,
         Kind::ZeroScatter,
         Kind::TpAllReduce,
+        Kind::EpAllToAll,
         Kind::Offload,
         Kind::TiedSync,
     ];
@@ -172,6 +177,12 @@ pub(crate) fn span_name(sp: &Span, depth: usize, multi_replica: bool) -> String 
         } => match layer {
             Some(l) => format!("TP all-reduce {}{mb} L{l}", pass_letter(*pass)),
             None => format!("TP all-reduce {}{mb}", pass_letter(*pass)),
+        },
+        Label::EpAllToAll {
+            mb, pass, layer, ..
+        } => match layer {
+            Some(l) => format!("EP all-to-all {}{mb} L{l}", pass_letter(*pass)),
+            None => format!("EP all-to-all {}{mb}", pass_letter(*pass)),
         },
         Label::Offload { mb, pass, .. } => format!("offload {}{mb}", pass_letter(*pass)),
         Label::TiedSync => "tied-embedding all-reduce".into(),
@@ -329,6 +340,13 @@ fn span_args(sp: &Span) -> Args {
             layer,
         }
         | Label::TpAllReduce {
+            stage,
+            replica,
+            mb,
+            pass,
+            layer,
+        }
+        | Label::EpAllToAll {
             stage,
             replica,
             mb,

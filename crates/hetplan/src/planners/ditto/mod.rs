@@ -357,6 +357,7 @@ impl<'p> Model<'p> {
                     tp,
                     sequence_parallel: false,
                     precision,
+                    ep: 1,
                 };
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];

@@ -370,6 +370,7 @@ impl Planner for Hetplan {
         notes.extend(simulated(problem, &chosen, &ranked));
         notes.extend(explain(problem, &chosen.plan));
         notes.extend(memory_options(problem, &chosen.plan, &chosen.est));
+        notes.extend(expert_parallelism(problem, &chosen.plan, &chosen.est));
         // GPUs left out: what using them all would cost, by the best such plan seen.
         let all = problem.cluster.num_gpus();
         let used = chosen.plan.devices().len();
@@ -703,6 +704,39 @@ fn memory_options(problem: &Problem<'_>, plan: &Plan, est: &Estimate) -> Vec<Str
         });
     }
     lines
+}
+
+/// What expert parallelism buys: the plan without it (every replica holding every expert),
+/// estimated — slower, faster or out of memory.
+fn expert_parallelism(problem: &Problem<'_>, plan: &Plan, est: &Estimate) -> Vec<String> {
+    let eps: Vec<String> = (plan.stages.iter().enumerate())
+        .filter(|(_, s)| s.ep > 1)
+        .map(|(i, s)| format!("{} on stage {i}", s.ep))
+        .collect();
+    if eps.is_empty() {
+        return Vec::new();
+    }
+    let mut without = plan.clone();
+    without.stages.iter_mut().for_each(|s| s.ep = 1);
+    let Some(e) = common::evaluate(problem, &without) else {
+        return Vec::new();
+    };
+    let what = format!(
+        "expert parallelism ({}) splits the experts' weights and optimizer states over the \
+         replicas, for an all-to-all at every MoE layer",
+        eps.join(", ")
+    );
+    vec![if e.fits {
+        let change = est.iteration_time_s / e.iteration_time_s - 1.0;
+        format!(
+            "{what}: the iteration is {:.1}% {} than without it ({})",
+            change.abs() * 100.0,
+            if change > 0.0 { "slower" } else { "faster" },
+            Seconds(e.iteration_time_s)
+        )
+    } else {
+        format!("{what}: without it the plan would not fit in memory")
+    }]
 }
 
 /// Which GPUs get which layers: per GPU type, the stages on it with their layers, parallelism

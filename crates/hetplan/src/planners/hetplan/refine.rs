@@ -121,6 +121,16 @@ pub enum Move {
     MergeStages {
         stage: usize,
     },
+    /// The stage's MoE layers' experts split over `ep` of its DP replicas (1: none): expert
+    /// weights and optimizer states shrink `ep` times, for all-to-alls at every MoE layer.
+    ExpertParallel {
+        stage: usize,
+        ep: u32,
+    },
+    /// One expert-parallel degree on every stage with MoE layers (engines take one).
+    ExpertParallelAll {
+        ep: u32,
+    },
 }
 
 impl Move {
@@ -133,6 +143,12 @@ impl Move {
             Move::RecomputeAll { to } => format!("{} on every stage", recompute_words(*to)),
             Move::Recompute { stage, to } => {
                 format!("{} on stage {stage}", recompute_words(*to))
+            }
+            Move::ExpertParallel { stage, ep } => {
+                format!("expert parallelism {ep} on stage {stage}")
+            }
+            Move::ExpertParallelAll { ep } => {
+                format!("expert parallelism {ep} on every stage with experts")
             }
             Move::SequenceParallel { stage, on } => format!(
                 "sequence parallelism {} on stage {stage}",
@@ -397,6 +413,11 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
                 on: !st.sequence_parallel,
             });
         }
+        for ep in expert_parallel_degrees(problem, st) {
+            if ep != st.ep {
+                out.push(Move::ExpertParallel { stage: s, ep });
+            }
+        }
         for ratio in [0.0, 0.5, 1.0] {
             if ratio != st.offload.optimizer {
                 out.push(Move::OffloadOptimizer { stage: s, ratio });
@@ -407,6 +428,23 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
         for zero in 0..=3u8 {
             if plan.stages.iter().any(|s| s.zero != zero) {
                 out.push(Move::ZeroAll { zero });
+            }
+        }
+        // One expert-parallel degree on every stage with experts: those all of them can take.
+        let moe: Vec<Vec<u32>> = (plan.stages.iter())
+            .map(|s| expert_parallel_degrees(problem, s))
+            .filter(|d| d.len() > 1)
+            .collect();
+        if moe.len() > 1 {
+            for &ep in &moe[0] {
+                if moe.iter().all(|d| d.contains(&ep))
+                    && plan
+                        .stages
+                        .iter()
+                        .any(|s| s.ep != ep && expert_parallel_degrees(problem, s).len() > 1)
+                {
+                    out.push(Move::ExpertParallelAll { ep });
+                }
             }
         }
         let shortest = (plan.stages.iter())
@@ -585,6 +623,14 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
         }
         Move::Recompute { stage, to } => p.stages[stage].recompute = to,
         Move::SequenceParallel { stage, on } => p.stages[stage].sequence_parallel = on,
+        Move::ExpertParallel { stage, ep } => p.stages[stage].ep = ep,
+        Move::ExpertParallelAll { ep } => {
+            for s in &mut p.stages {
+                if expert_parallel_degrees(problem, s).contains(&ep) {
+                    s.ep = ep;
+                }
+            }
+        }
         Move::OffloadOptimizer { stage, ratio } => p.stages[stage].offload.optimizer = ratio,
         Move::ShiftLayers { from, to, n } => {
             if p.stages[from].layers.len() <= n {
@@ -807,7 +853,45 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
             }
         }
     }
+    // Moves that change a stage's replicas keep its expert parallelism where it still divides
+    // them, else the largest degree that does.
+    for s in &mut p.stages {
+        if s.ep > 1 {
+            s.ep = expert_parallel_degrees(problem, s)
+                .into_iter()
+                .filter(|d| s.ep.is_multiple_of(*d))
+                .max()
+                .unwrap_or(1);
+        }
+    }
     Some(p)
+}
+
+/// The expert-parallel degrees stage `st` can take: 1, and where its layers include MoE ones
+/// and its replicas run in step (one TP degree, one micro-batch size), every common divisor of
+/// its dp and of each MoE layer's experts up to the problem's `max_ep`.
+pub fn expert_parallel_degrees(problem: &Problem<'_>, st: &Stage) -> Vec<u32> {
+    let model = problem.model;
+    let experts: Vec<u64> = st
+        .layers
+        .iter()
+        .filter_map(|l| {
+            model
+                .layers
+                .get(l)
+                .and_then(|x| x.experts())
+                .map(|(e, _)| e)
+        })
+        .collect();
+    let in_step = st.replica_tp.is_empty()
+        && st.replica_samples.is_empty()
+        && st.micro_batch_sizes.windows(2).all(|w| w[0] == w[1]);
+    if experts.is_empty() || !in_step {
+        return vec![1];
+    }
+    (1..=st.dp.min(problem.options.max_ep.max(1)))
+        .filter(|d| st.dp.is_multiple_of(*d) && experts.iter().all(|e| e.is_multiple_of(*d as u64)))
+        .collect()
 }
 
 /// A `Layers(k)` count no larger than the stage.
@@ -862,6 +946,7 @@ mod tests {
 
     fn stage(start: usize, end: usize) -> Stage {
         Stage {
+            ep: 1,
             layers: LayerRange { start, end },
             devices: vec![GpuId {
                 node: 0,

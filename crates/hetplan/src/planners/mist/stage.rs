@@ -146,6 +146,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         tp,
         sequence_parallel: false,
         precision: p.options.precision,
+        ep: 1,
     };
     let n = spec.end - spec.start;
     let mut t = Table {
@@ -211,6 +212,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         }
     }
     let dummy = Stage {
+        ep: 1,
         layers: crate::plan::LayerRange {
             start: spec.start,
             end: spec.end,

@@ -1,0 +1,226 @@
+//! Expert parallelism (issue 12): the plan's `ep`, its validation, what it does to memory,
+//! compute and communication in the estimate, the simulator's all-to-alls, and hetplan's
+//! planner choosing it where it pays.
+
+use hetplan::cluster::spec::catalog_cluster;
+use hetplan::cost::{estimate, memory, Analytic, Workload};
+use hetplan::model::catalog::catalog_model;
+use hetplan::model::hf::parse_hf_config;
+use hetplan::plan::inline::parse_inline_plan;
+use hetplan::plan::validate::{validate, PlanError};
+use hetplan::planners::{self, Limits, PlanOptions, Problem, Search};
+use hetplan::sim::{simulate, Label, SimOptions};
+use hetplan::{Cluster, Model, Plan};
+
+fn qwen3_moe() -> Model {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf/qwen3-30b-a3b.json"
+    ))
+    .unwrap();
+    parse_hf_config(&src, "qwen3-30b-a3b").unwrap()
+}
+
+fn mixed() -> Cluster {
+    catalog_cluster("2x8xh100-sxm5-80gb@400Gbps+2x8xa100-sxm4-80gb@200Gbps").unwrap()
+}
+
+fn plan(spec: &str, model: &Model, cluster: &Cluster) -> Plan {
+    parse_inline_plan(spec, model, cluster).unwrap()
+}
+
+#[test]
+fn validation_names_what_expert_parallelism_needs() {
+    let (model, cluster) = (qwen3_moe(), mixed());
+    let ok = plan("tp=1,pp=4,dp=8,mbs=1,gbs=64,ep=8", &model, &cluster);
+    assert!(ok.stages.iter().all(|s| s.ep == 8));
+    validate(&ok, &model, &cluster).unwrap();
+    let errs = |f: &dyn Fn(&mut Plan)| {
+        let mut p = ok.clone();
+        f(&mut p);
+        validate(&p, &model, &cluster).unwrap_err()
+    };
+    let e = errs(&|p| p.stages[0].ep = 3);
+    assert!(e
+        .iter()
+        .any(|e| matches!(e, PlanError::ExpertParallelDivides { .. })));
+    assert_eq!(e[0].path(), "stages[0].ep");
+    // 128 experts: 16 divides them, but not dp = 8.
+    let e = errs(&|p| p.stages[1].ep = 16);
+    assert!(e
+        .iter()
+        .any(|e| matches!(e, PlanError::ExpertParallelDivides { .. })));
+    let e = errs(&|p| p.stages[2].micro_batch_sizes[3] = 2);
+    assert!(e
+        .iter()
+        .any(|e| matches!(e, PlanError::ExpertParallelReplicas { .. })));
+    // A dense model has no experts to split; Mixtral's 8 do not split 16 ways.
+    let dense = catalog_model("llama3-8b").unwrap();
+    let mut p = plan("tp=1,pp=4,dp=8,mbs=1,gbs=64", &dense, &cluster);
+    p.stages[0].ep = 2;
+    let e = validate(&p, &dense, &cluster).unwrap_err();
+    assert!(matches!(
+        e[0],
+        PlanError::ExpertParallelWithoutExperts { .. }
+    ));
+    assert!(e[0].hint().unwrap().contains("ep to 1"));
+    let mixtral = catalog_model("mixtral-8x7b").unwrap();
+    let mut p = plan("tp=1,pp=2,dp=16,mbs=1,gbs=64", &mixtral, &cluster);
+    p.stages[0].ep = 16;
+    let e = validate(&p, &mixtral, &cluster).unwrap_err();
+    assert!(e
+        .iter()
+        .any(|e| matches!(e, PlanError::ExpertParallelExperts { experts: 8, .. })));
+    // The inline form says so before building anything.
+    let e = parse_inline_plan("tp=1,pp=4,dp=8,gbs=64,ep=3", &model, &cluster).unwrap_err();
+    assert!(e.message.contains("ep=3 must divide dp=8"), "{e}");
+    let e = parse_inline_plan("pp=4,dp=8,gbs=64,ep=2", &dense, &cluster).unwrap_err();
+    assert!(e.message.contains("no mixture-of-experts layer"), "{e}");
+}
+
+#[test]
+fn expert_states_shrink_by_the_expert_parallel_degree() {
+    let (model, cluster) = (qwen3_moe(), mixed());
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let peak = |spec: &str| {
+        let p = plan(spec, &model, &cluster);
+        let e = estimate(w, &w.validate(&p).unwrap(), &Analytic);
+        e.per_gpu
+            .iter()
+            .find(|g| g.stage == 1 && g.replica == 0)
+            .unwrap()
+            .peak_memory_bytes
+    };
+    let (without, with) = (
+        peak("tp=1,pp=4,dp=8,mbs=1,gbs=64"),
+        peak("tp=1,pp=4,dp=8,mbs=1,gbs=64,ep=4"),
+    );
+    // Stage 1's experts: 3/4 of their weights, gradients and optimizer states leave each GPU
+    // (no ZeRO), allocated plus the allocator's share.
+    let p = plan("tp=1,pp=4,dp=8,mbs=1,gbs=64", &model, &cluster);
+    let (_, expert) = memory::stage_params_split(&model, p.stages[1].layers.iter(), 1);
+    let (wb, gb, ob) = memory::state_bytes(p.precision);
+    let freed = expert * 0.75 * (wb + gb + ob);
+    let saved = without - with;
+    assert!(
+        saved > freed && saved < freed * 1.2,
+        "saved {saved:.3e} B, expert states {freed:.3e} B"
+    );
+    // ZeRO-1 shards the experts' optimizer states over the dp / ep replicas that hold them:
+    // per GPU the same as without expert parallelism.
+    let (_, _, o1) = memory::sharded_states_ep(0.0, expert / 4.0, p.precision, 1, 8.0, 4.0);
+    let (_, _, o0) = memory::sharded_states_ep(0.0, expert, p.precision, 1, 8.0, 1.0);
+    assert!((o1 - o0).abs() / o0 < 1e-12);
+}
+
+#[test]
+fn the_simulator_runs_the_all_to_alls_the_estimate_prices() {
+    let cluster = mixed();
+    for (model, spec) in [
+        (qwen3_moe(), "tp=1,pp=2,dp=16,mbs=1,gbs=64,zero=1,ep=8"),
+        (qwen3_moe(), "tp=2,pp=4,dp=4,mbs=1,gbs=64,zero=1,sp=on,ep=4"),
+        (
+            catalog_model("mixtral-8x7b").unwrap(),
+            "tp=1,pp=4,dp=8,mbs=1,gbs=64,zero=1,ep=8",
+        ),
+    ] {
+        let w = Workload {
+            model: &model,
+            cluster: &cluster,
+            seq_len: 4096,
+        };
+        let p = plan(spec, &model, &cluster);
+        let valid = w.validate(&p).unwrap();
+        let est = estimate(w, &valid, &Analytic);
+        assert!(est.stages.iter().all(|s| s.ep_comm.get() > 0.0), "{spec}");
+        let sim = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
+        let a2a = sim
+            .spans
+            .iter()
+            .filter(|s| matches!(s.label, Label::EpAllToAll { .. }))
+            .count();
+        assert!(a2a > 0, "{spec}: no all-to-all in the simulation");
+        let diff = sim.iteration_time_s / est.iteration_time_s - 1.0;
+        assert!(
+            diff.abs() < 0.05,
+            "{spec}: simulated {diff:+.3} against the estimate"
+        );
+    }
+}
+
+#[test]
+fn an_expert_parallel_stage_waits_for_its_group_and_its_busiest_expert() {
+    // Expert parallelism moves no FLOPs, but the busiest rank's experts (the load factor) and
+    // the all-to-alls make a Mixtral micro-batch slower where memory is not what binds.
+    let (model, cluster) = (catalog_model("mixtral-8x7b").unwrap(), mixed());
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let t = |spec: &str| {
+        let p = plan(spec, &model, &cluster);
+        estimate(w, &w.validate(&p).unwrap(), &Analytic)
+    };
+    let (a, b) = (
+        t("tp=2,pp=4,dp=4,mbs=1,gbs=64,zero=1"),
+        t("tp=2,pp=4,dp=4,mbs=1,gbs=64,zero=1,ep=4"),
+    );
+    assert!(b.iteration_time_s > a.iteration_time_s);
+    assert!(b.stages[0].forward.get() > a.stages[0].forward.get());
+    assert!(b.peak_memory_bytes < a.peak_memory_bytes);
+}
+
+#[test]
+fn hetplan_chooses_expert_parallelism_where_it_pays() {
+    // Qwen3-30B-A3B's 128 small experts on 16 H100 and 16 A100: every replica holding every
+    // expert needs TP or deep pipelines to fit; split 8 ways they fit on fewer stages.
+    let (model, cluster) = (qwen3_moe(), mixed());
+    let run = |max_ep: u32| {
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 256,
+            seq_len: 4096,
+            compute: &Analytic,
+            options: PlanOptions {
+                max_ep,
+                ..PlanOptions::default()
+            },
+        };
+        let limits = Limits {
+            max_nodes: Some(300_000),
+            time: None,
+        };
+        let mut search = Search::new(limits, &planners::NoClock, &planners::NoProgress);
+        planners::by_name("hetplan")
+            .unwrap()
+            .plan(&problem, &mut search)
+            .unwrap()
+    };
+    let (without, with) = (run(1), run(64));
+    assert!(without.plan.stages.iter().all(|s| s.ep == 1));
+    assert!(
+        with.plan.stages.iter().any(|s| s.ep > 1),
+        "{}",
+        with.plan.summary()
+    );
+    assert!(
+        with.estimate.iteration_time_s < 0.97 * without.estimate.iteration_time_s,
+        "with EP {:.3} s, without {:.3} s",
+        with.estimate.iteration_time_s,
+        without.estimate.iteration_time_s
+    );
+    assert!(with.notes.iter().any(|n| n.contains("expert parallelism")));
+    eprintln!(
+        "with EP {:.3} s ({}), without {:.3} s ({})",
+        with.estimate.iteration_time_s,
+        with.plan.summary(),
+        without.estimate.iteration_time_s,
+        without.plan.summary()
+    );
+}
