@@ -650,6 +650,8 @@ fn a_megatron_export_imports_back_to_the_same_plan() {
             "tp=1,pp=2,mbs=2,gbs=64,ckpt=selective,offload_opt=0.5,precision=fp16",
         ),
         ("gpt3-1.3b", "tp=2,pp=1,mbs=4,gbs=64,zero=3"),
+        // Expert parallelism: `--expert-model-parallel-size` back to every MoE stage's ep.
+        ("mixtral-8x7b", "tp=2,pp=2,mbs=1,gbs=64,zero=1,sp=on,ep=2"),
     ];
     for (i, (model, plan)) in cases.iter().enumerate() {
         let job = format!("job{i}");

@@ -11,9 +11,9 @@
 //! `--num-virtual-stages-per-pipeline-rank` or `--num-layers-per-virtual-pipeline-stage`
 //! interleave. Ranks are Megatron's order (TP fastest, then DP, then PP) over the GPUs in
 //! `torchrun`'s order: the export's `ranks.json` when given, else node by node, each node's
-//! GPUs in index order. Flags that change what runs but that hetplan does not model (context
-//! and expert parallelism, FP8) are refused; the rest (data, optimizer, logging) are listed as
-//! ignored.
+//! GPUs in index order. `--expert-model-parallel-size` sets every MoE stage's `ep`. Flags that
+//! change what runs but that hetplan does not model (context parallelism, expert tensor
+//! parallelism, FP8) are refused; the rest (data, optimizer, logging) are listed as ignored.
 
 use super::shell::{words, Word};
 use crate::cluster::{Cluster, GpuId};
@@ -61,7 +61,6 @@ const SWITCHES: &[&str] = &[
 /// Flags that change what runs in ways hetplan does not model yet: (flag, what it is).
 const UNMODELLED: &[(&str, &str)] = &[
     ("context-parallel-size", "context parallelism"),
-    ("expert-model-parallel-size", "expert parallelism"),
     ("expert-tensor-parallel-size", "expert tensor parallelism"),
     ("fp8-format", "FP8 training"),
     ("hybrid-layer-pattern", "hybrid (Mamba) layers"),
@@ -242,6 +241,7 @@ impl MegatronJob {
             "use-megatron-fsdp",
             "data-parallel-sharding-strategy",
             "sequence-parallel",
+            "expert-model-parallel-size",
             "optimizer-cpu-offload",
             "optimizer-offload-fraction",
             "bf16",
@@ -564,6 +564,35 @@ impl MegatronJob {
         } else {
             Offload::default()
         };
+        // `--expert-model-parallel-size`: expert-parallel groups of that many DP ranks.
+        let ep = self.int("expert-model-parallel-size")?.unwrap_or(1);
+        if ep > 1 {
+            let at = self
+                .flags
+                .get("expert-model-parallel-size")
+                .map_or(0, |f| f.offset);
+            let experts = self.model.layers.iter().find_map(|l| l.experts());
+            let problem = match experts {
+                None => Some((
+                    "the model has no experts (--num-experts)".to_string(),
+                    "drop --expert-model-parallel-size, or give --num-experts".to_string(),
+                )),
+                Some((e, _)) if !e.is_multiple_of(ep) => Some((
+                    format!("it does not divide the {e} experts"),
+                    "a divisor of --num-experts".to_string(),
+                )),
+                _ if !dp.is_multiple_of(ep) => Some((
+                    format!("it does not divide the data-parallel size {dp}"),
+                    format!("a divisor of {dp} (GPUs / (TP × PP))"),
+                )),
+                _ => None,
+            };
+            if let Some((why, hint)) = problem {
+                return Err(self
+                    .error_at(at, format!("--expert-model-parallel-size {ep}: {why}"))
+                    .hint(Some(hint)));
+            }
+        }
         let per_stage = (tp * dp) as usize;
         let stages = chunks
             .iter()
@@ -572,7 +601,14 @@ impl MegatronJob {
                 let p = i % pp as usize;
                 let len = layers.len() as u32;
                 Stage {
-                    ep: 1,
+                    ep: if layers
+                        .iter()
+                        .any(|l| self.model.layers[l].experts().is_some())
+                    {
+                        ep.min(u64::from(u32::MAX)) as u32
+                    } else {
+                        1
+                    },
                     layers,
                     devices: gpus[p * per_stage..(p + 1) * per_stage].to_vec(),
                     tp: tp as u32,
@@ -859,5 +895,47 @@ mod tests {
         assert!(e.hint.unwrap().contains("shell variables"));
         let e = MegatronJob::parse("--num-layers 2 --context-parallel-size 2", "m").unwrap_err();
         assert!(e.message.contains("context parallelism"), "{}", e.message);
+    }
+
+    #[test]
+    fn expert_parallelism_is_read_and_checked() {
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            "name = \"t\"\n[[node_group]]\ngpu = \"a100-sxm4-80gb\"\ngpus_per_node = 8\nnodes = 1\n",
+        )
+        .unwrap();
+        let args = |extra: &str| {
+            format!(
+                "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 512 \
+                 --max-position-embeddings 512 --vocab-size 1000 --micro-batch-size 1 \
+                 --global-batch-size 16 {extra}"
+            )
+        };
+        let job = MegatronJob::parse(
+            &args("--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 4"),
+            "m",
+        )
+        .unwrap();
+        let plan = job.plan(&cluster, None).unwrap();
+        assert_eq!(plan.stages[0].ep, 4);
+        assert!(crate::plan::ValidPlan::new(plan, &job.model, &cluster).is_ok());
+        for (extra, says) in [
+            ("--expert-model-parallel-size 2", "no experts"),
+            (
+                "--num-experts 6 --moe-router-topk 2 --expert-model-parallel-size 4",
+                "does not divide the 6 experts",
+            ),
+            (
+                "--num-experts 16 --moe-router-topk 2 --expert-model-parallel-size 16",
+                "does not divide the data-parallel size 8",
+            ),
+        ] {
+            let src = args(extra);
+            let e = MegatronJob::parse(&src, "m")
+                .unwrap()
+                .plan(&cluster, None)
+                .unwrap_err();
+            assert!(e.message.contains(says), "{extra}: {e}");
+            assert_eq!(e.line, Some(1));
+        }
     }
 }
