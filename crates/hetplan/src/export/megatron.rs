@@ -47,6 +47,20 @@ fn checked(
     seq_len: u64,
 ) -> Result<(Vec<String>, RankLayout), Vec<String>> {
     let mut why = Runtime::Megatron.why_not(plan);
+    // `--expert-model-parallel-size` is global: every stage with experts takes it.
+    let ep = plan.stages.iter().map(|s| s.ep).max().unwrap_or(1);
+    if ep > 1 {
+        for (i, s) in plan.stages.iter().enumerate() {
+            let moe = s.layers.iter().any(|l| model.layers[l].experts().is_some());
+            if moe && s.ep != ep {
+                why.push(format!(
+                    "Megatron splits every MoE layer's experts {ep} ways \
+                     (--expert-model-parallel-size); stage {i} has MoE layers at ep = {}",
+                    s.ep
+                ));
+            }
+        }
+    }
     let args = model_args(model, seq_len).map_err(|mut w| why.append(&mut w));
     let layout = ranks::stage_major(plan).map_err(|mut w| why.append(&mut w));
     if let Some(first) = plan.stages.first() {

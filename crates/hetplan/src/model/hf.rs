@@ -888,6 +888,7 @@ fn moe_family(cfg: &Cfg, name: &str, model_type: &str) -> Result<Model, InputErr
                 bias: false,
             })
         }
+        "phimoe" => dense.quirks.lm_head_bias = cfg.bool_opt("lm_head_bias")?.unwrap_or(false),
         "gpt_oss" => {
             dense.quirks.attn_sinks = true;
             dense.quirks.expert_bias = true;
@@ -1173,7 +1174,8 @@ fn opt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
     let bias = cfg.bool_opt("enable_bias")?.unwrap_or(true);
     c.attn_bias = bias;
     c.mlp_bias = bias;
-    c.norm_bias = cfg
+    // `layer_norm_elementwise_affine: false`: LayerNorms without weight or bias.
+    c.quirks.norm_affine = cfg
         .bool_opt("layer_norm_elementwise_affine")?
         .unwrap_or(true);
     c.quirks.position_offset = 2;

@@ -105,12 +105,21 @@ impl Runtime {
         // Expert parallelism: Megatron's `--expert-model-parallel-size` and torchtitan's
         // `expert_parallel_degree` are single sizes; hetplan exports it to those two.
         if plan.stages.iter().any(|s| s.ep > 1) {
+            // Stages without experts keep 1; the others must agree (the export checks which
+            // stages have experts).
+            let mut eps: Vec<u32> = plan
+                .stages
+                .iter()
+                .map(|s| s.ep)
+                .filter(|&e| e > 1)
+                .collect();
+            eps.sort_unstable();
+            eps.dedup();
             match self {
-                Runtime::Megatron | Runtime::Torchtitan if !same(&|s| s.ep.to_string()) => why
-                    .push(format!(
-                        "{name} runs one expert-parallel degree in every stage; the plan's are {}",
-                        list(plan, |s| s.ep.to_string())
-                    )),
+                Runtime::Megatron | Runtime::Torchtitan if eps.len() > 1 => why.push(format!(
+                    "{name} runs one expert-parallel degree in every stage; the plan's are {}",
+                    list(plan, |s| s.ep.to_string())
+                )),
                 Runtime::Megatron
                     if plan
                         .stages
@@ -270,7 +279,17 @@ impl Runtime {
             (Runtime::Fsdp, Recompute::Selective | Recompute::Layers(_)) => Recompute::Full,
             (_, r) => r,
         };
-        let sp = p.stages.iter().any(|s| s.sequence_parallel);
+        // Expert parallelism: one degree (the smallest the plan uses, the likeliest to divide
+        // every stage) where the engine has it, none elsewhere; Megatron runs it beside TP only
+        // with sequence parallelism.
+        let ep = match self {
+            Runtime::Megatron | Runtime::Torchtitan => {
+                p.stages.iter().map(|s| s.ep).filter(|&e| e > 1).min()
+            }
+            Runtime::Deepspeed | Runtime::Fsdp => None,
+        };
+        let sp = p.stages.iter().any(|s| s.sequence_parallel)
+            || (self == Runtime::Megatron && ep.is_some() && p.stages.iter().any(|s| s.tp > 1));
         let optimizer = p
             .stages
             .iter()
@@ -299,6 +318,10 @@ impl Runtime {
             };
             s.sequence_parallel = sp;
             s.offload = offload;
+            s.ep = match ep {
+                Some(e) if s.ep > 1 => e,
+                _ => 1,
+            };
         }
         p.engine = self.engine();
         p.schedule = match (self, p.schedule) {
