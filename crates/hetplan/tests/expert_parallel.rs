@@ -224,3 +224,36 @@ fn hetplan_chooses_expert_parallelism_where_it_pays() {
         without.plan.summary()
     );
 }
+
+#[test]
+fn engines_take_one_expert_parallel_degree_or_none() {
+    use hetplan::plan::runtime::Runtime;
+    let (model, cluster) = (qwen3_moe(), mixed());
+    let mut p = plan("tp=2,pp=2,dp=8,mbs=1,gbs=64,ep=4", &model, &cluster);
+    p.stages[1].ep = 2;
+    validate(&p, &model, &cluster).unwrap();
+    let why = Runtime::Megatron.why_not(&p);
+    assert!(
+        why.iter().any(|w| w.contains("one expert-parallel degree")),
+        "{why:?}"
+    );
+    assert!(
+        why.iter().any(|w| w.contains("sequence parallelism")),
+        "{why:?}"
+    );
+    let m = Runtime::Megatron.conform(&p).unwrap();
+    assert!(m.stages.iter().all(|s| s.ep == 2 && s.sequence_parallel));
+    assert!(
+        Runtime::Megatron.why_not(&m).is_empty(),
+        "{:?}",
+        Runtime::Megatron.why_not(&m)
+    );
+    validate(&m, &model, &cluster).unwrap();
+    let why = Runtime::Deepspeed.why_not(&p);
+    assert!(
+        why.iter().any(|w| w.contains("Megatron and torchtitan")),
+        "{why:?}"
+    );
+    let d = Runtime::Deepspeed.conform(&p).unwrap();
+    assert!(d.stages.iter().all(|s| s.ep == 1));
+}

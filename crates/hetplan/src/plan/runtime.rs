@@ -115,30 +115,29 @@ impl Runtime {
                 .collect();
             eps.sort_unstable();
             eps.dedup();
-            match self {
-                Runtime::Megatron | Runtime::Torchtitan if eps.len() > 1 => why.push(format!(
+            let exports_ep = matches!(self, Runtime::Megatron | Runtime::Torchtitan);
+            if exports_ep && eps.len() > 1 {
+                why.push(format!(
                     "{name} runs one expert-parallel degree in every stage; the plan's are {}",
                     list(plan, |s| s.ep.to_string())
-                )),
-                Runtime::Megatron
-                    if plan
-                        .stages
-                        .iter()
-                        .any(|s| s.ep > 1 && s.tp > 1 && !s.sequence_parallel) =>
-                {
-                    // megatron-core ModelParallelConfig: "When using expert parallelism and
-                    // tensor parallelism for training, sequence parallelism must be used".
-                    why.push(
-                        "Megatron runs expert parallelism beside tensor parallelism only with \
-                         sequence parallelism; the plan has it off"
-                            .into(),
-                    )
-                }
-                Runtime::Deepspeed | Runtime::Fsdp => why.push(format!(
+                ));
+            }
+            if self == Runtime::Megatron
+                && (plan.stages.iter()).any(|s| s.ep > 1 && s.tp > 1 && !s.sequence_parallel)
+            {
+                // megatron-core ModelParallelConfig: "When using expert parallelism and tensor
+                // parallelism for training, sequence parallelism must be used".
+                why.push(
+                    "Megatron runs expert parallelism beside tensor parallelism only with \
+                     sequence parallelism; the plan has it off"
+                        .into(),
+                );
+            }
+            if !exports_ep {
+                why.push(format!(
                     "hetplan exports expert parallelism to Megatron and torchtitan; {name} runs \
                      the plan without it"
-                )),
-                _ => {}
+                ));
             }
         }
         // `--micro-batch-size`, `train_micro_batch_size_per_gpu`, `local_batch_size`: global.
