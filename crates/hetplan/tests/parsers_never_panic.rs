@@ -101,6 +101,28 @@ const PLAN_JSON: &str = r#"{
   ]
 }"#;
 
+/// The committed reference configs (`tests/data/hf/*.json`, one per family), read once.
+fn hf_reference_configs() -> &'static [String] {
+    static CONFIGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    CONFIGS.get_or_init(|| {
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/hf"));
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .expect("tests/data/hf")
+            .map(|e| e.expect("a directory entry").path())
+            .filter(|p| {
+                p.extension().is_some_and(|x| x == "json")
+                    && p.file_name().is_some_and(|n| n != "reference.json")
+            })
+            .collect();
+        files.sort();
+        assert!(files.len() >= 40, "{} reference configs", files.len());
+        files
+            .iter()
+            .map(|p| std::fs::read_to_string(p).expect("readable"))
+            .collect()
+    })
+}
+
 const HF_CONFIGS: &[&str] = &[
     r#"{"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
         "max_position_embeddings": 4096, "num_attention_heads": 32, "num_hidden_layers": 4,
@@ -514,6 +536,14 @@ proptest! {
     #[test]
     fn hf_configs(i in 0..HF_CONFIGS.len(), e in edits()) {
         if let Ok(m) = parse_hf_config(&apply(HF_CONFIGS[i], &e), "m") {
+            totals(&m);
+        }
+    }
+
+    /// The configs `transformers` writes for every family hetplan reads (issue 12), mutated.
+    #[test]
+    fn hf_reference_families(i in 0..hf_reference_configs().len(), e in edits()) {
+        if let Ok(m) = parse_hf_config(&apply(&hf_reference_configs()[i], &e), "m") {
             totals(&m);
         }
     }
