@@ -45,7 +45,7 @@ TRAINING_FLAGS = {
     "lr-decay-style": str, "log-interval": int, "tokenizer-type": str,
     "position-embedding-type": str, "data-parallel-sharding-strategy": str,
     "optimizer-offload-fraction": float, "attention-backend": str, "num-experts": int,
-    "window-size": str, "window-attn-skip-freq": str,
+    "window-size": str, "window-attn-skip-freq": str, "moe-layer-freq": str,
 }
 TRAINING_SWITCHES = {
     "mock-data", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
@@ -89,6 +89,9 @@ def config_kwargs(a):
     # `moe_freq_type` (an int, or a Python list expression of 1 = sliding, 0 = full).
     if "window-size" in a:
         kw["window_size"] = tuple(int(i) for i in a["window-size"].strip("()").split(","))
+    if "moe-layer-freq" in a:
+        f = a["moe-layer-freq"]
+        kw["moe_layer_freq"] = [int(i) for i in f.strip("[]").split(",")] if "[" in f else int(f)
     if "window-attn-skip-freq" in a:
         f = a["window-attn-skip-freq"]
         kw["window_attn_skip_freq"] = [int(i) for i in f.strip("[]").split(",")] if "[" in f else int(f)

@@ -72,6 +72,12 @@ CAUSAL = [
         num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
         vocab_size=151936, max_position_embeddings=40960, decoder_sparse_step=1,
         mlp_only_layers=[], tie_word_embeddings=False)),
+    # Qwen3-30B-A3B's shape with its first two blocks dense (`mlp_only_layers`).
+    ("qwen3-30b-a3b-dense2", "qwen3_moe", dict(hidden_size=2048, intermediate_size=6144,
+        moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        vocab_size=151936, max_position_embeddings=40960, decoder_sparse_step=1,
+        mlp_only_layers=[0, 1], tie_word_embeddings=False)),
     ("gemma-7b", "gemma", dict(hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
         num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000,
         max_position_embeddings=8192)),

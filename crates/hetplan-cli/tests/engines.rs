@@ -220,11 +220,18 @@ fn megatron_core_accepts_every_export() {
     ];
     let mut exports = exports_for(&dir, "megatron", INLINE, &planned, str::to_string);
     // HuggingFace configs with what Megatron takes beyond the plain decoder: QK-norm (Qwen3),
-    // a sliding window on every layer (Mistral) and on every other one (GPT-Neo).
+    // a sliding window on every layer (Mistral) and on every other one (GPT-Neo), dense blocks
+    // in a MoE model with expert parallelism (Qwen3-MoE).
     let hf = [
         ("qwen3-0.6b", "1x8xa100-80gb", "tp=2,pp=2,mbs=1,gbs=16"),
         ("mistral-7b-v0.1", "2x8xa100-80gb", "tp=4,pp=2,mbs=1,gbs=32"),
         ("gpt-neo-1.3b", "1x8xa100-80gb", "tp=2,pp=2,mbs=2,gbs=32"),
+        // MoE with dense first blocks (`--moe-layer-freq`) and expert parallelism.
+        (
+            "qwen3-30b-a3b-dense2",
+            "2x8xa100-80gb",
+            "tp=1,pp=2,mbs=1,gbs=32,ep=4",
+        ),
     ];
     let hf_dir = root().join("crates/hetplan/tests/data/hf");
     std::fs::create_dir_all(dir.join("hf")).unwrap();

@@ -177,3 +177,33 @@ fn engines_building_plain_decoders_refuse_what_they_would_leave_out() {
         assert!(why.is_empty(), "{name}: {why:?}");
     }
 }
+
+#[test]
+fn moe_models_with_dense_layers_keep_one_shape() {
+    // DeepSeek-V3's first three blocks and Qwen's `mlp_only_layers` are dense: the model stays
+    // one transformer shape (what the engines' exports read), its dense blocks marked.
+    let read = |name: &str, edit: &dyn Fn(String) -> String| {
+        let src = std::fs::read_to_string(data().join(format!("{name}.json"))).unwrap();
+        parse_hf_config(&edit(src), name).unwrap()
+    };
+    let ds = read("deepseek-v3", &|s| s);
+    let t = ds.transformer.as_ref().expect("one shape");
+    assert_eq!(
+        (0..5).map(|i| t.is_dense_block(i)).collect::<Vec<_>>(),
+        [true, true, true, false, false]
+    );
+    assert!(ds.layers[1].experts().is_none() && ds.layers[4].experts().is_some());
+    // Qwen3-30B-A3B with its first two blocks dense, as `mlp_only_layers` says.
+    let q = read("qwen3-30b-a3b", &|s| {
+        s.replace("\"mlp_only_layers\": []", "\"mlp_only_layers\": [0, 1]")
+    });
+    let t = q.transformer.as_ref().unwrap();
+    assert!(t.is_dense_block(1) && !t.is_dense_block(2));
+    let all_moe = read("qwen3-30b-a3b", &|s| s);
+    // Two blocks trade 128 experts of 768 (gated, 3 matrices) and a router for one MLP of 6144.
+    let h = 2048.0;
+    let per_block = 128.0 * 3.0 * h * 768.0 + h * 128.0 - 3.0 * h * 6144.0;
+    assert_eq!(all_moe.params() as f64 - q.params() as f64, 2.0 * per_block);
+    let why = hetplan::export::model_reasons(hetplan::export::Target::Megatron, &q);
+    assert!(why.is_empty(), "{why:?}");
+}

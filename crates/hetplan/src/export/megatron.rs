@@ -10,7 +10,7 @@
 //!   --normalization {LayerNorm,RMSNorm} [--swiglu] [--untie-embeddings-and-output-weights]
 //!   [--disable-bias-linear] [--add-qkv-bias] [--qk-layernorm] [--window-size L,0
 //!   [--window-attn-skip-freq [1,0,...]]] --attention-backend {flash,unfused}`, MoE
-//!   `--num-experts --moe-router-topk --moe-ffn-hidden-size
+//!   `--num-experts --moe-router-topk --moe-ffn-hidden-size [--moe-layer-freq [0,1,...]]
 //!   [--moe-shared-expert-intermediate-size]`;
 //! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
 //!   [--expert-model-parallel-size]
@@ -281,6 +281,14 @@ pub fn model_args(model: &Model, seq_len: u64) -> Result<Vec<String>, Vec<String
         flag("num-experts", Some(moe.experts.to_string()));
         flag("moe-router-topk", Some(moe.top_k.to_string()));
         flag("moe-ffn-hidden-size", Some(moe.expert_ffn.to_string()));
+        if cfg.quirks.dense_layers.iter().any(|&d| d) {
+            // A list pattern (`moe_freq_type`): 1 a MoE block, 0 a dense one of
+            // --ffn-hidden-size.
+            let pattern: Vec<&str> = (0..cfg.layers)
+                .map(|i| if cfg.is_dense_block(i) { "0" } else { "1" })
+                .collect();
+            flag("moe-layer-freq", Some(format!("[{}]", pattern.join(","))));
+        }
         if let Some(s) = moe.shared_ffn {
             flag("moe-shared-expert-intermediate-size", Some(s.to_string()));
         }

@@ -20,7 +20,6 @@
 //! FFN 2²², vocabulary 2²⁴, 10 000 layers, 2¹⁴ heads, 2¹² experts, 2²⁴ positions); errors
 //! name the field and its position in the file.
 
-use super::catalog::{assemble, blocks_of};
 use super::layerlist::JsonSpans;
 use super::{
     AttnImpl, Mla, MlpKind, Model, MoeConfig, NormKind, PositionKind, QkNorm, TransformerConfig,
@@ -971,7 +970,8 @@ fn check_top_k(cfg: &Cfg, moe: &MoeConfig, key: &str) -> Result<(), InputError> 
     Ok(())
 }
 
-/// Blocks that are MoE where `is_moe` says and dense elsewhere (then `dense.ffn` must be set).
+/// Blocks that are MoE where `is_moe` says and dense elsewhere (then `dense.ffn` must be set):
+/// one shape, its dense blocks in `quirks.dense_layers`.
 fn mixed_blocks(
     cfg: &Cfg,
     dense: TransformerConfig,
@@ -989,16 +989,8 @@ fn mixed_blocks(
             InputError::new("missing `intermediate_size` (the FFN width of the dense layers)"),
         ));
     }
-    dense.check_limits()?;
-    sparse.check_limits()?;
-    let (d, s) = (blocks_of(&dense), blocks_of(&sparse));
-    let blocks = (0..dense.layers as usize)
-        .map(|i| {
-            let b = if is_moe(i as u64) { &s[i] } else { &d[i] };
-            (dense.hidden, b.clone())
-        })
-        .collect();
-    Ok(assemble(&dense.name, &dense, blocks, &dense))
+    sparse.quirks.dense_layers = (0..dense.layers).map(|i| !is_moe(i)).collect();
+    build(&sparse)
 }
 
 /// DBRX: MoE of gated experts, bias-free LayerNorms and projections, its own field names.
@@ -1507,10 +1499,11 @@ mod tests {
         assert_close(m.params() as f64, 14.3e9, 0.005);
         assert_close(m.active_params() as f64, 2.7e9, 0.01);
         assert!(m.transformer.is_some());
-        // Every other layer dense: assembled from two shapes.
+        // Every other layer dense: one shape, its dense blocks marked.
         let src2 = src.replace("\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2");
         let m2 = parse_hf_config(&src2, "").unwrap();
-        assert!(m2.transformer.is_none());
+        let t = m2.transformer.as_ref().unwrap();
+        assert!(t.is_dense_block(0) && !t.is_dense_block(1));
         assert_eq!(m2.layers.len(), 26);
         assert!(m2.layers[1].ops.iter().all(|o| o.name != "router"));
         assert!(m2.layers[2].ops.iter().any(|o| o.name == "router"));

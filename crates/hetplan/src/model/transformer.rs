@@ -123,6 +123,9 @@ pub struct Quirks {
     pub router_bias: bool,
     /// A one-output gate on the shared expert (Qwen2-MoE).
     pub shared_expert_gate: bool,
+    /// With `moe`: the blocks that keep a dense MLP of `ffn` (DeepSeek's first layers, Qwen's
+    /// `mlp_only_layers` and `decoder_sparse_step`); empty: every block is MoE.
+    pub dense_layers: Vec<bool>,
 }
 
 impl Default for Quirks {
@@ -145,6 +148,7 @@ impl Default for Quirks {
             expert_bias: false,
             router_bias: false,
             shared_expert_gate: false,
+            dense_layers: Vec::new(),
         }
     }
 }
@@ -537,6 +541,11 @@ impl TransformerConfig {
         }
     }
 
+    /// Block `i` keeps a dense MLP in a MoE model (`quirks.dense_layers`).
+    pub fn is_dense_block(&self, i: u64) -> bool {
+        (self.quirks.dense_layers.get(i as usize)).is_some_and(|&d| d)
+    }
+
     /// The attention window of block `i`, if it slides.
     pub fn window_of(&self, i: u64) -> Option<u64> {
         let w = self.quirks.window?;
@@ -687,7 +696,7 @@ impl TransformerConfig {
         if q.pre_norms && !(self.parallel_attn && self.shared_norm) {
             ops.push(self.norm_op("ln2"));
         }
-        match self.moe {
+        match self.moe.filter(|_| !self.is_dense_block(i)) {
             None => self.mlp_ops(&mut ops, "", self.ffn, 1, 1.0, self.mlp_bias),
             Some(moe) => {
                 ops.push(self.gemm(
@@ -888,7 +897,12 @@ impl TransformerConfig {
             ("kv_heads", self.kv_heads, 1, LIMITS.heads),
             ("head_dim", self.head_dim, 1, LIMITS.hidden),
             // 0 only where every block is MoE (Qwen2-MoE without dense layers).
-            ("ffn", self.ffn, u64::from(moe.is_none()), LIMITS.ffn),
+            (
+                "ffn",
+                self.ffn,
+                u64::from(moe.is_none() || self.quirks.dense_layers.iter().any(|&d| d)),
+                LIMITS.ffn,
+            ),
             ("vocab", self.vocab, 1, LIMITS.vocab),
             ("max_seq_len", self.max_seq_len, 1, LIMITS.seq),
             (
