@@ -193,7 +193,7 @@ fn hetplan_chooses_expert_parallelism_where_it_pays() {
             },
         };
         let limits = Limits {
-            max_nodes: Some(300_000),
+            max_nodes: Some(100_000),
             time: None,
         };
         let mut search = Search::new(limits, &planners::NoClock, &planners::NoProgress);
