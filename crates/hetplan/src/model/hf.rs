@@ -89,16 +89,17 @@ pub fn parse_hf_config(src: &str, name_hint: &str) -> Result<Model, InputError> 
         defaults: &[],
         outer: None,
     };
+    // The language model a wrapper builds when its `text_config` names none.
+    let wrapper_text_type: Option<&'static str> = top
+        .str_opt("model_type")?
+        .and_then(|w| WRAPPER_TEXT_TYPES.iter().find(|(k, _)| *k == w))
+        .map(|(_, t)| *t);
     let cfg = match root_obj.get("text_config") {
         Some(Value::Object(t)) => {
-            // The language model's type: its own, else the wrapper's default text model.
-            let inner_type = match t.get("model_type").and_then(Value::as_str) {
-                Some(t) => Some(t),
-                None => top
-                    .str_opt("model_type")?
-                    .and_then(|w| WRAPPER_TEXT_TYPES.iter().find(|(k, _)| *k == w))
-                    .map(|(_, t)| *t),
-            };
+            let inner_type = t
+                .get("model_type")
+                .and_then(Value::as_str)
+                .or(wrapper_text_type);
             Cfg {
                 obj: t,
                 prefix: "text_config".to_string(),
@@ -112,15 +113,11 @@ pub fn parse_hf_config(src: &str, name_hint: &str) -> Result<Model, InputError> 
         }
         _ => top.clone(),
     };
-    let nested_default_type = (cfg.outer.is_some() && cfg.get("model_type").is_none())
-        .then(|| top.str_opt("model_type").ok().flatten())
-        .flatten()
-        .and_then(|w| WRAPPER_TEXT_TYPES.iter().find(|(k, _)| *k == w))
-        .map(|(_, t)| t.to_string());
+    let nested_default_type = wrapper_text_type.filter(|_| cfg.outer.is_some());
     let (model_type, mt_cfg) = match cfg.str_opt("model_type")? {
         Some(t) => (t.to_string(), &cfg),
         None if nested_default_type.is_some() => {
-            (nested_default_type.clone().expect("checked"), &top)
+            (nested_default_type.expect("checked").to_string(), &top)
         }
         None => match top.str_opt("model_type")? {
             Some(t) => (t.to_string(), &top),
@@ -1696,6 +1693,13 @@ mod tests {
         let e = parse_hf_config(&LLAMA2_7B.replace("\"hidden_size\": 4096,", ""), "").unwrap_err();
         assert_eq!(e.field.as_deref(), Some("hidden_size"));
         assert!(e.message.contains("missing `hidden_size`"), "{e}");
+        // A nested config without its model_type is the wrapper's default text model.
+        let untyped = src.replace("\"model_type\": \"llama\",", "");
+        assert_ne!(untyped, src);
+        assert_eq!(
+            parse_hf_config(&untyped, "").unwrap().params(),
+            6_738_415_616
+        );
     }
 
     #[test]
