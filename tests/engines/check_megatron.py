@@ -25,7 +25,10 @@ from megatron.core.transformer.enums import AttnBackend  # noqa: E402
 from megatron.core.transformer.pipeline_parallel_layer_layout import (  # noqa: E402
     PipelineParallelLayerLayout,
 )
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from megatron.core.transformer.transformer_config import (  # noqa: E402
+    MLATransformerConfig,
+    TransformerConfig,
+)
 
 # Flags whose value is one of TransformerConfig's (or ModelParallelConfig's) fields, by type.
 INT_FIELDS = {
@@ -33,11 +36,13 @@ INT_FIELDS = {
     "kv-channels", "tensor-model-parallel-size", "pipeline-model-parallel-size",
     "recompute-num-layers", "moe-router-topk", "moe-ffn-hidden-size",
     "moe-shared-expert-intermediate-size", "expert-model-parallel-size",
+    "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
 }
 FLOAT_FIELDS = {"attention-dropout", "hidden-dropout"}
 STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",
               "pipeline-model-parallel-layout"}
-BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias", "qk-layernorm"}
+BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias", "qk-layernorm",
+               "multi-latent-attention"}
 # Flags of the training script, not of the model config (checked for shape only).
 TRAINING_FLAGS = {
     "seq-length": int, "max-position-embeddings": int, "micro-batch-size": int,
@@ -120,7 +125,14 @@ def check(directory):
     if layout is not None:
         parsed = PipelineParallelLayerLayout.from_str(layout, pp)
         parsed.validate_layer_layout(a["num-layers"], None)
-    cfg = TransformerConfig(**config_kwargs(a))
+    kw = config_kwargs(a)
+    if a.get("multi-latent-attention"):
+        # arguments.py builds an MLATransformerConfig for --multi-latent-attention; without
+        # --q-lora-rank the query projection is plain (q_lora_rank None).
+        kw.setdefault("q_lora_rank", None)
+        cfg = MLATransformerConfig(**kw)
+    else:
+        cfg = TransformerConfig(**kw)
     # What the launch relies on: the batch divides into micro-batches on every DP rank.
     assert a["global-batch-size"] % a["micro-batch-size"] == 0
     if a.get("group-query-attention"):

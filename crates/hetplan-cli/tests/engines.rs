@@ -221,7 +221,7 @@ fn megatron_core_accepts_every_export() {
     let mut exports = exports_for(&dir, "megatron", INLINE, &planned, str::to_string);
     // HuggingFace configs with what Megatron takes beyond the plain decoder: QK-norm (Qwen3),
     // a sliding window on every layer (Mistral) and on every other one (GPT-Neo), dense blocks
-    // in a MoE model with expert parallelism (Qwen3-MoE).
+    // in a MoE model with expert parallelism (Qwen3-MoE), latent attention (DeepSeek-V3).
     let hf = [
         ("qwen3-0.6b", "1x8xa100-80gb", "tp=2,pp=2,mbs=1,gbs=16"),
         ("mistral-7b-v0.1", "2x8xa100-80gb", "tp=4,pp=2,mbs=1,gbs=32"),
@@ -231,6 +231,12 @@ fn megatron_core_accepts_every_export() {
             "qwen3-30b-a3b-dense2",
             "2x8xa100-80gb",
             "tp=1,pp=2,mbs=1,gbs=32,ep=4",
+        ),
+        // Latent attention, shared experts, dense first blocks (DeepSeek-V3's shape).
+        (
+            "deepseek-v3",
+            "2x8xa100-80gb",
+            "tp=1,pp=2,mbs=1,gbs=16,ep=8",
         ),
     ];
     let hf_dir = root().join("crates/hetplan/tests/data/hf");

@@ -155,7 +155,8 @@ fn engines_building_plain_decoders_refuse_what_they_would_leave_out() {
         ),
         ("olmo-7b", "LayerNorms without weights", &all[..]),
         ("olmo-2-7b", "QK-norm with weights per head", &all[..]),
-        // Megatron takes these (`--qk-layernorm`, `--window-size`).
+        // Megatron takes these (`--qk-layernorm`, `--window-size`; DeepSeek-V3's latent
+        // attention, `--multi-latent-attention`, below).
         ("qwen3-8b", "QK-norm", &not_megatron[..]),
         (
             "mistral-7b-v0.1",
@@ -172,7 +173,7 @@ fn engines_building_plain_decoders_refuse_what_they_would_leave_out() {
             );
         }
     }
-    for name in ["qwen3-8b", "mistral-7b-v0.1"] {
+    for name in ["qwen3-8b", "mistral-7b-v0.1", "deepseek-v3"] {
         let why = model_reasons(Target::Megatron, &read(name));
         assert!(why.is_empty(), "{name}: {why:?}");
     }

@@ -8,7 +8,9 @@
 //!   [--group-query-attention --num-query-groups] [--kv-channels] --seq-length
 //!   --max-position-embeddings --position-embedding-type {learned_absolute,rope}
 //!   --normalization {LayerNorm,RMSNorm} [--swiglu] [--untie-embeddings-and-output-weights]
-//!   [--disable-bias-linear] [--add-qkv-bias] [--qk-layernorm] [--window-size L,0
+//!   [--disable-bias-linear] [--add-qkv-bias] [--qk-layernorm] [--multi-latent-attention
+//!   [--q-lora-rank] --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim --v-head-dim]
+//!   [--window-size L,0
 //!   [--window-attn-skip-freq [1,0,...]]] --attention-backend {flash,unfused}`, MoE
 //!   `--num-experts --moe-router-topk --moe-ffn-hidden-size [--moe-layer-freq [0,1,...]]
 //!   [--moe-shared-expert-intermediate-size]`;
@@ -165,7 +167,11 @@ pub fn model_args(model: &Model, seq_len: u64) -> Result<Vec<String>, Vec<String
     let mut why = super::quirk_reasons(
         cfg,
         "Megatron-LM",
-        &[Departure::SlidingWindow, Departure::QkNorm],
+        &[
+            Departure::SlidingWindow,
+            Departure::QkNorm,
+            Departure::LatentAttention,
+        ],
     );
     if cfg.parallel_attn {
         why.push(
@@ -202,8 +208,23 @@ pub fn model_args(model: &Model, seq_len: u64) -> Result<Vec<String>, Vec<String
         flag("group-query-attention", None);
         flag("num-query-groups", Some(cfg.kv_heads.to_string()));
     }
-    if cfg.head_dim * cfg.heads != cfg.hidden {
-        flag("kv-channels", Some(cfg.head_dim.to_string()));
+    match cfg.quirks.mla {
+        // Latent attention: its own head widths (megatron-core's MLATransformerConfig; its
+        // q_lora_rank None is a plain query projection).
+        Some(m) => {
+            flag("multi-latent-attention", None);
+            if let Some(r) = m.q_lora_rank {
+                flag("q-lora-rank", Some(r.to_string()));
+            }
+            flag("kv-lora-rank", Some(m.kv_lora_rank.to_string()));
+            flag("qk-head-dim", Some(m.qk_nope_head_dim.to_string()));
+            flag("qk-pos-emb-head-dim", Some(m.qk_rope_head_dim.to_string()));
+            flag("v-head-dim", Some(m.v_head_dim.to_string()));
+        }
+        None if cfg.head_dim * cfg.heads != cfg.hidden => {
+            flag("kv-channels", Some(cfg.head_dim.to_string()));
+        }
+        None => {}
     }
     flag("seq-length", Some(seq_len.to_string()));
     flag(
