@@ -242,6 +242,25 @@ pub fn cases() -> Vec<Case> {
             )),
             why: "",
         },
+        Case {
+            model: "mixtral-8x7b",
+            cluster: Catalog("2x8xh100-sxm5-80gb@400Gbps+2x8xa100-sxm4-80gb@200Gbps"),
+            plan: Inline("tp=1,pp=4,dp=8,mbs=1,gbs=64,zero=1,ep=8"),
+            seq: 4096,
+            known: None,
+            why: "expert parallelism inside each node: every MoE layer's all-to-alls on the \
+                  GPUs' links (the busiest expert's load factor is a shared per-layer cost, \
+                  not checked here)",
+        },
+        Case {
+            model: "mixtral-8x7b",
+            cluster: Catalog("2x8xh100-sxm5-80gb@400Gbps+2x8xa100-sxm4-80gb@200Gbps"),
+            plan: Inline("tp=2,pp=2,dp=8,mbs=1,gbs=64,zero=1,sp=on,ep=8"),
+            seq: 4096,
+            known: None,
+            why: "expert-parallel groups across two nodes: the all-to-alls cross each node's \
+                  network beside the pipeline sends",
+        },
     ]
 }
 
