@@ -310,7 +310,7 @@ fn the_validation_table_agrees() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 16);
+    assert_eq!(checked, 18);
 }
 
 /// Per-replica step counts (`Stage::replica_samples`, Poplar): spelling out the uniform plan
