@@ -869,7 +869,8 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
 
 /// The expert-parallel degrees stage `st` can take: 1, and where its layers include MoE ones
 /// and its replicas run in step (one TP degree, one micro-batch size), every common divisor of
-/// its dp and of each MoE layer's experts up to the problem's `max_ep`.
+/// its dp and of each MoE layer's experts up to the problem's `max_ep` (none under an engine
+/// without expert parallelism).
 pub fn expert_parallel_degrees(problem: &Problem<'_>, st: &Stage) -> Vec<u32> {
     let model = problem.model;
     let experts: Vec<u64> = st
@@ -886,7 +887,12 @@ pub fn expert_parallel_degrees(problem: &Problem<'_>, st: &Stage) -> Vec<u32> {
     let in_step = st.replica_tp.is_empty()
         && st.replica_samples.is_empty()
         && st.micro_batch_sizes.windows(2).all(|w| w[0] == w[1]);
-    if experts.is_empty() || !in_step {
+    // DeepSpeed and FSDP plans take none (`Runtime::why_not`).
+    let engine_has_ep = !matches!(
+        problem.options.runtime,
+        Some(crate::plan::runtime::Runtime::Deepspeed | crate::plan::runtime::Runtime::Fsdp)
+    );
+    if experts.is_empty() || !in_step || !engine_has_ep {
         return vec![1];
     }
     (1..=st.dp.min(problem.options.max_ep.max(1)))
