@@ -671,6 +671,11 @@ fn models(a: ListArgs) -> Result<()> {
     if a.json {
         emit_json(&rows)
     } else {
+        // Where else models come from, on stderr (stdout is the table).
+        eprintln!(
+            "note: --model also takes a HuggingFace config.json (or its directory) of model_type {}",
+            hetplan::model::hf::SUPPORTED_MODEL_TYPES.join(", ")
+        );
         emit(&render::models(&rows))
     }
 }

@@ -1452,3 +1452,45 @@ fn plan_shows_what_each_engine_runs() {
         v["notes"]
     );
 }
+
+/// A HuggingFace config and an expert-parallel inline plan, end to end: the plan runs, the
+/// estimate's JSON carries the all-to-alls, and a degree that does not divide the replicas is
+/// a located error with a hint (exit 2).
+#[test]
+fn a_huggingface_moe_config_with_expert_parallelism() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../hetplan/tests/data/hf/qwen3-30b-a3b.json"
+    );
+    let cluster = "2x8xh100-sxm5-80gb@400Gbps+2x8xa100-sxm4-80gb@200Gbps";
+    let o = hetplan(&[
+        "estimate",
+        "--model",
+        config,
+        "--cluster",
+        cluster,
+        "--seq-len",
+        "4096",
+        "--plan",
+        "tp=1,pp=2,mbs=1,gbs=64,zero=1,ep=8",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let est: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(est["stages"][0]["ep_comm"].as_f64().unwrap() > 0.0);
+    assert_eq!(est["plan"]["stages"][1]["ep"], 8);
+    let o = hetplan(&[
+        "estimate",
+        "--model",
+        config,
+        "--cluster",
+        cluster,
+        "--plan",
+        "tp=1,pp=2,mbs=1,gbs=64,ep=3",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("ep=3 must divide dp=16"), "{}", o.stderr);
+    let o = hetplan(&["models"]);
+    assert_eq!(o.code, 0);
+    assert!(o.stderr.contains("deepseek_v3"), "{}", o.stderr);
+}
