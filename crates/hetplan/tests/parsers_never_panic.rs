@@ -96,7 +96,7 @@ const PLAN_JSON: &str = r#"{
       "layers": { "start": 3, "end": 6 },
       "devices": [ { "node": 1, "local": 0 }, { "node": 1, "local": 1 } ],
       "tp": 2, "dp": 1, "micro_batch_sizes": [4], "zero": 1, "recompute": 2,
-      "offload": { "optimizer": 0.5 }, "sequence_parallel": true
+      "offload": { "optimizer": 0.5 }, "sequence_parallel": true, "ep": 1
     }
   ]
 }"#;
