@@ -449,9 +449,7 @@ impl<'a> Builder<'a> {
         self.pending_sends[e].push(t);
         t
     }
-}
 
-impl Builder<'_> {
     /// The expert-parallel all-to-alls that follow compute task `after` of executor `e`
     /// (`count` of them, each GPU sending `bytes`, 1/n to each member of its group): this
     /// replica's sends to the others of its expert-parallel group, GPU by GPU of the same TP
