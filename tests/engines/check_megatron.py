@@ -38,7 +38,7 @@ INT_FIELDS = {
     "moe-shared-expert-intermediate-size", "expert-model-parallel-size",
     "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
 }
-FLOAT_FIELDS = {"attention-dropout", "hidden-dropout"}
+FLOAT_FIELDS = {"attention-dropout", "hidden-dropout", "moe-expert-capacity-factor"}
 STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",
               "pipeline-model-parallel-layout"}
 BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias", "qk-layernorm",

@@ -230,7 +230,7 @@ fn megatron_core_accepts_every_export() {
         (
             "qwen3-30b-a3b-dense2",
             "2x8xa100-80gb",
-            "tp=1,pp=2,mbs=1,gbs=32,ep=4",
+            "tp=1,pp=2,mbs=1,gbs=32,ep=4,capacity=1.25",
         ),
         // Latent attention, shared experts, dense first blocks (DeepSeek-V3's shape).
         (

@@ -651,7 +651,10 @@ fn a_megatron_export_imports_back_to_the_same_plan() {
         ),
         ("gpt3-1.3b", "tp=2,pp=1,mbs=4,gbs=64,zero=3"),
         // Expert parallelism: `--expert-model-parallel-size` back to every MoE stage's ep.
-        ("mixtral-8x7b", "tp=2,pp=2,mbs=1,gbs=64,zero=1,sp=on,ep=2"),
+        (
+            "mixtral-8x7b",
+            "tp=2,pp=2,mbs=1,gbs=64,zero=1,sp=on,ep=2,capacity=1.25",
+        ),
     ];
     for (i, (model, plan)) in cases.iter().enumerate() {
         let job = format!("job{i}");

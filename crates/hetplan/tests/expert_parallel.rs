@@ -257,3 +257,36 @@ fn engines_take_one_expert_parallel_degree_or_none() {
     let d = Runtime::Deepspeed.conform(&p).unwrap();
     assert!(d.stages.iter().all(|s| s.ep == 1));
 }
+
+#[test]
+fn a_capacity_factor_caps_the_busiest_experts_load() {
+    // Token dropping at capacity 1.0: no rank takes more than its even share, so the EP plan
+    // sheds the load factor (1.25) it carries when routing is dropless; the simulator agrees.
+    let (model, cluster) = (catalog_model("mixtral-8x7b").unwrap(), mixed());
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let run = |spec: &str| {
+        let p = plan(spec, &model, &cluster);
+        let valid = w.validate(&p).unwrap();
+        let est = estimate(w, &valid, &Analytic);
+        let sim = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
+        (est.iteration_time_s, sim.iteration_time_s)
+    };
+    let base = "tp=1,pp=4,dp=8,mbs=1,gbs=64,zero=1,ep=8";
+    let (dropless, _) = run(base);
+    let (dropping, sim) = run(&format!("{base},capacity=1.0"));
+    assert!(dropping < 0.95 * dropless, "{dropping} vs {dropless}");
+    assert!((sim / dropping - 1.0).abs() < 0.05);
+    // A capacity above the load factor changes nothing.
+    let (loose, _) = run(&format!("{base},capacity=2.0"));
+    assert_eq!(loose, dropless);
+    let e = parse_inline_plan(&format!("{base},capacity=0"), &model, &cluster).unwrap_err();
+    assert!(e.message.contains("positive"), "{e}");
+    let mut p = plan(base, &model, &cluster);
+    p.moe_capacity_factor = Some(-1.0);
+    let e = validate(&p, &model, &cluster).unwrap_err();
+    assert_eq!(e[0].path(), "moe_capacity_factor");
+}

@@ -360,6 +360,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         schedule: Schedule::OneFOneB,
         engine: Engine::Fsdp,
         precision: Precision::Bf16,
+        moe_capacity_factor: None,
         collective_dtypes: if row.precision == "amp_bf16" {
             CollectiveDtypes {
                 params: Some(Precision::Fp32),

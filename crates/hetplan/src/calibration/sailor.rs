@@ -179,6 +179,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         engine: Engine::Deepspeed,
         precision: Precision::Fp32,
         collective_dtypes: Default::default(),
+        moe_capacity_factor: None,
         made_for: None,
         stages,
     };

@@ -623,9 +623,12 @@ fn layer_costs_in(
             let layer = &model.layers[li];
             let moe = layer.experts().filter(|_| ep > 1);
             if moe.is_some() {
-                // The busiest rank's expert work (`MOE_EP_LOAD_FACTOR`), on the expert GEMMs'
-                // share of the layer.
-                let f = 1.0 + expert_flop_share(model, li, seq) * (k::MOE_EP_LOAD_FACTOR - 1.0);
+                // The busiest rank's expert work (`MOE_EP_LOAD_FACTOR`, or the capacity factor
+                // where tokens beyond it are dropped), on the expert GEMMs' share of the layer.
+                let load = plan
+                    .moe_capacity_factor
+                    .map_or(k::MOE_EP_LOAD_FACTOR, |c| c.min(k::MOE_EP_LOAD_FACTOR));
+                let f = 1.0 + expert_flop_share(model, li, seq) * (load - 1.0);
                 lt.forward = lt.forward * f;
                 lt.backward = lt.backward * f;
                 lt.selective_forward = lt.selective_forward * f;

@@ -15,7 +15,7 @@
 //!   `--num-experts --moe-router-topk --moe-ffn-hidden-size [--moe-layer-freq [0,1,...]]
 //!   [--moe-shared-expert-intermediate-size]`;
 //! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
-//!   [--expert-model-parallel-size]
+//!   [--expert-model-parallel-size] [--moe-expert-capacity-factor]
 //!   --pipeline-model-parallel-layout` (core 0.13+: `E` embedding, `t` decoder layer, `L` loss,
 //!   `|` between stages, stage `i = vpp_rank·PP + pp_rank`; it sets the virtual pipeline size,
 //!   so `--num-virtual-stages-per-pipeline-rank` must not be given beside it),
@@ -373,6 +373,9 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     }
     if st.sequence_parallel && st.tp > 1 {
         flag("sequence-parallel", None);
+    }
+    if let Some(c) = plan.moe_capacity_factor {
+        flag("moe-expert-capacity-factor", Some(c.to_string()));
     }
     // One degree for the whole model (`Runtime::why_not` checks the stages agree); the expert
     // tensor-parallel size stays Megatron's default, the TP degree, as hetplan prices it.

@@ -210,6 +210,7 @@ mod tests {
             engine: Default::default(),
             precision: Default::default(),
             collective_dtypes: Default::default(),
+            moe_capacity_factor: None,
             stages,
             made_for: None,
         }

@@ -242,6 +242,7 @@ impl DeepspeedJob {
             engine: Engine::Deepspeed,
             precision,
             collective_dtypes: Default::default(),
+            moe_capacity_factor: None,
             stages,
             made_for: Some(crate::plan::MadeFor::of(model, cluster)),
         })

@@ -225,6 +225,7 @@ impl MegatronJob {
             "moe-router-topk",
             "moe-ffn-hidden-size",
             "moe-shared-expert-intermediate-size",
+            "moe-expert-capacity-factor",
             "tensor-model-parallel-size",
             "pipeline-model-parallel-size",
             "pipeline-model-parallel-layout",
@@ -645,6 +646,10 @@ impl MegatronJob {
                 Precision::Fp32
             },
             collective_dtypes: Default::default(),
+            // megatron-core: a negative capacity factor means none (dropless).
+            moe_capacity_factor: self
+                .float("moe-expert-capacity-factor")?
+                .filter(|c| *c >= 0.0),
             stages,
             made_for: Some(crate::plan::MadeFor::of(&self.model, cluster)),
         })

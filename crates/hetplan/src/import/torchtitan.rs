@@ -400,6 +400,7 @@ impl TorchtitanJob {
                 engine: Engine::Fsdp,
                 precision,
                 collective_dtypes: Default::default(),
+                moe_capacity_factor: None,
                 stages,
                 made_for: Some(crate::plan::MadeFor::of(model, cluster)),
             },

@@ -14,6 +14,7 @@
 //! | `zero` | ZeRO stage 0–3 | 0 |
 //! | `ckpt` | activation checkpointing: `none`, `selective`, `full` or a number of layers per stage | `none` |
 //! | `sp` | sequence parallelism `on`/`off` | `off` |
+//! | `capacity` | MoE token dropping: no expert takes more than this many times its even share of the tokens (Megatron's `--moe-expert-capacity-factor`) | dropless |
 //! | `ep` | expert parallelism: each MoE layer's experts split over `ep` DP replicas (stages without MoE layers keep 1) | 1 |
 //! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
 //! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
@@ -63,6 +64,7 @@ pub const KEYS: &[&str] = &[
     "ckpt",
     "sp",
     "ep",
+    "capacity",
     "schedule",
     "v",
     "engine",
@@ -187,6 +189,17 @@ impl<'a> Spec<'a> {
                     ))
                 }
             }
+        })
+    }
+
+    /// A positive, finite number, if given.
+    fn positive(&self, key: &str) -> Result<Option<f64>, InputError> {
+        self.get(key, |v| match v.parse::<f64>() {
+            Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
+            _ => Err((
+                format!("{key}=`{v}`: expected a positive number"),
+                Some(format!("e.g. {key}=1.25")),
+            )),
         })
     }
 
@@ -539,6 +552,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         engine,
         precision,
         collective_dtypes: Default::default(),
+        moe_capacity_factor: s.positive("capacity")?,
         made_for: None,
         stages,
     };

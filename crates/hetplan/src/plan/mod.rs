@@ -332,6 +332,12 @@ pub struct Plan {
     pub precision: Precision,
     #[serde(default, skip_serializing_if = "CollectiveDtypes::is_default")]
     pub collective_dtypes: CollectiveDtypes,
+    /// MoE token dropping (Megatron's `--moe-expert-capacity-factor`): no expert takes more
+    /// than this many times its even share of the tokens; the rest are dropped. `None`:
+    /// dropless routing. With expert parallelism it caps the busiest rank's load
+    /// (`constants::MOE_EP_LOAD_FACTOR` otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_capacity_factor: Option<f64>,
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
     /// order, chunk j on the devices of chunk j mod pp).
     pub stages: Vec<Stage>,

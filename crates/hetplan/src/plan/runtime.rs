@@ -140,6 +140,12 @@ impl Runtime {
                 ));
             }
         }
+        if plan.moe_capacity_factor.is_some() && self != Runtime::Megatron {
+            why.push(format!(
+                "hetplan exports the MoE capacity factor (token dropping) to Megatron; {name} \
+                 runs the plan without it"
+            ));
+        }
         // `--micro-batch-size`, `train_micro_batch_size_per_gpu`, `local_batch_size`: global.
         let mbs = first.micro_batch_sizes.first().copied().unwrap_or(0);
         if plan
@@ -397,6 +403,7 @@ mod tests {
             engine: Default::default(),
             precision: Default::default(),
             collective_dtypes: Default::default(),
+            moe_capacity_factor: None,
             stages,
             made_for: None,
         }

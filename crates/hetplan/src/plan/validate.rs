@@ -357,6 +357,8 @@ pub enum PlanError {
         layers: u32,
         stage_layers: usize,
     },
+    #[error("moe_capacity_factor is {value}, but it must be a positive number")]
+    CapacityFactor { value: f64 },
     #[error("stage {stage} has ep = {ep}, which does not divide its dp = {dp}")]
     ExpertParallelDivides { stage: usize, ep: u32, dp: u32 },
     #[error("stage {stage} has ep = {ep}, but none of its layers is a mixture of experts")]
@@ -426,6 +428,7 @@ impl PlanError {
             PlanError::ZeroStage { stage, .. } => st(stage, "zero"),
             PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
             PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
+            PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
             PlanError::ExpertParallelDivides { stage, .. }
             | PlanError::ExpertParallelWithoutExperts { stage, .. }
             | PlanError::ExpertParallelExperts { stage, .. }
@@ -533,6 +536,9 @@ impl PlanError {
             PlanError::OffloadRatio { .. } => "offload fractions lie between 0 and 1".into(),
             PlanError::RecomputeLayers { stage_layers, .. } => {
                 format!("recompute at most {stage_layers} layers, or \"full\"")
+            }
+            PlanError::CapacityFactor { .. } => {
+                "a capacity factor such as 1.0 or 1.25, or leave it out for dropless routing".into()
             }
             PlanError::ExpertParallelDivides { dp, .. } => format!(
                 "ep is one of {} (it groups DP replicas)",
@@ -677,6 +683,11 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
         check_stage(plan, model, cluster, i, &mut errs);
     }
     check_layers(plan, model, &mut errs);
+    if let Some(c) = plan.moe_capacity_factor {
+        if !(c > 0.0 && c.is_finite()) {
+            errs.push(PlanError::CapacityFactor { value: c });
+        }
+    }
     if let Some(pp) = depth {
         check_sharing(plan, pp, &mut errs);
     }

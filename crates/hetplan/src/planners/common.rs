@@ -49,6 +49,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
         engine: problem.options.engine,
         precision: problem.options.precision,
         collective_dtypes: Default::default(),
+        moe_capacity_factor: None,
         made_for: None,
         stages: stages
             .into_iter()

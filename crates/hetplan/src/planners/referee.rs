@@ -528,6 +528,7 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
         engine: problem.options.engine,
         precision: problem.options.precision,
         collective_dtypes: Default::default(),
+        moe_capacity_factor: None,
         stages,
         made_for: None,
     }

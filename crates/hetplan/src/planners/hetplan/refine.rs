@@ -1040,6 +1040,7 @@ inter_node_bandwidth = "100 Gbps"
             engine: Default::default(),
             precision: Default::default(),
             collective_dtypes: Default::default(),
+            moe_capacity_factor: None,
             stages: vec![a, b],
             made_for: None,
         }
