@@ -350,7 +350,16 @@ pub fn plan(a: PlanArgs) -> Result<()> {
         });
         (out, secs, planners::bound::lower_bound(p), simulated)
     });
-    let mut outcome = out.map_err(|e| CliError::Failure(format!("{}: {e}", planner.name())))?;
+    let mut outcome = out.map_err(|e| {
+        // Say why when the model's state alone outgrows the cluster.
+        let why = with_problem(&l, &a.problem, |p| {
+            planners::common::state_exceeds_cluster(p)
+        });
+        CliError::Failure(match why {
+            Some(w) => format!("{}: {e}; {w}", planner.name()),
+            None => format!("{}: {e}", planner.name()),
+        })
+    })?;
     let est_s = outcome.estimate.iteration_time_s;
     match &simulated {
         Some(Ok(sim_s)) if (sim_s - est_s).abs() > SIM_DISAGREES * est_s => {

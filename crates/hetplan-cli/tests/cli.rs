@@ -1494,3 +1494,31 @@ fn a_huggingface_moe_config_with_expert_parallelism() {
     assert_eq!(o.code, 0);
     assert!(o.stderr.contains("deepseek_v3"), "{}", o.stderr);
 }
+
+/// A model whose training state outgrows every GPU of the cluster together: the failed search
+/// says so, with the sizes.
+#[test]
+fn a_model_too_large_for_the_cluster_says_why() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../hetplan/tests/data/hf/deepseek-v3.json"
+    );
+    let o = hetplan(&[
+        "plan",
+        "--model",
+        config,
+        "--cluster",
+        "1x8xa100-80gb",
+        "--gbs",
+        "16",
+        "--time-limit",
+        "1s",
+    ]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("671B parameters at 16 B each"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("all 8 GPUs together"), "{}", o.stderr);
+}

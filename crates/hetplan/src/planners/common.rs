@@ -104,6 +104,34 @@ pub fn nothing_to_plan(problem: &Problem<'_>) -> Result<(), PlannerError> {
     }
 }
 
+/// When the model's weights, gradients and optimizer states alone exceed the memory of every
+/// GPU of the cluster together, in words: why no plan fits short of offloading nearly all of
+/// them to host memory. `None` when they fit (activations and buffers come on top, so fitting
+/// here proves nothing).
+pub fn state_exceeds_cluster(problem: &Problem<'_>) -> Option<String> {
+    let (w, g, o) = crate::cost::memory::state_bytes(problem.options.precision);
+    let params = problem.model.params() as f64;
+    let state = params * (w + g + o);
+    let cluster = problem.cluster;
+    let capacity: f64 = cluster
+        .gpus()
+        .iter()
+        .map(|&gpu| cluster.gpu(gpu).memory.get())
+        .sum();
+    (state > capacity).then(|| {
+        format!(
+            "the model's weights, gradients and optimizer states alone take {} ({} parameters at \
+             {} B each), more than the {} of all {} GPUs together: add GPUs, or offload nearly \
+             all of the state to host memory",
+            crate::units::Bytes(state),
+            crate::parse::show_f64((params / 1e9 * 10.0).round() / 10.0) + "B",
+            crate::parse::show_f64(w + g + o),
+            crate::units::Bytes(capacity),
+            cluster.num_gpus()
+        )
+    })
+}
+
 /// The end of a search, written once: the chosen plan as an `Outcome` (with the search's node
 /// count and stop reason), or, without one, `Stopped` when a limit cut the search short and
 /// `Infeasible` with `why` when the space has no plan.
