@@ -1024,20 +1024,46 @@ fn dbrx(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
     build(&c)
 }
 
+/// The GPT line's names for (width, depth, heads): the original and the current ones.
+const GPT_KEYS: [&[&str]; 3] = [
+    &["n_embd", "hidden_size"],
+    &["n_layer", "num_hidden_layers"],
+    &["n_head", "num_attention_heads"],
+];
+
+/// The current names alone (GPT-NeoX, OPT).
+const HF_KEYS: [&[&str]; 3] = [
+    &["hidden_size"],
+    &["num_hidden_layers"],
+    &["num_attention_heads"],
+];
+
+/// A GPT-style shape (`TransformerConfig::gpt`) from the first present of each of `keys`
+/// (width, depth, heads), its heads checked against the width, and its vocabulary.
+fn gpt_base(
+    cfg: &Cfg,
+    name: &str,
+    keys: [&[&str]; 3],
+    max_seq: u64,
+) -> Result<TransformerConfig, InputError> {
+    let hidden = cfg.uint(keys[0], "the model width")?;
+    let layers = cfg.uint(keys[1], "the number of layers")?;
+    let heads = cfg.uint(keys[2], "the number of attention heads")?;
+    let heads_key = (keys[2].iter())
+        .find(|k| cfg.get(k).is_some())
+        .unwrap_or(&keys[2][0]);
+    check_heads(cfg, hidden, heads, heads, None, heads_key, heads_key)?;
+    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
+    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    Ok(c)
+}
+
 /// GPT-J and CodeGen: attention and MLP side by side from one LayerNorm, bias-free attention
 /// projections, an MLP and LM head with biases, rotary, untied.
 fn gptj(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
-    let hidden = cfg.uint(&["n_embd", "hidden_size"], "the model width")?;
-    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
-    let heads = cfg.uint(
-        &["n_head", "num_attention_heads"],
-        "the number of attention heads",
-    )?;
-    check_heads(cfg, hidden, heads, heads, None, "n_head", "n_head")?;
     let max_seq = cfg.uint_any(&["n_positions", "n_ctx"])?.unwrap_or(2048);
-    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
-    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
-    c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * hidden);
+    let mut c = gpt_base(cfg, name, GPT_KEYS, max_seq)?;
+    c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * c.hidden);
     c.position = PositionKind::Rotary;
     c.attn_bias = false;
     c.parallel_attn = true;
@@ -1052,14 +1078,11 @@ fn gptj(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
 /// GPT-Neo: GPT-2's block with bias-free q/k/v (the output projection has one), and local
 /// attention over `window_size` tokens in the layers `attention_types` marks `local`.
 fn gpt_neo(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
-    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
-    let layers = cfg.uint(&["num_layers"], "the number of layers")?;
-    let heads = cfg.uint(&["num_heads"], "the number of attention heads")?;
-    check_heads(cfg, hidden, heads, heads, None, "num_heads", "num_heads")?;
     let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
-    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
-    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
-    c.ffn = cfg.uint_opt("intermediate_size")?.unwrap_or(4 * hidden);
+    let keys: [&[&str]; 3] = [&["hidden_size"], &["num_layers"], &["num_heads"]];
+    let mut c = gpt_base(cfg, name, keys, max_seq)?;
+    let layers = c.layers;
+    c.ffn = cfg.uint_opt("intermediate_size")?.unwrap_or(4 * c.hidden);
     c.attn_bias = false;
     c.quirks.proj_bias = Some(true);
     c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
@@ -1096,22 +1119,17 @@ fn gpt_neo(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
 
 /// GPT-BigCode (SantaCoder, StarCoder): GPT-2 with multi-query attention (`multi_query`).
 fn gpt_bigcode(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
-    let hidden = cfg.uint(&["n_embd", "hidden_size"], "the model width")?;
-    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
-    let heads = cfg.uint(
-        &["n_head", "num_attention_heads"],
-        "the number of attention heads",
-    )?;
+    let max_seq = cfg
+        .uint_any(&["n_positions", "max_position_embeddings"])?
+        .unwrap_or(1024);
+    let mut c = gpt_base(cfg, name, GPT_KEYS, max_seq)?;
+    let (hidden, heads) = (c.hidden, c.heads);
+    // One key/value head divides any head count.
     let kv = if cfg.bool_opt("multi_query")?.unwrap_or(true) {
         1
     } else {
         heads
     };
-    check_heads(cfg, hidden, heads, kv, None, "n_head", "n_head")?;
-    let max_seq = cfg
-        .uint_any(&["n_positions", "max_position_embeddings"])?
-        .unwrap_or(1024);
-    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
     c.kv_heads = kv;
     c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
     c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * hidden);
@@ -1123,15 +1141,8 @@ fn gpt_bigcode(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
 
 /// BLOOM: ALiBi, a LayerNorm after the word embeddings, biases everywhere, tied.
 fn bloom(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
-    let hidden = cfg.uint(&["hidden_size", "n_embed"], "the model width")?;
-    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
-    let heads = cfg.uint(
-        &["n_head", "num_attention_heads"],
-        "the number of attention heads",
-    )?;
-    check_heads(cfg, hidden, heads, heads, None, "n_head", "n_head")?;
-    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, 2048);
-    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let keys: [&[&str]; 3] = [&["hidden_size", "n_embed"], GPT_KEYS[1], GPT_KEYS[2]];
+    let mut c = gpt_base(cfg, name, keys, 2048)?;
     c.position = PositionKind::Alibi;
     c.quirks.embed_norm = true;
     c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
@@ -1144,21 +1155,9 @@ fn bloom(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
 /// `enable_bias`, a final LayerNorm only with `do_layer_norm_before`, and projections in and
 /// out when `word_embed_proj_dim` differs from the width (OPT-350m); tied.
 fn opt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
-    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
-    let layers = cfg.uint(&["num_hidden_layers"], "the number of layers")?;
-    let heads = cfg.uint(&["num_attention_heads"], "the number of attention heads")?;
-    check_heads(
-        cfg,
-        hidden,
-        heads,
-        heads,
-        None,
-        "num_attention_heads",
-        "num_attention_heads",
-    )?;
     let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
-    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
-    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let mut c = gpt_base(cfg, name, HF_KEYS, max_seq)?;
+    let hidden = c.hidden;
     c.ffn = cfg.uint(&["ffn_dim"], "the FFN width")?;
     let bias = cfg.bool_opt("enable_bias")?.unwrap_or(true);
     c.attn_bias = bias;
@@ -1181,17 +1180,9 @@ fn opt(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
 
 /// GPT-2: learned positions, GeLU MLP of `n_inner` (4h), biases, LayerNorm, tied.
 fn gpt2(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
-    let hidden = cfg.uint(&["n_embd", "hidden_size"], "the model width")?;
-    let layers = cfg.uint(&["n_layer", "num_hidden_layers"], "the number of layers")?;
-    let heads = cfg.uint(
-        &["n_head", "num_attention_heads"],
-        "the number of attention heads",
-    )?;
-    check_heads(cfg, hidden, heads, heads, None, "n_head", "n_head")?;
     let max_seq = cfg.uint_any(&["n_positions", "n_ctx"])?.unwrap_or(1024);
-    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
-    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
-    c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * hidden);
+    let mut c = gpt_base(cfg, name, GPT_KEYS, max_seq)?;
+    c.ffn = cfg.uint_opt("n_inner")?.unwrap_or(4 * c.hidden);
     c.tied_embeddings = cfg.bool_opt("tie_word_embeddings")?.unwrap_or(true);
     c.attn_impl = cfg.attn_impl()?;
     c.dropout = cfg.dropout(&["resid_pdrop", "embd_pdrop", "attn_pdrop"])?;
@@ -1202,21 +1193,8 @@ fn gpt2(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
 /// way), biases, LayerNorm, attention and MLP side by side with their own norms when
 /// `use_parallel_residual`, untied.
 fn gpt_neox(cfg: &Cfg, name: &str) -> Result<Model, InputError> {
-    let hidden = cfg.uint(&["hidden_size"], "the model width")?;
-    let layers = cfg.uint(&["num_hidden_layers"], "the number of layers")?;
-    let heads = cfg.uint(&["num_attention_heads"], "the number of attention heads")?;
-    check_heads(
-        cfg,
-        hidden,
-        heads,
-        heads,
-        None,
-        "num_attention_heads",
-        "num_attention_heads",
-    )?;
     let max_seq = cfg.uint_opt("max_position_embeddings")?.unwrap_or(2048);
-    let mut c = TransformerConfig::gpt(name, layers, hidden, heads, max_seq);
-    c.vocab = cfg.uint(&["vocab_size"], "the vocabulary size")?;
+    let mut c = gpt_base(cfg, name, HF_KEYS, max_seq)?;
     c.ffn = cfg.uint(&["intermediate_size"], "the FFN width")?;
     c.position = PositionKind::Rotary;
     let _rotary_pct = cfg.float_opt("rotary_pct")?;
