@@ -386,6 +386,10 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
     let pp = plan.pipeline_depth().max(1);
     let interleaved = pp != plan.stages.len();
     let uneven_steps = plan.stages.iter().any(|s| !s.replica_samples.is_empty());
+    // Each stage's expert-parallel degrees, once: its own moves and the all-stage ones use them.
+    let ep_degrees: Vec<Vec<u32>> = (plan.stages.iter())
+        .map(|st| expert_parallel_degrees(problem, st))
+        .collect();
     for (s, st) in plan.stages.iter().enumerate() {
         if st.dp > 1 {
             for zero in 0..=3u8 {
@@ -413,7 +417,7 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
                 on: !st.sequence_parallel,
             });
         }
-        for ep in expert_parallel_degrees(problem, st) {
+        for &ep in &ep_degrees[s] {
             if ep != st.ep {
                 out.push(Move::ExpertParallel { stage: s, ep });
             }
@@ -431,18 +435,13 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             }
         }
         // One expert-parallel degree on every stage with experts: those all of them can take.
-        let moe: Vec<Vec<u32>> = (plan.stages.iter())
-            .map(|s| expert_parallel_degrees(problem, s))
-            .filter(|d| d.len() > 1)
+        let moe: Vec<(&Stage, &Vec<u32>)> = (plan.stages.iter())
+            .zip(&ep_degrees)
+            .filter(|(_, d)| d.len() > 1)
             .collect();
         if moe.len() > 1 {
-            for &ep in &moe[0] {
-                if moe.iter().all(|d| d.contains(&ep))
-                    && plan
-                        .stages
-                        .iter()
-                        .any(|s| s.ep != ep && expert_parallel_degrees(problem, s).len() > 1)
-                {
+            for &ep in moe[0].1 {
+                if moe.iter().all(|(_, d)| d.contains(&ep)) && moe.iter().any(|(s, _)| s.ep != ep) {
                     out.push(Move::ExpertParallelAll { ep });
                 }
             }
