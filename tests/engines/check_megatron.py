@@ -35,7 +35,7 @@ INT_FIELDS = {
     "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
     "kv-channels", "tensor-model-parallel-size", "pipeline-model-parallel-size",
     "recompute-num-layers", "moe-router-topk", "moe-ffn-hidden-size",
-    "moe-shared-expert-intermediate-size", "expert-model-parallel-size",
+    "moe-shared-expert-intermediate-size", "expert-model-parallel-size", "context-parallel-size",
     "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
 }
 FLOAT_FIELDS = {"attention-dropout", "hidden-dropout", "moe-expert-capacity-factor"}
@@ -143,6 +143,10 @@ def check(directory):
         assert 0.0 < a["optimizer-offload-fraction"] <= 1.0 and a.get("optimizer-cpu-offload")
     if a.get("use-megatron-fsdp"):
         assert pp == 1
+    # arguments.py: "seq-length should be a multiple of 2 * context-parallel-size".
+    cp = a.get("context-parallel-size", 1)
+    if cp > 1:
+        assert a["seq-length"] % (2 * cp) == 0, "sequence not in 2 * cp chunks"
     return cfg
 
 

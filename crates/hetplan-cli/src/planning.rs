@@ -98,6 +98,10 @@ pub struct ProblemArgs {
     /// Largest expert-parallel degree hetplan's planner considers for MoE models (1: none).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_ep: u32,
+    /// Largest context-parallel degree hetplan's planner considers: each sequence split over
+    /// that many GPUs (ring attention), for long contexts (1: none).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_cp: u32,
     /// The engine the plan must run on. `any`: any plan, a heterogeneity-aware runtime's
     /// included, with the best plan each mainstream engine runs beside it (hetplan's planner).
     /// An engine also sets what the cost model assumes overlaps compute and how ZeRO
@@ -279,6 +283,7 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
         options: PlanOptions {
             max_tp: a.max_tp,
             max_ep: a.max_ep,
+            max_cp: a.max_cp,
             engine: a.engine.into(),
             runtime: a.engine.runtime(),
             precision,

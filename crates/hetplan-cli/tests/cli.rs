@@ -1495,6 +1495,101 @@ fn a_huggingface_moe_config_with_expert_parallelism() {
     assert!(o.stderr.contains("deepseek_v3"), "{}", o.stderr);
 }
 
+/// Context parallelism end to end: an inline plan with `cp` estimates with its ring priced, a
+/// plan file whose stages disagree on `cp` is a located error (exit 2), and `plan` at 128k
+/// tokens chooses it and says what it buys.
+#[test]
+fn context_parallelism_from_the_command_line() {
+    let cluster = "2x4xa100-sxm4-80gb@25Gbps";
+    let o = hetplan(&[
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        cluster,
+        "--seq-len",
+        "32768",
+        "--plan",
+        "tp=1,pp=2,cp=4,mbs=1,gbs=4,zero=1,ckpt=full",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let est: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(est["plan"]["stages"][1]["cp"], 4);
+    // Inside a node the ring hides behind attention; around two nodes on 25 Gbps it does not.
+    assert!(est["stages"][0].get("cp_comm").is_none(), "{est}");
+    let o = hetplan(&[
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        cluster,
+        "--seq-len",
+        "32768",
+        "--plan",
+        "tp=1,pp=1,cp=8,mbs=1,gbs=4,zero=1,ckpt=full",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let across: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(
+        across["stages"][0]["cp_comm"].as_f64().unwrap() > 0.0,
+        "{across}"
+    );
+    // The same plan as a file, its second stage at another degree.
+    let mut plan = est["plan"].clone();
+    plan["stages"][1]["cp"] = serde_json::json!(2);
+    let dir = std::env::temp_dir().join(format!("hetplan-cli-cp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plan.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&plan).unwrap()).unwrap();
+    let o = hetplan(&[
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        cluster,
+        "--seq-len",
+        "32768",
+        "--plan",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("stage 0 has cp = 4"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("set cp to 4 on every stage"),
+        "{}",
+        o.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = hetplan(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "1x8xh100-sxm5-80gb@400Gbps+1x8xa100-sxm4-80gb@200Gbps",
+        "--seq-len",
+        "131072",
+        "--gbs",
+        "8",
+        "--max-nodes",
+        "20000",
+        "--time-limit",
+        "none",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains(" cp8)") || o.stdout.contains(" cp4)"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("context parallelism") && o.stdout.contains("ring"),
+        "{}",
+        o.stdout
+    );
+}
+
 /// A model whose training state outgrows every GPU of the cluster together: the failed search
 /// says so, with the sizes.
 #[test]

@@ -221,9 +221,16 @@ fn megatron_core_accepts_every_export() {
     let mut exports = exports_for(&dir, "megatron", INLINE, &planned, str::to_string);
     // HuggingFace configs with what Megatron takes beyond the plain decoder: QK-norm (Qwen3),
     // a sliding window on every layer (Mistral) and on every other one (GPT-Neo), dense blocks
-    // in a MoE model with expert parallelism (Qwen3-MoE), latent attention (DeepSeek-V3).
+    // in a MoE model with expert parallelism (Qwen3-MoE), latent attention (DeepSeek-V3), and
+    // context parallelism.
     let hf = [
         ("qwen3-0.6b", "1x8xa100-80gb", "tp=2,pp=2,mbs=1,gbs=16"),
+        // Context parallelism (`--context-parallel-size`) beside TP and PP.
+        (
+            "qwen3-0.6b",
+            "2x8xa100-80gb",
+            "tp=2,pp=2,cp=2,mbs=1,gbs=16,sp=on",
+        ),
         ("mistral-7b-v0.1", "2x8xa100-80gb", "tp=4,pp=2,mbs=1,gbs=32"),
         ("gpt-neo-1.3b", "1x8xa100-80gb", "tp=2,pp=2,mbs=2,gbs=32"),
         // MoE with dense first blocks (`--moe-layer-freq`) and expert parallelism.

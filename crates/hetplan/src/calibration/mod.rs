@@ -372,6 +372,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         made_for: None,
         stages: vec![Stage {
             ep: 1,
+            cp: 1,
             layers: LayerRange {
                 start: 0,
                 end: layers,

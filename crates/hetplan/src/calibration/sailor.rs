@@ -153,6 +153,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         next += n;
         stages.push(Stage {
             ep: 1,
+            cp: 1,
             layers: LayerRange {
                 start,
                 end: start + layers.len(),

@@ -29,6 +29,10 @@ pub struct LayerTime {
     pub backward: Seconds,
     /// The part of `forward` that selective recomputation repeats (the attention core).
     pub selective_forward: Seconds,
+    /// The attention core's share of `forward` and `backward` (the products with the keys and
+    /// values): what a context-parallel ring's transfers overlap with.
+    pub attention_forward: Seconds,
+    pub attention_backward: Seconds,
     /// FLOPs executed in forward / backward (hardware FLOPs, per GPU).
     pub forward_flop: Flop,
     pub backward_flop: Flop,
@@ -50,6 +54,9 @@ pub struct LayerShape {
     /// Expert parallelism: each GPU runs `1/ep` of a MoE layer's experts on the tokens `ep`
     /// replicas route to them — as many FLOPs, in larger GEMMs.
     pub ep: u32,
+    /// Context parallelism: each GPU holds `1/cp` of every sequence's tokens (`mbs · seq / cp`
+    /// of them) and attends them to all `seq` keys, in blocks of `seq / cp` (ring attention).
+    pub cp: u32,
 }
 
 /// A source of layer compute times. `Sync`: hetplan's planner estimates plans in parallel.
@@ -117,11 +124,13 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
     let peak = matmul_peak(gpu, s.precision).get();
     let eff = k::gemm_efficiency(gpu.arch);
     let ovh = k::KERNEL_OVERHEAD_S;
-    // Tokens (or samples) in the micro-batch.
+    // Tokens (or samples) of the micro-batch on this GPU: 1/cp of each sequence under
+    // context parallelism.
+    let cp = s.cp.max(1) as f64;
     let m = if per_sample {
         s.mbs as f64
     } else {
-        s.mbs as f64 * s.seq as f64
+        s.mbs as f64 * s.seq as f64 / cp
     };
     match &op.kind {
         OpKind::Gemm {
@@ -171,17 +180,20 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
             let seq = s.seq as f64;
             let hl = (*heads as f64 / tp).max(1.0);
             let d = *head_dim as f64;
-            // QKᵀ and PV: 2·s·d FLOPs each per query and head.
+            // QKᵀ and PV: 2·s·d FLOPs each per query and head; this GPU's `m` queries see all
+            // `s` keys, with context parallelism in blocks of s/cp (the kernel's sequence).
             let full = 4.0 * m * seq * hl * d;
+            let block = seq / cp;
             match implementation {
                 AttnImpl::Flash | AttnImpl::Triton => {
                     let a_eff = k::attention_efficiency_on(*implementation, gpu.arch)
-                        * saturate(seq, k::ATTN_HALF_SEQ);
+                        * saturate(block, k::ATTN_HALF_SEQ);
                     // Flash kernels skip the masked part of the score matrix: the upper half
                     // of a causal one, and beyond a sliding window.
                     let flop = full * keys_per_query(s.seq, *causal, *window) / seq;
-                    let fwd = flop / (peak * a_eff) + ovh;
-                    let bwd = k::FLASH_BWD_RATIO * flop / (peak * a_eff) + ovh;
+                    // A ring step per block: cp kernel launches.
+                    let fwd = flop / (peak * a_eff) + ovh * cp;
+                    let bwd = k::FLASH_BWD_RATIO * flop / (peak * a_eff) + ovh * cp;
                     OpCost {
                         fwd,
                         bwd,
@@ -287,6 +299,8 @@ impl Analytic {
             forward: Seconds::ZERO,
             backward: Seconds::ZERO,
             selective_forward: Seconds::ZERO,
+            attention_forward: Seconds::ZERO,
+            attention_backward: Seconds::ZERO,
             forward_flop: Flop::ZERO,
             backward_flop: Flop::ZERO,
             includes_tp_comm: false,
@@ -297,6 +311,10 @@ impl Analytic {
             t.forward += Seconds(c.fwd);
             t.backward += Seconds(c.bwd);
             t.selective_forward += Seconds(c.selective);
+            if matches!(op.kind, OpKind::Attention { .. }) {
+                t.attention_forward += Seconds(c.fwd);
+                t.attention_backward += Seconds(c.bwd);
+            }
             t.forward_flop += Flop(c.fwd_flop);
             t.backward_flop += Flop(c.bwd_flop);
         }

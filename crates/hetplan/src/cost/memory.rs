@@ -165,7 +165,8 @@ pub fn micro_batch_activations(
     precision: Precision,
     engine: Engine,
 ) -> (f64, f64) {
-    let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64;
+    // Context parallelism: 1/cp of each sequence on this GPU.
+    let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
     let n_ckpt = recomputed_layers(stage);
     let selective = stage.recompute == Recompute::Selective;
     let mut kept = 0.0;
@@ -213,7 +214,7 @@ pub fn in_flight(schedule: Schedule, pipeline_depth: usize, stage: usize, m: u64
 /// before the loss turns them into the fp32 probabilities it keeps (those are counted with the
 /// saved activations, Korthikanti et al. 2022 §4.1: 4sbv/t).
 pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, tp: u32, seq: u64) -> f64 {
-    let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64;
+    let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
     let mut t: f64 = 0.0;
     for i in stage.layers.iter() {
         for op in &model.layers[i].ops {

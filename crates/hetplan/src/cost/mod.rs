@@ -62,6 +62,10 @@ pub struct StageEstimate {
     /// Expert-parallel all-to-alls (token dispatch and combine at every MoE layer).
     #[serde(skip_serializing_if = "Seconds::is_zero")]
     pub ep_comm: Seconds,
+    /// Context parallelism: the part of the ring attention's key/value transfers that the
+    /// attention core does not hide.
+    #[serde(skip_serializing_if = "Seconds::is_zero")]
+    pub cp_comm: Seconds,
     pub p2p: Seconds,
     /// ZeRO-2/3 and offload traffic per micro-batch that compute could not hide.
     pub exposed_per_micro_batch: Seconds,
@@ -151,6 +155,8 @@ struct ReplicaTime {
     tp_comm: f64,
     /// Expert-parallel all-to-alls.
     ep_comm: f64,
+    /// Context-parallel ring transfers left exposed.
+    cp_comm: f64,
     p2p: f64,
     exposed: f64,
     /// Adam step over this replica's shard, on its slowest GPU.
@@ -166,6 +172,7 @@ impl ReplicaTime {
             + self.recompute
             + self.tp_comm
             + self.ep_comm
+            + self.cp_comm
             + self.p2p
             + self.exposed
     }
@@ -211,7 +218,7 @@ impl SendTiming {
             .map(|st| {
                 let forward = (0..st.dp as usize)
                     .map(|r| {
-                        let tokens = st.micro_batch_sizes[r] as f64 * tokens_per_sample;
+                        let tokens = st.replica_tokens(r, tokens_per_sample);
                         let flop = compute::forward_model_flop(
                             w.model,
                             st.layers.iter(),
@@ -316,10 +323,9 @@ impl NicLoad {
                 };
                 for r in 0..from_st.dp as usize {
                     let to = to_st.replica(r % to_st.dp.max(1) as usize);
-                    let bytes =
-                        from_st.micro_batch_sizes[r] as f64 * tokens_per_sample * out * elem
-                            / 2.0
-                            / from_st.tp_of(r).max(1) as f64;
+                    let bytes = from_st.replica_tokens(r, tokens_per_sample) * out * elem
+                        / 2.0
+                        / from_st.tp_of(r).max(1) as f64;
                     for (k, &g) in from_st.replica(r).iter().enumerate() {
                         let t = to[k % to.len()];
                         if g.node != t.node {
@@ -534,6 +540,20 @@ pub struct LayerCost {
     pub ep_alltoall_bytes: Bytes,
     pub ep_alltoalls_forward: u32,
     pub ep_alltoalls_backward: u32,
+    /// Context parallelism: the ring attention's transfers that the attention core leaves
+    /// exposed in forward and in backward, as the estimate prices them. For the simulator: the
+    /// keys and values of this GPU's chunk (what one ring step sends to the next member), how
+    /// many times each pass sends them around the ring (forward once; backward the keys and
+    /// values again and their gradients, plus the recomputed forward's), and the compute the
+    /// transfers run beside (the attention core but its first block, inside `forward` and
+    /// `backward` + `recompute`).
+    pub cp_forward: f64,
+    pub cp_backward: f64,
+    pub cp_chunk_bytes: Bytes,
+    pub cp_rounds_forward: u32,
+    pub cp_rounds_backward: u32,
+    pub cp_overlap_forward: f64,
+    pub cp_overlap_backward: f64,
     pub source: TimeSource,
 }
 
@@ -561,6 +581,21 @@ fn expert_flop_share(model: &Model, layer: usize, seq: u64) -> f64 {
     } else {
         0.0
     }
+}
+
+/// Bytes per token of the keys and values one TP rank holds for layer `layer`'s attention (at
+/// 16 bits): its share of the KV heads, a whole head where they are replicated.
+fn kv_bytes_per_token(layer: &crate::model::Layer, tp: u32) -> f64 {
+    layer
+        .ops
+        .iter()
+        .map(|o| match o.kind {
+            crate::model::OpKind::Attention {
+                kv_heads, head_dim, ..
+            } => 2.0 * 2.0 * (kv_heads as f64 / tp.max(1) as f64).max(1.0) * head_dim as f64,
+            _ => 0.0,
+        })
+        .sum()
 }
 
 /// The GPUs of TP rank `k` across replica `r`'s expert-parallel group.
@@ -593,7 +628,7 @@ fn layer_costs_in(
     let st = &plan.stages[si];
     let devs = st.replica(r);
     let mbs = st.micro_batch_sizes[r];
-    let tokens = mbs as f64 * ctx.tokens_per_sample;
+    let tokens = st.replica_tokens(r, ctx.tokens_per_sample);
     let tp = st.tp_of(r);
     let shape = LayerShape {
         mbs,
@@ -602,7 +637,11 @@ fn layer_costs_in(
         sequence_parallel: st.sequence_parallel,
         precision: plan.precision,
         ep: st.ep,
+        cp: st.cp,
     };
+    let cp = st.cp.max(1);
+    // The ring of TP rank 0 (every rank runs its own, on its share of the heads).
+    let ring: Vec<GpuId> = st.cp_group(r).map(|q| st.replica(q)[0]).collect();
     let n_ckpt = memory::recomputed_layers(st);
     // An expert-parallel group runs in step at every MoE layer: each replica's layers take the
     // time of the group's slowest GPU.
@@ -654,7 +693,35 @@ fn layer_costs_in(
             } else {
                 0.0
             };
+            // Ring attention: each pass sends this GPU's chunk of keys and values around the
+            // ring, cp − 1 steps per round (an all-gather's traffic), while the attention core
+            // works on the blocks already there; all but the first block hide a step.
+            let chunk = Bytes(tokens * kv_bytes_per_token(layer, tp) * ctx.elem / 2.0);
+            let round = if cp > 1 {
+                let buffer = Bytes(chunk.get() * cp as f64);
+                collective_time(cluster, &ring, buffer, Collective::AllGather, conc).get()
+            } else {
+                0.0
+            };
+            let hidden = (cp - 1) as f64 / cp as f64;
+            let overlap_f = lt.attention_forward.get() * hidden;
+            let overlap_b = (lt.attention_backward.get()
+                + if full {
+                    lt.attention_forward.get()
+                } else {
+                    0.0
+                })
+                * hidden;
+            let rounds_f = u32::from(round > 0.0);
+            let rounds_b = rounds_f * if full { 3 } else { 2 };
             LayerCost {
+                cp_forward: (rounds_f as f64 * round - overlap_f).max(0.0),
+                cp_backward: (rounds_b as f64 * round - overlap_b).max(0.0),
+                cp_chunk_bytes: if rounds_f > 0 { chunk } else { Bytes(0.0) },
+                cp_rounds_forward: rounds_f,
+                cp_rounds_backward: rounds_b,
+                cp_overlap_forward: overlap_f,
+                cp_overlap_backward: overlap_b,
                 forward: lt.forward.get(),
                 backward: lt.backward.get(),
                 recompute,
@@ -725,6 +792,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         recompute: 0.0,
         tp_comm: 0.0,
         ep_comm: 0.0,
+        cp_comm: 0.0,
         p2p: 0.0,
         exposed: 0.0,
         optimizer: optimizer_seconds(ctx.w, plan, si, r),
@@ -750,6 +818,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         rt.recompute += c.recompute + c.tp_recompute;
         rt.tp_comm += c.tp_forward + c.tp_backward;
         rt.ep_comm += c.ep_forward + c.ep_backward;
+        rt.cp_comm += c.cp_forward + c.cp_backward;
     }
     rt.p2p = replica_sends(ctx, si, r);
     let params_local = dp_params(model, st);
@@ -804,7 +873,7 @@ fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
     let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
     let devs = st.replica(r);
-    let tokens = st.micro_batch_sizes[r] as f64 * ctx.tokens_per_sample;
+    let tokens = st.replica_tokens(r, ctx.tokens_per_sample);
     let tp = st.tp_of(r).max(1) as f64;
     let timing = ctx.timing().as_ref();
     // (the neighbour, the layer whose output crosses, forward?)
@@ -1092,6 +1161,7 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
             recompute: Seconds(worst.recompute),
             tp_comm: Seconds(worst.tp_comm),
             ep_comm: Seconds(worst.ep_comm),
+            cp_comm: Seconds(worst.cp_comm),
             p2p: Seconds(worst.p2p),
             exposed_per_micro_batch: Seconds(worst.exposed),
             micro_batch_time: Seconds(worst.total()),

@@ -31,25 +31,61 @@ impl ComputeTimes for Profiled<'_> {
             shape.mbs,
             self.interpolation,
         ) {
-            Some(p) => LayerTime {
-                forward: p.forward,
-                backward: p.backward,
-                // Keep the analytic split of what selective recomputation repeats, scaled.
-                selective_forward: if analytic.forward.get() > 0.0 {
-                    analytic.selective_forward * (p.forward / analytic.forward)
+            Some(p) => {
+                // Measured at whole sequences: with context parallelism each GPU holds 1/cp of
+                // them, scaled by the analytic model's ratio.
+                let (forward, backward) = if shape.cp > 1 {
+                    let whole =
+                        Analytic.layer_time(gpu, model, layer, LayerShape { cp: 1, ..shape });
+                    (
+                        p.forward * ratio(analytic.forward, whole.forward),
+                        p.backward * ratio(analytic.backward, whole.backward),
+                    )
                 } else {
-                    Seconds::ZERO
-                },
-                forward_flop: analytic.forward_flop,
-                backward_flop: analytic.backward_flop,
-                includes_tp_comm: shape.tp > 1,
-                source: match p.how {
-                    Provenance::Measured => TimeSource::Measured,
-                    Provenance::Interpolated { .. } => TimeSource::Interpolated,
-                    Provenance::Extrapolated { .. } => TimeSource::Extrapolated,
-                },
-            },
+                    (p.forward, p.backward)
+                };
+                measured(analytic, forward, backward, shape, p.how)
+            }
             None => analytic,
         }
+    }
+}
+
+/// `a / b`, 0 when `b` is 0.
+fn ratio(a: Seconds, b: Seconds) -> f64 {
+    if b.get() > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// Measured forward and backward times, with the analytic model's split of the attention core
+/// (and of what selective recomputation repeats) scaled to them.
+fn measured(
+    analytic: LayerTime,
+    forward: Seconds,
+    backward: Seconds,
+    shape: LayerShape,
+    how: Provenance,
+) -> LayerTime {
+    let (fwd_scale, bwd_scale) = (
+        ratio(forward, analytic.forward),
+        ratio(backward, analytic.backward),
+    );
+    LayerTime {
+        forward,
+        backward,
+        selective_forward: analytic.selective_forward * fwd_scale,
+        attention_forward: analytic.attention_forward * fwd_scale,
+        attention_backward: analytic.attention_backward * bwd_scale,
+        forward_flop: analytic.forward_flop,
+        backward_flop: analytic.backward_flop,
+        includes_tp_comm: shape.tp > 1,
+        source: match how {
+            Provenance::Measured => TimeSource::Measured,
+            Provenance::Interpolated { .. } => TimeSource::Interpolated,
+            Provenance::Extrapolated { .. } => TimeSource::Extrapolated,
+        },
     }
 }

@@ -15,7 +15,7 @@
 //!   `--num-experts --moe-router-topk --moe-ffn-hidden-size [--moe-layer-freq [0,1,...]]
 //!   [--moe-shared-expert-intermediate-size]`;
 //! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
-//!   [--expert-model-parallel-size] [--moe-expert-capacity-factor]
+//!   [--expert-model-parallel-size] [--moe-expert-capacity-factor] [--context-parallel-size]
 //!   --pipeline-model-parallel-layout` (core 0.13+: `E` embedding, `t` decoder layer, `L` loss,
 //!   `|` between stages, stage `i = vpp_rank·PP + pp_rank`; it sets the virtual pipeline size,
 //!   so `--num-virtual-stages-per-pipeline-rank` must not be given beside it),
@@ -67,12 +67,25 @@ fn checked(
     let layout = ranks::stage_major(plan).map_err(|mut w| why.append(&mut w));
     if let Some(first) = plan.stages.first() {
         let mbs = first.micro_batch_sizes.first().copied().unwrap_or(1);
-        let per_step = mbs * first.dp as u64;
+        // Megatron's DP counts context-parallel groups.
+        let cp = first.cp.max(1);
+        let dp = first.dp / cp;
+        let per_step = mbs * dp as u64;
         if per_step == 0 || per_step * plan.micro_batches != plan.global_batch {
             why.push(format!(
                 "Megatron runs global batch / (micro-batch size × DP) micro-batches: {} / ({} × \
                  {}) is not the plan's {}",
-                plan.global_batch, mbs, first.dp, plan.micro_batches
+                plan.global_batch, mbs, dp, plan.micro_batches
+            ));
+        }
+        // megatron/training/arguments.py: seq-length a multiple of 2 × context-parallel-size
+        // (each rank takes two chunks, one from each end, to balance causal attention).
+        if cp > 1 && !seq_len.is_multiple_of(2 * cp as u64) {
+            why.push(format!(
+                "Megatron splits each sequence into 2 × {cp} chunks \
+                 (--context-parallel-size {cp}); the sequence length {seq_len} is not a multiple \
+                 of {}",
+                2 * cp
             ));
         }
     }
@@ -383,6 +396,9 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     if ep > 1 {
         flag("expert-model-parallel-size", Some(ep.to_string()));
     }
+    if st.cp > 1 {
+        flag("context-parallel-size", Some(st.cp.to_string()));
+    }
     flag(
         "micro-batch-size",
         Some(
@@ -482,12 +498,18 @@ fn readme(job: Job<'_>, layout: &RankLayout, notes: &[String]) -> String {
     let st = &plan.stages[0];
     let pp = plan.pipeline_depth().max(1);
     let mut s = super::readme_head(job, "Megatron-LM", Target::Megatron);
+    // Megatron's DP counts context-parallel groups; hetplan's replicas are dp × cp.
+    let cp = st.cp.max(1);
+    let dp = if cp > 1 {
+        format!("CP {cp}, DP {}", st.dp / cp)
+    } else {
+        format!("DP {}", st.dp)
+    };
     s.push_str(&format!(
-        "TP {}, PP {}{}, DP {}; micro-batch {}, global batch {} ({} micro-batches); sequence {}.\n\n",
+        "TP {}, PP {}{}, {dp}; micro-batch {}, global batch {} ({} micro-batches); sequence {}.\n\n",
         st.tp,
         pp,
         super::virtual_stages(plan),
-        st.dp,
         st.micro_batch_sizes.first().copied().unwrap_or(1),
         plan.global_batch,
         plan.micro_batches,
@@ -506,8 +528,13 @@ fn readme(job: Job<'_>, layout: &RankLayout, notes: &[String]) -> String {
     s.push_str(&super::placement_table(
         cluster,
         layout,
-        "Megatron-Core orders ranks TP fastest, then DP, then PP: pipeline stage `s` is global \
-         ranks `[s·TP·DP, (s+1)·TP·DP)`.",
+        if cp > 1 {
+            "Megatron-Core orders ranks TP fastest, then CP (context parallelism), then DP, then \
+             PP: pipeline stage `s` is global ranks `[s·TP·CP·DP, (s+1)·TP·CP·DP)`."
+        } else {
+            "Megatron-Core orders ranks TP fastest, then DP, then PP: pipeline stage `s` is \
+             global ranks `[s·TP·DP, (s+1)·TP·DP)`."
+        },
     ));
     s.push_str(
         "\n## Before a real run\n\n\

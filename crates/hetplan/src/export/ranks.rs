@@ -185,6 +185,7 @@ mod tests {
         let dp = devices.len() as u32 / tp;
         Stage {
             ep: 1,
+            cp: 1,
             layers: LayerRange {
                 start: layers.0,
                 end: layers.1,

@@ -219,6 +219,7 @@ impl DeepspeedJob {
         let stages = (0..pp)
             .map(|s| Stage {
                 ep: 1,
+                cp: 1,
                 layers: LayerRange {
                     start: parts[s],
                     end: parts[s + 1],

@@ -11,9 +11,11 @@
 //! `--num-virtual-stages-per-pipeline-rank` or `--num-layers-per-virtual-pipeline-stage`
 //! interleave. Ranks are Megatron's order (TP fastest, then DP, then PP) over the GPUs in
 //! `torchrun`'s order: the export's `ranks.json` when given, else node by node, each node's
-//! GPUs in index order. `--expert-model-parallel-size` sets every MoE stage's `ep`. Flags that
-//! change what runs but that hetplan does not model (context parallelism, expert tensor
-//! parallelism, FP8) are refused; the rest (data, optimizer, logging) are listed as ignored.
+//! GPUs in index order. `--expert-model-parallel-size` sets every MoE stage's `ep`;
+//! `--context-parallel-size` every stage's `cp` (Megatron's order puts CP ranks between TP and
+//! DP, so a CP group is `cp` consecutive replicas, and DP counts groups). Flags that change what
+//! runs but that hetplan does not model (expert tensor parallelism, FP8) are refused; the rest
+//! (data, optimizer, logging) are listed as ignored.
 
 use super::shell::{words, Word};
 use crate::cluster::{Cluster, GpuId};
@@ -60,7 +62,6 @@ const SWITCHES: &[&str] = &[
 
 /// Flags that change what runs in ways hetplan does not model yet: (flag, what it is).
 const UNMODELLED: &[(&str, &str)] = &[
-    ("context-parallel-size", "context parallelism"),
     ("expert-tensor-parallel-size", "expert tensor parallelism"),
     ("fp8-format", "FP8 training"),
     ("hybrid-layer-pattern", "hybrid (Mamba) layers"),
@@ -243,6 +244,7 @@ impl MegatronJob {
             "data-parallel-sharding-strategy",
             "sequence-parallel",
             "expert-model-parallel-size",
+            "context-parallel-size",
             "optimizer-cpu-offload",
             "optimizer-offload-fraction",
             "bf16",
@@ -481,23 +483,32 @@ impl MegatronJob {
                 )));
             }
         }
+        let cp = self
+            .int("context-parallel-size")?
+            .unwrap_or(1)
+            .clamp(1, 1 << 20);
         let world = gpus.len() as u64;
-        if world == 0 || !world.is_multiple_of(tp * pp) {
+        if world == 0 || !world.is_multiple_of(tp * pp * cp) {
             let at = (self.flags.get("tensor-model-parallel-size"))
                 .or(self.flags.get("pipeline-model-parallel-size"))
+                .or(self.flags.get("context-parallel-size"))
                 .map_or(0, |f| f.offset);
+            let what = if cp > 1 {
+                format!("TP × PP × CP = {tp} × {pp} × {cp}")
+            } else {
+                format!("TP × PP = {tp} × {pp}")
+            };
             return Err(self
-                .error_at(
-                    at,
-                    format!("{world} GPUs are not a multiple of TP × PP = {tp} × {pp}"),
-                )
+                .error_at(at, format!("{world} GPUs are not a multiple of {what}"))
                 .hint(Some(
                     "give the job's world size with torchrun's --nnodes and --nproc_per_node, or \
                  import with the cluster it runs on"
                         .into(),
                 )));
         }
-        let dp = world / (tp * pp);
+        // Megatron's data-parallel size: groups of `cp` replicas.
+        let dp = world / (tp * pp * cp);
+        let replicas = dp * cp;
         let mbs = self
             .int("micro-batch-size")?
             .ok_or_else(|| self.missing("micro-batch-size"))?;
@@ -514,8 +525,8 @@ impl MegatronJob {
                     ),
                 )
                 .hint(Some(format!(
-                    "DP is the {world} GPUs over TP × PP = {}",
-                    tp * pp
+                    "DP is the {world} GPUs over TP × PP × CP = {}",
+                    tp * pp * cp
                 ))));
         }
         let chunks = self.chunks(pp as usize)?;
@@ -582,9 +593,9 @@ impl MegatronJob {
                     format!("it does not divide the {e} experts"),
                     "a divisor of --num-experts".to_string(),
                 )),
-                _ if !dp.is_multiple_of(ep) => Some((
-                    format!("it does not divide the data-parallel size {dp}"),
-                    format!("a divisor of {dp} (GPUs / (TP × PP))"),
+                _ if !replicas.is_multiple_of(ep) => Some((
+                    format!("it does not divide the data-parallel size {replicas}"),
+                    format!("a divisor of {replicas} (GPUs / (TP × PP))"),
                 )),
                 _ => None,
             };
@@ -594,7 +605,7 @@ impl MegatronJob {
                     .hint(Some(hint)));
             }
         }
-        let per_stage = (tp * dp) as usize;
+        let per_stage = (tp * replicas) as usize;
         let stages = chunks
             .iter()
             .enumerate()
@@ -614,8 +625,8 @@ impl MegatronJob {
                     devices: gpus[p * per_stage..(p + 1) * per_stage].to_vec(),
                     tp: tp as u32,
                     replica_tp: Vec::new(),
-                    dp: dp as u32,
-                    micro_batch_sizes: vec![mbs; dp as usize],
+                    dp: replicas as u32,
+                    micro_batch_sizes: vec![mbs; replicas as usize],
                     zero,
                     recompute: match recompute {
                         Recompute::Layers(k) if k >= len => Recompute::Full,
@@ -624,6 +635,7 @@ impl MegatronJob {
                     offload,
                     sequence_parallel: self.has("sequence-parallel") && tp > 1,
                     replica_samples: Vec::new(),
+                    cp: cp as u32,
                 }
             })
             .collect();
@@ -898,8 +910,8 @@ mod tests {
         let e = MegatronJob::parse("--num-layers $L --hidden-size 8", "m").unwrap_err();
         assert_eq!((e.line, e.column), (Some(1), Some(14)));
         assert!(e.hint.unwrap().contains("shell variables"));
-        let e = MegatronJob::parse("--num-layers 2 --context-parallel-size 2", "m").unwrap_err();
-        assert!(e.message.contains("context parallelism"), "{}", e.message);
+        let e = MegatronJob::parse("--num-layers 2 --fp8-format hybrid", "m").unwrap_err();
+        assert!(e.message.contains("FP8"), "{}", e.message);
     }
 
     #[test]

@@ -375,6 +375,7 @@ impl TorchtitanJob {
                 let p = i % pp as usize;
                 Stage {
                     ep: 1,
+                    cp: 1,
                     layers: LayerRange {
                         start: parts[i],
                         end: parts[i + 1],

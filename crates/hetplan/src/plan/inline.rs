@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `tp` | tensor-parallel degree | 1 |
 //! | `pp` | pipeline stages (GPU stages; with interleaving, each holds `v` chunks) | 1 |
-//! | `dp` | data-parallel replicas | fill the cluster: gpus / (tp·pp) |
+//! | `dp` | data-parallel replicas (groups of `cp` replicas with context parallelism) | fill the cluster: gpus / (tp·cp·pp) |
 //! | `mbs` | micro-batch size of each replica | 1 |
 //! | `gbs` | global batch (samples per iteration) | `m`·`mbs`·`dp` |
 //! | `m` | micro-batches per iteration | `gbs` / (`mbs`·`dp`) |
@@ -16,6 +16,7 @@
 //! | `sp` | sequence parallelism `on`/`off` | `off` |
 //! | `capacity` | MoE token dropping: no expert takes more than this many times its even share of the tokens (Megatron's `--moe-expert-capacity-factor`) | dropless |
 //! | `ep` | expert parallelism: each MoE layer's experts split over `ep` DP replicas (stages without MoE layers keep 1) | 1 |
+//! | `cp` | context parallelism: each sample's sequence split over `cp` GPUs (or TP groups), ring attention between them; `dp` counts groups of `cp`, as Megatron's data-parallel size does, so a stage has `dp·cp` replicas | 1 |
 //! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
 //! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
 //! | `engine` | `megatron`, `deepspeed` or `fsdp` | `megatron` |
@@ -64,6 +65,7 @@ pub const KEYS: &[&str] = &[
     "ckpt",
     "sp",
     "ep",
+    "cp",
     "capacity",
     "schedule",
     "v",
@@ -259,15 +261,28 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     };
     let v = v.unwrap_or(1);
 
+    // Context parallelism: `cp` replicas share each sample (Megatron's
+    // --context-parallel-size), so `dp` counts groups of them, as Megatron's data-parallel size
+    // does, and each stage has dp·cp replicas.
+    let cp = s.int32("cp", 1)?.unwrap_or(1);
+    let cp64 = cp as u64;
+    let tpc = tp64.saturating_mul(cp64);
+    let (tpn, tps) = if cp > 1 {
+        ("tp·cp", format!("{tp}·{cp}"))
+    } else {
+        ("tp", tp.to_string())
+    };
     // Data parallelism: given, or filling the cluster.
     let dp = match s.int32("dp", 1)? {
         Some(dp) => {
-            let need = (tp64 * pp64).saturating_mul(dp as u64);
+            let need = (tpc * pp64).saturating_mul(dp as u64);
             if need > gpus {
-                let most = gpus / (tp64 * pp64);
+                let most = gpus / (tpc * pp64);
                 return Err(s.err(
                     "dp",
-                    format!("tp·pp·dp = {tp}·{pp}·{dp} = {need} GPUs, but the cluster has {gpus}"),
+                    format!(
+                        "{tpn}·pp·dp = {tps}·{pp}·{dp} = {need} GPUs, but the cluster has {gpus}"
+                    ),
                     Some(if most > 0 {
                         format!("dp at most {most}")
                     } else {
@@ -278,32 +293,32 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             dp
         }
         None => {
-            if tp64 * pp64 > gpus {
-                let key = if tp64 > gpus { "tp" } else { "pp" };
+            if tpc * pp64 > gpus {
+                let key = if tpc > gpus { "tp" } else { "pp" };
                 return Err(s.err(
                     key,
                     format!(
-                        "tp·pp = {tp}·{pp} = {} GPUs, but the cluster has {gpus}",
-                        tp64 * pp64
+                        "{tpn}·pp = {tps}·{pp} = {} GPUs, but the cluster has {gpus}",
+                        tpc * pp64
                     ),
-                    Some(format!("tp·pp at most {gpus}")),
+                    Some(format!("{tpn}·pp at most {gpus}")),
                 ));
             }
-            if !gpus.is_multiple_of(tp64 * pp64) {
-                let fit = gpus / (tp64 * pp64);
+            if !gpus.is_multiple_of(tpc * pp64) {
+                let fit = gpus / (tpc * pp64);
                 return Err(s.err(
                     "dp",
                     format!(
-                        "the cluster's {gpus} GPUs do not divide into groups of tp·pp = {}",
-                        tp64 * pp64
+                        "the cluster's {gpus} GPUs do not divide into groups of {tpn}·pp = {}",
+                        tpc * pp64
                     ),
                     Some(format!(
                         "give dp explicitly to use a subset, e.g. dp={fit} uses {} GPUs",
-                        fit * tp64 * pp64
+                        fit * tpc * pp64
                     )),
                 ));
             }
-            (gpus / (tp64 * pp64)) as u32
+            (gpus / (tpc * pp64)) as u32
         }
     };
     let dp64 = dp as u64;
@@ -429,12 +444,16 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     // Per-stage settings.
     let zero = s.int("zero", 0, u32::MAX as u64)?.unwrap_or(0);
     let ep = s.int("ep", 1, u32::MAX as u64)?.unwrap_or(1) as u32;
+    let replicas = dp.saturating_mul(cp);
     if ep > 1 {
-        if !dp.is_multiple_of(ep) {
+        if !replicas.is_multiple_of(ep) {
+            let what = if cp > 1 { "dp·cp" } else { "dp" };
             return Err(s.err(
                 "ep",
-                format!("ep={ep} must divide dp={dp}: expert-parallel groups are DP replicas"),
-                Some(format!("ep at most {dp}, a divisor of it")),
+                format!(
+                    "ep={ep} must divide {what}={replicas}: expert-parallel groups are DP replicas"
+                ),
+                Some(format!("ep at most {replicas}, a divisor of it")),
             ));
         }
         if !model.layers.iter().any(|l| l.experts().is_some()) {
@@ -517,9 +536,9 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         }
     }
 
-    let groups = tp_groups(cluster, tp as usize, pp as usize * dp as usize);
+    let groups = tp_groups(cluster, tp as usize, pp as usize * replicas as usize);
     let stage_devices: Vec<Vec<GpuId>> = groups
-        .chunks(dp as usize)
+        .chunks(replicas as usize)
         .map(|replicas| replicas.concat())
         .collect();
     let stages = ranges
@@ -535,14 +554,15 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             layers,
             devices: stage_devices[j % pp as usize].clone(),
             tp,
-            dp,
-            micro_batch_sizes: vec![mbs; dp as usize],
+            dp: replicas,
+            micro_batch_sizes: vec![mbs; replicas as usize],
             zero: zero as u8,
             recompute,
             offload,
             sequence_parallel,
             replica_samples: Vec::new(),
             replica_tp: Vec::new(),
+            cp,
         })
         .collect();
     let plan = Plan {
@@ -583,6 +603,10 @@ fn key_of(e: &PlanError) -> &'static str {
         PlanError::TpHeads { .. } | PlanError::TpKvHeads { .. } => "tp",
         PlanError::MicroBatchSizesCount { .. } | PlanError::ZeroMicroBatchSize { .. } => "mbs",
         PlanError::BatchMismatch { .. } => "gbs",
+        PlanError::ContextParallelDivides { .. }
+        | PlanError::ContextParallelStages { .. }
+        | PlanError::ContextParallelReplicas { .. }
+        | PlanError::ContextParallelModel { .. } => "cp",
         PlanError::ZeroStage { .. } => "zero",
         PlanError::RecomputeLayers { .. } => "ckpt",
         PlanError::OffloadRatio { which, .. } => match *which {

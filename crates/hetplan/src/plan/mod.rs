@@ -245,6 +245,17 @@ pub struct Stage {
     /// 1: every replica holds every expert.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub ep: u32,
+    /// Context parallelism: `cp` consecutive DP replicas share each of their micro-batch's
+    /// samples, each holding `1/cp` of every sequence's tokens (Megatron's load-balanced
+    /// chunks: chunk c and 2·cp − 1 − c of 2·cp), and pass the keys and values of their chunk
+    /// around a ring while attention runs (ring attention, Liu et al. 2023; Megatron-core's
+    /// `--context-parallel-size`, torchtitan's `context_parallel_degree`). Replica r is in
+    /// group r / cp; the replicas of a group have one micro-batch size, and a micro-batch
+    /// carries `sum(micro_batch_sizes) / cp` samples through the stage. Gradients are reduced
+    /// over all `dp` replicas, CP members included, as Megatron reduces over its dp×cp group.
+    /// Every stage has the same `cp`. 1: every replica holds whole sequences.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cp: u32,
 }
 
 fn one() -> u32 {
@@ -261,6 +272,19 @@ impl Stage {
         let ep = self.ep.max(1) as usize;
         let start = r / ep * ep;
         start..(start + ep).min(self.dp as usize)
+    }
+
+    /// The DP replicas in replica `r`'s context-parallel group (`cp` consecutive ones).
+    pub fn cp_group(&self, r: usize) -> std::ops::Range<usize> {
+        let cp = self.cp.max(1) as usize;
+        let start = r / cp * cp;
+        start..(start + cp).min(self.dp as usize)
+    }
+
+    /// Tokens one micro-batch puts on replica `r`: its samples' tokens, `1/cp` of each
+    /// sequence under context parallelism.
+    pub fn replica_tokens(&self, r: usize, tokens_per_sample: f64) -> f64 {
+        self.micro_batch_sizes[r] as f64 * tokens_per_sample / self.cp.max(1) as f64
     }
 
     /// Replica r's micro-batches per iteration and the size of its last one, given the plan's
@@ -311,9 +335,10 @@ impl Stage {
             .map(|r| self.replica(r)[k * self.tp_of(r) as usize / tp])
             .collect()
     }
-    /// Samples one micro-batch carries through this stage, over all replicas.
+    /// Samples one micro-batch carries through this stage, over all replicas (a
+    /// context-parallel group's replicas share theirs).
     pub fn samples_per_micro_batch(&self) -> u64 {
-        self.micro_batch_sizes.iter().sum()
+        self.micro_batch_sizes.iter().sum::<u64>() / self.cp.max(1) as u64
     }
 }
 
@@ -508,12 +533,15 @@ impl Plan {
                     let t: Vec<String> = s.replica_tp.iter().map(|t| t.to_string()).collect();
                     format!("[{}]", t.join(","))
                 };
-                // Expert parallelism after the degrees: `(16x1 ep8)`.
-                let ep = if s.ep > 1 {
+                // Expert and context parallelism after the degrees: `(16x1 ep8 cp2)`.
+                let mut ep = if s.ep > 1 {
                     format!(" ep{}", s.ep)
                 } else {
                     String::new()
                 };
+                if s.cp > 1 {
+                    ep.push_str(&format!(" cp{}", s.cp));
+                }
                 format!(
                     "{}-{}@{}..{} ({}x{}{ep})",
                     s.layers.start,

@@ -140,6 +140,17 @@ impl Runtime {
                 ));
             }
         }
+        // Context parallelism: Megatron's `--context-parallel-size` (ring attention with its
+        // transfers overlapped, one size; `Plan` validation makes it one). torchtitan 0.3's
+        // language models run FlexAttention, whose CP all-gathers the keys and values before
+        // attention (distributed/context_parallel/api.py:73) — not the ring hetplan prices;
+        // DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads); FSDP has none.
+        if first.cp > 1 && self != Runtime::Megatron {
+            why.push(format!(
+                "hetplan exports context parallelism (ring attention) to Megatron; {name} runs \
+                 the plan without it"
+            ));
+        }
         if plan.moe_capacity_factor.is_some() && self != Runtime::Megatron {
             why.push(format!(
                 "hetplan exports the MoE capacity factor (token dropping) to Megatron; {name} \
@@ -261,6 +272,21 @@ impl Runtime {
         if self == Runtime::Fsdp && pp > 1 {
             return None;
         }
+        // Without context parallelism a CP group's replicas take whole samples: cp times the
+        // samples per micro-batch, 1/cp of the micro-batches.
+        let cp = p.stages.first().map_or(1, |s| s.cp.max(1)) as u64;
+        if cp > 1 && self != Runtime::Megatron {
+            let interleaved = matches!(p.schedule, Schedule::Interleaved { .. });
+            if !p.micro_batches.is_multiple_of(cp)
+                || (interleaved && !(p.micro_batches / cp).is_multiple_of(pp as u64))
+            {
+                return None;
+            }
+            p.micro_batches /= cp;
+            for s in &mut p.stages {
+                s.cp = 1;
+            }
+        }
         let zeros = self.zero_stages(pp);
         let want = p.stages.iter().map(|s| s.zero).max()?;
         let zero = zeros
@@ -321,7 +347,8 @@ impl Runtime {
                 Recompute::Layers(k) if k as usize >= s.layers.len() => Recompute::Full,
                 r => r,
             };
-            s.sequence_parallel = sp;
+            // A no-op without TP, and what the exports write (`--sequence-parallel` with TP).
+            s.sequence_parallel = sp && s.tp > 1;
             s.offload = offload;
             s.ep = match ep {
                 Some(e) if s.ep > 1 => e,
@@ -378,6 +405,7 @@ mod tests {
         let dp = gpus.len() as u32 / tp;
         Stage {
             ep: 1,
+            cp: 1,
             layers: LayerRange {
                 start: layers.0,
                 end: layers.1,

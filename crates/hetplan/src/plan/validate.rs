@@ -47,8 +47,8 @@
 //!
 //! Fields:
 //! - `global_batch`: samples per iteration; `micro_batches`: micro-batches per iteration. Every
-//!   stage must satisfy `sum(micro_batch_sizes) × micro_batches == global_batch`, unless it
-//!   gives `replica_samples` (one-stage plans: per-replica samples summing to `global_batch`).
+//!   stage must satisfy `sum(micro_batch_sizes) / cp × micro_batches == global_batch`, unless
+//!   it gives `replica_samples` (one-stage plans: per-replica samples summing to `global_batch`).
 //! - `schedule`: `{"kind": "gpipe"}`, `{"kind": "1f1b"}` or
 //!   `{"kind": "interleaved-1f1b", "virtual_stages": 2}`. With interleaving, `stages` lists the
 //!   `pp × virtual_stages` model chunks in layer order, and chunk `j` runs on exactly the GPUs of
@@ -66,6 +66,11 @@
 //! - `zero` (0–3, default 0), `recompute` (`"none"`, `"selective"`, `"full"` or a number of
 //!   layers, default `"none"`), `offload` (fractions 0–1 of `weights`, `gradients`, `optimizer`,
 //!   `activations` kept in host memory, default all 0) and `sequence_parallel` (default false).
+//! - `ep` (default 1): expert parallelism over groups of `ep` consecutive replicas; it divides
+//!   dp and every MoE layer's experts.
+//! - `cp` (default 1): context parallelism over groups of `cp` consecutive replicas sharing
+//!   their samples, each holding `1/cp` of every sequence; it divides dp, is the same on every
+//!   stage, and a group's replicas have one micro-batch size and TP degree.
 //!
 //! Unknown fields are errors, with the nearest known field as hint.
 
@@ -303,7 +308,7 @@ pub enum PlanError {
     )]
     BatchMismatch {
         stage: usize,
-        /// Sum of the stage's micro-batch sizes.
+        /// Samples per micro-batch: the sum of the stage's micro-batch sizes, over cp.
         samples: u64,
         micro_batches: u64,
         global_batch: u64,
@@ -381,6 +386,27 @@ pub enum PlanError {
         ep: u32,
         reason: &'static str,
     },
+    #[error("stage {stage} has cp = {cp}, which does not divide its dp = {dp}")]
+    ContextParallelDivides { stage: usize, cp: u32, dp: u32 },
+    #[error(
+        "stage {stage} has cp = {cp}, but stage 0 has cp = {first}: every stage splits the \
+         sequences the same way, since the pipeline passes each chunk between the same ranks"
+    )]
+    ContextParallelStages { stage: usize, cp: u32, first: u32 },
+    #[error(
+        "stage {stage} has cp = {cp}, but {reason}: the replicas of a context-parallel group hold \
+         chunks of the same sequences and run attention together"
+    )]
+    ContextParallelReplicas {
+        stage: usize,
+        cp: u32,
+        reason: &'static str,
+    },
+    #[error(
+        "stage {stage} has cp = {cp}, but the model has no sequence to split (its layers are \
+         costed per sample)"
+    )]
+    ContextParallelModel { stage: usize, cp: u32 },
 }
 
 impl PlanError {
@@ -433,6 +459,10 @@ impl PlanError {
             | PlanError::ExpertParallelWithoutExperts { stage, .. }
             | PlanError::ExpertParallelExperts { stage, .. }
             | PlanError::ExpertParallelReplicas { stage, .. } => st(stage, "ep"),
+            PlanError::ContextParallelDivides { stage, .. }
+            | PlanError::ContextParallelStages { stage, .. }
+            | PlanError::ContextParallelReplicas { stage, .. }
+            | PlanError::ContextParallelModel { stage, .. } => st(stage, "cp"),
         }
     }
 
@@ -555,6 +585,19 @@ impl PlanError {
                  micro-batch count, or set ep to 1"
                     .into()
             }
+            PlanError::ContextParallelDivides { dp, .. } => format!(
+                "cp is one of {} (it groups DP replicas)",
+                divisors(*dp as u64)
+            ),
+            PlanError::ContextParallelStages { first, .. } => {
+                format!("set cp to {first} on every stage")
+            }
+            PlanError::ContextParallelReplicas { .. } => {
+                "give the replicas of each group of cp consecutive ones the same TP degree and \
+                 micro-batch size, or set cp to 1"
+                    .into()
+            }
+            PlanError::ContextParallelModel { .. } => "set cp to 1".into(),
         })
     }
 }
@@ -726,6 +769,7 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
         check_replica_tp(i, s, errs);
     }
     check_expert_parallel(model, i, s, errs);
+    check_context_parallel(plan, model, i, s, errs);
     if s.dp > 0 && s.micro_batch_sizes.len() != s.dp as usize {
         errs.push(PlanError::MicroBatchSizesCount {
             stage: i,
@@ -741,7 +785,9 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
             });
         }
     }
-    let samples = (s.micro_batch_sizes.iter()).fold(0u64, |a, &b| a.saturating_add(b));
+    // A context-parallel group's replicas share their samples.
+    let samples =
+        (s.micro_batch_sizes.iter()).fold(0u64, |a, &b| a.saturating_add(b)) / s.cp.max(1) as u64;
     if !s.replica_samples.is_empty() {
         check_replica_samples(plan, i, s, errs);
     } else if samples > 0
@@ -950,6 +996,66 @@ fn check_expert_parallel(model: &Model, i: usize, s: &Stage, errs: &mut Vec<Plan
         errs.push(PlanError::ExpertParallelReplicas {
             stage: i,
             ep,
+            reason,
+        });
+    }
+}
+
+/// Context parallelism (`Stage::cp`): at least 1, dividing dp, the same on every stage, on a
+/// model with sequences, each group's replicas at one TP degree and micro-batch size, without
+/// per-replica sample counts.
+fn check_context_parallel(
+    plan: &Plan,
+    model: &Model,
+    i: usize,
+    s: &Stage,
+    errs: &mut Vec<PlanError>,
+) {
+    let cp = s.cp;
+    if cp == 0 {
+        errs.push(PlanError::ZeroDegree {
+            stage: i,
+            which: "cp",
+        });
+        return;
+    }
+    let first = plan.stages[0].cp;
+    if i > 0 && cp != first && first > 0 {
+        errs.push(PlanError::ContextParallelStages {
+            stage: i,
+            cp,
+            first,
+        });
+    }
+    if cp == 1 {
+        return;
+    }
+    if s.dp > 0 && !s.dp.is_multiple_of(cp) {
+        errs.push(PlanError::ContextParallelDivides {
+            stage: i,
+            cp,
+            dp: s.dp,
+        });
+        return;
+    }
+    if model.per_sample {
+        errs.push(PlanError::ContextParallelModel { stage: i, cp });
+    }
+    let uneven = |v: &[u64]| v.chunks(cp as usize).any(|g| g.iter().any(|&x| x != g[0]));
+    let tps: Vec<u64> = s.replica_tp.iter().map(|&t| t as u64).collect();
+    let reason = if s.micro_batch_sizes.len() == s.dp as usize && uneven(&s.micro_batch_sizes) {
+        Some("replicas of one group have different micro-batch sizes")
+    } else if tps.len() == s.dp as usize && uneven(&tps) {
+        Some("replicas of one group have different TP degrees")
+    } else if !s.replica_samples.is_empty() {
+        Some("its replicas process different numbers of samples")
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        errs.push(PlanError::ContextParallelReplicas {
+            stage: i,
+            cp,
             reason,
         });
     }

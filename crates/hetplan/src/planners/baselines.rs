@@ -426,6 +426,8 @@ impl ComputeTimes for AveragedTimes<'_> {
             forward: field(&|lt| lt.forward.get()),
             backward: field(&|lt| lt.backward.get()),
             selective_forward: field(&|lt| lt.selective_forward.get()),
+            attention_forward: field(&|lt| lt.attention_forward.get()),
+            attention_backward: field(&|lt| lt.attention_backward.get()),
             ..first
         }
     }
@@ -549,6 +551,7 @@ impl Planner for AlpaAverage {
                             sequence_parallel: false,
                             precision: problem.options.precision,
                             ep: 1,
+                            cp: 1,
                         };
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {

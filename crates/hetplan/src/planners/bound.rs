@@ -6,7 +6,8 @@
 //! over every TP degree `t ≤ max_tp` and micro-batch size `b ≤ min(max_micro_batch, gbs)` the
 //! planners may choose, with and without sequence parallelism, and for MoE layers every
 //! expert-parallel degree dividing the experts (larger expert GEMMs; the load imbalance the
-//! estimate adds on top only raises a plan's time): `t·(fwd + bwd)(l, g, t, b) / b`
+//! estimate adds on top only raises a plan's time), and every context-parallel degree `c` the
+//! planner may take (`c` GPUs share the samples): `c·t·(fwd + bwd)(l, g, t, b, c) / b`
 //! from the same `ComputeTimes` the estimate uses. A plan's iteration is at least the busiest
 //! GPU's compute, so with `n_g` GPUs of type `g` and `x_{g,l}` the samples of layer `l` that
 //! type `g` processes, the iteration time `T` of any plan satisfies
@@ -88,6 +89,15 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
         .min(problem.global_batch)
         .max(1);
     let max_tp = problem.options.max_tp.max(1);
+    // Context parallelism: each of cp GPUs takes 1/cp of a sample's tokens — smaller kernels,
+    // so the per-sample cost only rises, but a plan may take any degree, so the bound does too.
+    let cps: Vec<u32> = if model.per_sample {
+        vec![1]
+    } else {
+        (1..=problem.options.max_cp.max(1))
+            .filter(|&c| problem.seq_len.is_multiple_of(2 * c as u64) || c == 1)
+            .collect()
+    };
     // c[g][j]: fewest GPU-seconds per sample of layer class j on type g.
     let c: Vec<Vec<f64>> = types
         .iter()
@@ -108,7 +118,9 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                     for tp in 1..=max_tp {
                         for b in 1..=max_b {
                             for sequence_parallel in [false, true] {
-                                for &ep in &eps {
+                                for (&ep, &cp) in
+                                    eps.iter().flat_map(|e| cps.iter().map(move |c| (e, c)))
+                                {
                                     let shape = LayerShape {
                                         mbs: b,
                                         seq: problem.seq_len,
@@ -116,9 +128,12 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         sequence_parallel,
                                         precision: problem.options.precision,
                                         ep,
+                                        cp,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
-                                    let per = tp as f64 * (t.forward + t.backward).get() / b as f64;
+                                    // cp·tp GPUs share the b samples.
+                                    let per = (cp * tp) as f64 * (t.forward + t.backward).get()
+                                        / b as f64;
                                     if per.is_finite() && per >= 0.0 {
                                         best = best.min(per);
                                     }

@@ -55,6 +55,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
             .into_iter()
             .map(|s| Stage {
                 ep: 1,
+                cp: 1,
                 layers: s.layers,
                 dp: s.micro_batch_sizes.len() as u32,
                 devices: s.devices,

@@ -52,6 +52,9 @@ pub struct PlanOptions {
     /// Largest expert-parallel degree to consider (1: none). Only hetplan's planner searches
     /// expert parallelism; the seeds' spaces have none.
     pub max_ep: u32,
+    /// Largest context-parallel degree to consider (1: none). Only hetplan's planner searches
+    /// context parallelism; the seeds' spaces have none.
+    pub max_cp: u32,
     /// The engine the plan must run on (`--engine`); `None`: any, a heterogeneity-aware
     /// runtime included. Honoured by hetplan's planner; the seeds search their own spaces.
     pub runtime: Option<crate::plan::runtime::Runtime>,
@@ -65,6 +68,7 @@ impl Default for PlanOptions {
             max_tp: 8,
             max_micro_batch: 64,
             max_ep: 64,
+            max_cp: 16,
             runtime: None,
         }
     }

@@ -303,6 +303,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
     let precision = problem.options.precision;
     let stage = Stage {
         ep: 1,
+        cp: 1,
         layers: LayerRange {
             start: 0,
             end: model.layers.len(),
@@ -355,6 +356,7 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         sequence_parallel: false,
         precision: problem.options.precision,
         ep: 1,
+        cp: 1,
     };
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;

@@ -36,7 +36,8 @@
 //! counts (`replica_samples`, Poplar's uneven last batches); TP degrees outside
 //! [`tp_degrees`] (e.g. a degree that only an embedding-only stage allows); interleaving with
 //! more than 2 virtual stages; other collective types; ZeRO-3 without data parallelism;
-//! sequence parallelism at TP degree 1; micro-batches above `options.max_micro_batch`.
+//! sequence parallelism at TP degree 1; micro-batches above `options.max_micro_batch`; expert
+//! and context parallelism (`ep`, `cp` above 1: hetplan's own moves, in no seed's space).
 //! `options.runtime` is ignored: the space is that of any runtime.
 //!
 //! # What it exploits, and why that is exact
@@ -507,6 +508,7 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
             };
             Stage {
                 ep: 1,
+                cp: 1,
                 layers: ranges[j],
                 devices: sk.devices[p].clone(),
                 tp,
@@ -828,6 +830,8 @@ pub fn contains(problem: &Problem<'_>, plan: &Plan) -> bool {
         let off = st.offload;
         replicas_ok
             && st.replica_samples.is_empty()
+            && st.ep == 1
+            && st.cp == 1
             && st.micro_batch_sizes.iter().all(|&b| b <= o.max_micro_batch)
             && (st.dp > 1 || st.zero < 3)
             && (st.tp > 1 || !st.sequence_parallel)

@@ -99,6 +99,15 @@ pub enum Label {
         pass: Pass,
         layer: Option<usize>,
     },
+    /// Context-parallel ring transfers (keys and values, and their gradients) of a pass (or of
+    /// one layer of it), from the replica to the next of its context-parallel group.
+    CpRing {
+        stage: usize,
+        replica: usize,
+        mb: u64,
+        pass: Pass,
+        layer: Option<usize>,
+    },
     /// Offload traffic over a replica's host links for one pass.
     Offload {
         stage: usize,
@@ -245,15 +254,20 @@ fn program(schedule: Schedule, s: usize, p: usize, m: u64) -> Vec<(usize, u64, P
     ops
 }
 
-/// Samples of a micro-batch each replica holds: `[offset, offset + size)`.
-fn sample_ranges(st: &Stage) -> Vec<(u64, u64)> {
+/// Samples of a micro-batch each replica holds, `[offset, offset + size)`, and which of the
+/// `cp` chunks of their sequences: a context-parallel group's replicas share one range.
+fn sample_ranges(st: &Stage) -> Vec<(u64, u64, usize)> {
+    let cp = st.cp.max(1) as usize;
     let mut off = 0;
     st.micro_batch_sizes
         .iter()
-        .map(|&b| {
-            let r = (off, off + b);
-            off += b;
-            r
+        .enumerate()
+        .map(|(r, &b)| {
+            let range = (off, off + b, r % cp);
+            if r % cp == cp - 1 {
+                off += b;
+            }
+            range
         })
         .collect()
 }
@@ -418,6 +432,47 @@ impl<'a> Builder<'a> {
         self.task(work, deps, label)
     }
 
+    /// The context-parallel ring transfers that run beside compute task `beside` of executor `e`
+    /// (both after task `after`): this replica sends `chunk_rounds` (its chunk's bytes times
+    /// the rounds, summed over layers) `n − 1` times to the next replica of its group, TP rank
+    /// by TP rank, `rounds·(n − 1)` message latencies. Every replica of the group adds its own
+    /// sends, so the ring's traffic is complete. The executor's next compute waits.
+    fn cp_ring(&mut self, e: usize, after: TaskId, chunk_rounds: f64, rounds: u32, label: Label) {
+        let (si, r) = (self.executors[e].stage, self.executors[e].replica);
+        let st = &self.plan.stages[si];
+        let group = st.cp_group(r);
+        let n = group.len();
+        if chunk_rounds <= 0.0 || rounds == 0 || n < 2 {
+            return;
+        }
+        let next = group.start + (r - group.start + 1) % n;
+        let pairs: Vec<(GpuId, GpuId)> = (0..st.tp_of(r) as usize)
+            .map(|k| (st.replica(r)[k], st.replica(next)[k]))
+            .collect();
+        let spans = group
+            .clone()
+            .flat_map(|q| st.replica(q).iter())
+            .any(|g| g.node != st.replica(r)[0].node);
+        let edges: Vec<Edge> = pairs
+            .into_iter()
+            .map(|(from, to)| self.hop(from, to, chunk_rounds * (n - 1) as f64))
+            .collect();
+        let cl = self.w.cluster;
+        let alpha = if spans {
+            cl.inter_latency
+        } else {
+            cl.intra_latency
+        };
+        let work = Work::Flow {
+            edges,
+            latency: (rounds as usize * (n - 1)) as f64 * alpha.get(),
+            efficiency: k::COLLECTIVE_EFFICIENCY,
+            execs: vec![e],
+        };
+        let t = self.task(work, vec![after], label);
+        self.pending_sends[e].push(t);
+    }
+
     /// Adds a compute task to executor `e`, after its previous one and its pending sends.
     fn compute(&mut self, e: usize, duration: f64, mut deps: Vec<TaskId>, label: Label) -> TaskId {
         if let Some(prev) = self.last[e] {
@@ -518,12 +573,15 @@ pub fn task_count(plan: &Plan) -> u64 {
     for (si, st) in plan.stages.iter().enumerate() {
         let layers = st.layers.len() as u64;
         let dp = st.dp as u64;
-        // Per pass: its compute (per layer where split), the TP all-reduces after each, offload.
+        // Per pass: its compute (per layer where split), the TP all-reduces after each, the
+        // expert-parallel all-to-alls, the context-parallel ring beside a second compute task
+        // (at most: layers without attention have none), offload.
         let per = |split: bool| {
             let units = if split { layers } else { 1 };
             let tp = if st.tp > 1 { 2 } else { 1 };
             let ep = if st.ep > 1 { 2 } else { 1 };
-            mul(units, tp + ep - 1) + u64::from(!st.offload.is_none())
+            let cp = if st.cp > 1 { 2 } else { 0 };
+            mul(units, tp + ep - 1 + cp) + u64::from(!st.offload.is_none())
         };
         for r in 0..st.dp as usize {
             let steps = st.replica_steps(r, m).0;
@@ -652,6 +710,11 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         Pass::Forward => c.ep_alltoalls_forward,
         Pass::Backward => c.ep_alltoalls_backward,
     };
+    // Context parallelism: rounds of the ring and the compute they run beside.
+    let cp_of = |c: &LayerCost, pass: Pass| match pass {
+        Pass::Forward => (c.cp_rounds_forward, c.cp_overlap_forward),
+        Pass::Backward => (c.cp_rounds_backward, c.cp_overlap_backward),
+    };
 
     // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), the last
     // micro-batch's backward when its gradients are reduced in buckets after it, and the first
@@ -716,6 +779,13 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 pass: op.pass,
                 layer,
             };
+            let cp_label = |layer: Option<usize>| Label::CpRing {
+                stage: op.chunk,
+                replica: r,
+                mb: op.mb,
+                pass: op.pass,
+                layer,
+            };
             let tasks = if split(op.chunk, r, op.mb, op.pass) {
                 let order: Vec<usize> = match op.pass {
                     Pass::Forward => (0..lc.len()).collect(),
@@ -724,13 +794,29 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 let start = plan.stages[op.chunk].layers.start;
                 let mut layers = vec![0; lc.len()];
                 let mut layer_ends = vec![0; lc.len()];
+                let mut last_compute = 0;
                 for &l in &order {
                     let c = &lc[l];
-                    let t = b.compute(e, compute_of(c, op.pass), vec![], label(Some(start + l)));
+                    // With context parallelism the attention core (but its first block) runs
+                    // beside the ring's transfers, after the rest of the layer.
+                    let (rounds, overlap) = cp_of(c, op.pass);
+                    let overlap = if rounds > 0 { overlap } else { 0.0 };
+                    let t = b.compute(
+                        e,
+                        compute_of(c, op.pass) - overlap,
+                        vec![],
+                        label(Some(start + l)),
+                    );
                     layers[l] = t;
+                    last_compute = t;
+                    if rounds > 0 {
+                        last_compute = b.compute(e, overlap, vec![], label(Some(start + l)));
+                        let chunk_rounds = c.cp_chunk_bytes.get() * rounds as f64;
+                        b.cp_ring(e, t, chunk_rounds, rounds, cp_label(Some(start + l)));
+                    }
                     let tp_end = b.tp_allreduces(
                         e,
-                        t,
+                        last_compute,
                         c.tp_allreduce_bytes.get(),
                         tp_count(c, op.pass),
                         tp_label(Some(start + l)),
@@ -747,13 +833,29 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 PassTasks {
                     first: layers[order[0]],
                     last: layer_ends[final_layer],
-                    last_compute: layers[final_layer],
+                    last_compute,
                     layers,
                     layer_ends,
                 }
             } else {
                 let d: f64 = lc.iter().map(|c| compute_of(c, op.pass)).sum();
-                let t = b.compute(e, d, vec![], label(None));
+                // The ring's transfers of all the pass's layers beside their attention cores,
+                // after the rest of the pass.
+                let (mut rounds, mut overlap, mut chunk_rounds) = (0u32, 0.0, 0.0);
+                for c in lc {
+                    let (n, o) = cp_of(c, op.pass);
+                    if n > 0 {
+                        rounds += n;
+                        overlap += o;
+                        chunk_rounds += c.cp_chunk_bytes.get() * n as f64;
+                    }
+                }
+                let t = b.compute(e, d - overlap, vec![], label(None));
+                let mut last_compute = t;
+                if rounds > 0 {
+                    last_compute = b.compute(e, overlap, vec![], label(None));
+                    b.cp_ring(e, t, chunk_rounds, rounds, cp_label(None));
+                }
                 // One all-reduce flow for the pass: the layers' buffers (equal within a stage
                 // of one kind of layer) as their total, with every message's latency.
                 let count: u32 = lc.iter().map(|c| tp_count(c, op.pass)).sum();
@@ -762,7 +864,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                     .map(|c| c.tp_allreduce_bytes.get() * tp_count(c, op.pass) as f64)
                     .sum();
                 let per_message = if count > 0 { bytes / count as f64 } else { 0.0 };
-                let tp_end = b.tp_allreduces(e, t, per_message, count, tp_label(None));
+                let tp_end = b.tp_allreduces(e, last_compute, per_message, count, tp_label(None));
                 // The MoE layers' all-to-alls likewise, as one flow after the pass.
                 let ep_n: u32 = lc.iter().map(|c| ep_count(c, op.pass)).sum();
                 let ep_bytes: f64 = lc
@@ -778,7 +880,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 PassTasks {
                     first: t,
                     last: end,
-                    last_compute: t,
+                    last_compute,
                     layers: vec![],
                     layer_ends: vec![],
                 }
@@ -842,13 +944,15 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         let (ra, rz) = (sample_ranges(a), sample_ranges(z));
         let out = model.layers[a.layers.end - 1].output_bytes_per_token;
         for j in 0..m {
-            for (x, &(xa, xb)) in ra.iter().enumerate() {
-                for (y, &(ya, yb)) in rz.iter().enumerate() {
+            for (x, &(xa, xb, xc)) in ra.iter().enumerate() {
+                for (y, &(ya, yb, yc)) in rz.iter().enumerate() {
                     let overlap = xb.min(yb).saturating_sub(xa.max(ya));
-                    if overlap == 0 {
+                    // The same chunk of the same samples (every stage has one cp).
+                    if overlap == 0 || xc != yc {
                         continue;
                     }
-                    let bytes = overlap as f64 * tokens_per_sample * out * elem / 2.0;
+                    let bytes =
+                        overlap as f64 * tokens_per_sample / a.cp.max(1) as f64 * out * elem / 2.0;
                     for pass in [Pass::Forward, Pass::Backward] {
                         let (fs, fr, ts, tr) = match pass {
                             Pass::Forward => (si, x, si + 1, y),

@@ -31,6 +31,7 @@ pub(crate) enum Kind {
     ZeroScatter,
     TpAllReduce,
     EpAllToAll,
+    CpRing,
     Offload,
     TiedSync,
 }
@@ -53,6 +54,7 @@ impl Kind {
             Label::ZeroScatter { .. } => Kind::ZeroScatter,
             Label::TpAllReduce { .. } => Kind::TpAllReduce,
             Label::EpAllToAll { .. } => Kind::EpAllToAll,
+            Label::CpRing { .. } => Kind::CpRing,
             Label::Offload { .. } => Kind::Offload,
             Label::TiedSync => Kind::TiedSync,
         }
@@ -72,6 +74,7 @@ impl Kind {
             Kind::ZeroScatter => "zero-reduce-scatter",
             Kind::TpAllReduce => "tp-all-reduce",
             Kind::EpAllToAll => "ep-all-to-all",
+            Kind::CpRing => "cp-ring",
             Kind::Offload => "offload",
             Kind::TiedSync => "tied-embedding-sync",
         }
@@ -91,12 +94,13 @@ impl Kind {
             Kind::ZeroScatter => "ZeRO reduce-scatter",
             Kind::TpAllReduce => "tensor-parallel all-reduce",
             Kind::EpAllToAll => "expert-parallel all-to-all",
+            Kind::CpRing => "context-parallel ring (keys and values)",
             Kind::Offload => "offload copy",
             Kind::TiedSync => "tied-embedding all-reduce",
         }
     }
 
-    pub(crate) const ALL: [Kind; 13] = [
+    pub(crate) const ALL: [Kind; 14] = [
         Kind::Forward,
         Kind::Backward,
         Kind::Optimizer,
@@ -108,6 +112,7 @@ impl Kind {
         Kind::ZeroScatter,
         Kind::TpAllReduce,
         Kind::EpAllToAll,
+        Kind::CpRing,
         Kind::Offload,
         Kind::TiedSync,
     ];
@@ -183,6 +188,12 @@ pub(crate) fn span_name(sp: &Span, depth: usize, multi_replica: bool) -> String 
         } => match layer {
             Some(l) => format!("EP all-to-all {}{mb} L{l}", pass_letter(*pass)),
             None => format!("EP all-to-all {}{mb}", pass_letter(*pass)),
+        },
+        Label::CpRing {
+            mb, pass, layer, ..
+        } => match layer {
+            Some(l) => format!("CP ring {}{mb} L{l}", pass_letter(*pass)),
+            None => format!("CP ring {}{mb}", pass_letter(*pass)),
         },
         Label::Offload { mb, pass, .. } => format!("offload {}{mb}", pass_letter(*pass)),
         Label::TiedSync => "tied-embedding all-reduce".into(),
@@ -347,6 +358,13 @@ fn span_args(sp: &Span) -> Args {
             layer,
         }
         | Label::EpAllToAll {
+            stage,
+            replica,
+            mb,
+            pass,
+            layer,
+        }
+        | Label::CpRing {
             stage,
             replica,
             mb,

@@ -261,6 +261,26 @@ pub fn cases() -> Vec<Case> {
             why: "expert-parallel groups across two nodes: the all-to-alls cross each node's \
                   network beside the pipeline sends",
         },
+        Case {
+            model: "llama3-8b",
+            cluster: Catalog("1x8xh100-sxm5-80gb@400Gbps+1x8xa100-sxm4-80gb@200Gbps"),
+            plan: Inline("tp=1,pp=2,dp=4,cp=2,mbs=1,gbs=16,zero=1,ckpt=full"),
+            seq: 32768,
+            known: None,
+            why: "context parallelism inside each node: the ring's transfers run beside the \
+                  attention core and hide there in both; the pipeline sends each chunk to its \
+                  counterpart",
+        },
+        Case {
+            model: "llama3-8b",
+            cluster: Catalog("2x4xa100-sxm4-80gb@25Gbps"),
+            plan: Inline("tp=1,pp=1,dp=1,cp=8,mbs=1,gbs=4,zero=1,ckpt=full"),
+            seq: 32768,
+            known: None,
+            why: "a ring of 8 around two nodes on 25 Gbps: its transfers outlast attention and \
+                  share each node's network with the other ring members' and the gradient \
+                  reduction's",
+        },
     ]
 }
 

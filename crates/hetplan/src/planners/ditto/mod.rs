@@ -358,6 +358,7 @@ impl<'p> Model<'p> {
                     sequence_parallel: false,
                     precision,
                     ep: 1,
+                    cp: 1,
                 };
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];

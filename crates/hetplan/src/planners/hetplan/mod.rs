@@ -27,6 +27,7 @@ use crate::cost::Estimate;
 use crate::plan::runtime::Runtime;
 use crate::plan::{Plan, Recompute};
 use crate::units::Seconds;
+use rayon::prelude::*;
 use std::sync::Mutex;
 
 /// The seed planners hetplan runs, fast first (`planners::all()` minus the oracle, which is a
@@ -273,6 +274,10 @@ impl Planner for Hetplan {
                 steps: Vec::new(),
             })
             .collect();
+        // Long sequences: the seeds have no context parallelism, so uniform plans with it join
+        // them as starting points (where nothing else fits, they are the only ones).
+        let mut seen = seen;
+        seen.extend(context_parallel_starts(problem, search));
         let cands = admit(problem, &seen);
         if cands.is_empty() {
             return Err(match (stop, problem.options.runtime) {
@@ -371,6 +376,7 @@ impl Planner for Hetplan {
         notes.extend(explain(problem, &chosen.plan));
         notes.extend(memory_options(problem, &chosen.plan, &chosen.est));
         notes.extend(expert_parallelism(problem, &chosen.plan, &chosen.est));
+        notes.extend(context_parallelism(problem, &chosen.plan, &chosen.est));
         // GPUs left out: what using them all would cost, by the best such plan seen.
         let all = problem.cluster.num_gpus();
         let used = chosen.plan.devices().len();
@@ -416,6 +422,79 @@ struct Seen {
     plan: Plan,
     est: Estimate,
     steps: Vec<(refine::Move, (f64, f64))>,
+}
+
+/// Uniform plans with context parallelism (Megatron's placement: TP innermost, then CP, then
+/// DP, then the pipeline), made to fit by the memory ladder: for every power-of-two degree
+/// `cp > 1` the problem allows, TP 1–8 and pipelines of 1, 2 and 4 stages, micro-batches of one
+/// sample and as many replicas as divide the global batch. Each evaluation is a node of
+/// `search`; none once its limits are reached. Those that fit, best first, at most `STARTS`.
+fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Vec<Seen> {
+    let model = problem.model;
+    let cluster = problem.cluster;
+    let gpus = cluster.num_gpus() as u64;
+    let gbs = problem.global_batch;
+    let engine_has_cp = matches!(
+        problem.options.runtime,
+        None | Some(crate::plan::runtime::Runtime::Megatron)
+    );
+    if model.per_sample || !engine_has_cp || !search.poll() {
+        return Vec::new();
+    }
+    let mut specs: Vec<String> = Vec::new();
+    for cp in 2..=problem.options.max_cp.max(1) as u64 {
+        if !cp.is_power_of_two() || !problem.seq_len.is_multiple_of(2 * cp) {
+            continue;
+        }
+        for tp in [1u64, 2, 4, 8] {
+            for pp in [1u64, 2, 4] {
+                let per_replica = tp * cp * pp;
+                if tp > problem.options.max_tp as u64
+                    || per_replica > gpus
+                    || pp as usize > model.layers.len()
+                {
+                    continue;
+                }
+                // Megatron's DP (groups of cp replicas): the most that divide the batch.
+                if let Some(dp) = (1..=gpus / per_replica)
+                    .rev()
+                    .find(|d| gbs.is_multiple_of(*d))
+                {
+                    specs.push(format!("tp={tp},pp={pp},cp={cp},dp={dp},mbs=1,gbs={gbs}"));
+                }
+            }
+        }
+    }
+    let evaluated: Vec<Option<(Plan, Estimate)>> = specs
+        .par_iter()
+        .map(|spec| {
+            let plan = crate::plan::inline::parse_inline_plan(spec, model, cluster).ok()?;
+            let plan = match problem.options.runtime {
+                Some(_) => refine::conformed(problem, plan)?,
+                None => plan,
+            };
+            let est = common::evaluate(problem, &plan)?;
+            refine::repair(problem, plan, est)
+        })
+        .collect();
+    let mut out: Vec<Seen> = Vec::new();
+    for (spec, e) in specs.iter().zip(evaluated) {
+        if !search.tick() {
+            break;
+        }
+        if let Some((plan, est)) = e.filter(|(_, e)| e.fits) {
+            search.offer(Seconds(est.iteration_time_s));
+            out.push(Seen {
+                who: format!("a uniform plan with context parallelism ({spec})"),
+                plan,
+                est,
+                steps: Vec::new(),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
+    out.truncate(STARTS);
+    out
 }
 
 /// The plans hetplan may start from, best first, each once: as they are, or with `--engine`
@@ -739,6 +818,43 @@ fn expert_parallelism(problem: &Problem<'_>, plan: &Plan, est: &Estimate) -> Vec
     }]
 }
 
+/// What context parallelism buys: the plan against the same plan with whole sequences on every
+/// replica (the same replicas, cp times fewer micro-batches of cp times the samples).
+fn context_parallelism(problem: &Problem<'_>, plan: &Plan, est: &Estimate) -> Vec<String> {
+    let cp = plan.stages.first().map_or(1, |s| s.cp);
+    if cp <= 1 {
+        return Vec::new();
+    }
+    let what = format!(
+        "context parallelism {cp} splits each sequence of {} tokens over {cp} GPUs ({} each), \
+         which pass their keys and values around a ring while attention runs",
+        problem.seq_len,
+        problem.seq_len / cp as u64
+    );
+    let mut without = plan.clone();
+    without.stages.iter_mut().for_each(|s| s.cp = 1);
+    let e = (plan.micro_batches.is_multiple_of(cp as u64))
+        .then(|| {
+            without.micro_batches /= cp as u64;
+            common::evaluate(problem, &without)
+        })
+        .flatten();
+    vec![match e {
+        Some(e) if e.fits => {
+            let change = est.iteration_time_s / e.iteration_time_s - 1.0;
+            format!(
+                "{what}: the iteration is {:.1}% {} than with whole sequences on each replica \
+                 ({})",
+                change.abs() * 100.0,
+                if change > 0.0 { "slower" } else { "faster" },
+                Seconds(e.iteration_time_s)
+            )
+        }
+        Some(_) => format!("{what}: with whole sequences the plan would not fit in memory"),
+        None => what,
+    }]
+}
+
 /// Which GPUs get which layers: per GPU type, the stages on it with their layers, parallelism
 /// and memory options, and how many of its GPUs the plan uses.
 fn explain(problem: &Problem<'_>, plan: &crate::plan::Plan) -> Vec<String> {
@@ -758,8 +874,14 @@ fn explain(problem: &Problem<'_>, plan: &crate::plan::Plan) -> Vec<String> {
             .filter(|(_, st)| st.devices.iter().any(on_type))
             .map(|(i, st)| {
                 let options = memory_words(st);
+                let groups = match (st.ep > 1, st.cp > 1) {
+                    (false, false) => String::new(),
+                    (true, false) => format!(", ep {}", st.ep),
+                    (false, true) => format!(", cp {}", st.cp),
+                    (true, true) => format!(", ep {}, cp {}", st.ep, st.cp),
+                };
                 format!(
-                    "stage {i} (layers {}-{}, dp {} × tp {}{})",
+                    "stage {i} (layers {}-{}, dp {} × tp {}{groups}{})",
                     st.layers.start,
                     st.layers.end.saturating_sub(1),
                     st.dp,

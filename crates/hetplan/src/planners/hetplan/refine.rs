@@ -131,6 +131,12 @@ pub enum Move {
     ExpertParallelAll {
         ep: u32,
     },
+    /// Every stage's sequences split over `cp` consecutive replicas (ring attention; every
+    /// stage takes one degree), with `cp / old` times the micro-batches so that the global
+    /// batch stays: the same tokens per GPU, in micro-batches `cp / old` times shorter.
+    ContextParallelAll {
+        cp: u32,
+    },
 }
 
 impl Move {
@@ -149,6 +155,9 @@ impl Move {
             }
             Move::ExpertParallelAll { ep } => {
                 format!("expert parallelism {ep} on every stage with experts")
+            }
+            Move::ContextParallelAll { cp } => {
+                format!("context parallelism {cp} on every stage")
             }
             Move::SequenceParallel { stage, on } => format!(
                 "sequence parallelism {} on stage {stage}",
@@ -428,6 +437,12 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             }
         }
     }
+    let cp = plan.stages.first().map_or(1, |s| s.cp);
+    for c in context_parallel_degrees(problem, plan) {
+        if c != cp {
+            out.push(Move::ContextParallelAll { cp: c });
+        }
+    }
     if plan.stages.len() > 1 {
         for zero in 0..=3u8 {
             if plan.stages.iter().any(|s| s.zero != zero) {
@@ -628,6 +643,17 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
                 if expert_parallel_degrees(problem, s).contains(&ep) {
                     s.ep = ep;
                 }
+            }
+        }
+        Move::ContextParallelAll { cp } => {
+            let old = p.stages[0].cp.max(1) as u64;
+            let m = p.micro_batches.checked_mul(cp as u64)?;
+            if !m.is_multiple_of(old) {
+                return None;
+            }
+            p.micro_batches = m / old;
+            for s in &mut p.stages {
+                s.cp = cp;
             }
         }
         Move::OffloadOptimizer { stage, ratio } => p.stages[stage].offload.optimizer = ratio,
@@ -899,6 +925,47 @@ pub fn expert_parallel_degrees(problem: &Problem<'_>, st: &Stage) -> Vec<u32> {
         .collect()
 }
 
+/// The context-parallel degrees every stage of `plan` can take: up to the problem's `max_cp`,
+/// dividing every stage's dp with each group of that many consecutive replicas at one
+/// micro-batch size and TP degree, splitting the sequence into `2·cp` chunks (Megatron's
+/// load-balanced layout), with a whole number of micro-batches after the change (a multiple
+/// of the pipeline depth when interleaved). 1 alone for models without sequences, per-replica
+/// sample counts, and engines without ring attention (`Runtime::why_not`).
+pub fn context_parallel_degrees(problem: &Problem<'_>, plan: &Plan) -> Vec<u32> {
+    let Some(first) = plan.stages.first() else {
+        return vec![1];
+    };
+    let engine_has_cp = matches!(
+        problem.options.runtime,
+        None | Some(crate::plan::runtime::Runtime::Megatron)
+    );
+    if problem.model.per_sample
+        || !engine_has_cp
+        || plan.stages.iter().any(|s| !s.replica_samples.is_empty())
+    {
+        return vec![1];
+    }
+    let old = first.cp.max(1) as u64;
+    let pp = plan.pipeline_depth().max(1) as u64;
+    let interleaved = plan.stages.len() as u64 != pp;
+    let most =
+        (plan.stages.iter().map(|s| s.dp).min().unwrap_or(1)).min(problem.options.max_cp.max(1));
+    (1..=most)
+        .filter(|&c| {
+            let m = plan.micro_batches * c as u64;
+            problem.seq_len.is_multiple_of(2 * c as u64)
+                && m.is_multiple_of(old)
+                && (!interleaved || (m / old).is_multiple_of(pp))
+                && plan.stages.iter().all(|s| {
+                    let even =
+                        |v: &[u64]| v.chunks(c as usize).all(|g| g.iter().all(|&x| x == g[0]));
+                    let tps: Vec<u64> = s.replica_tp.iter().map(|&t| t as u64).collect();
+                    s.dp.is_multiple_of(c) && even(&s.micro_batch_sizes) && even(&tps)
+                })
+        })
+        .collect()
+}
+
 /// A `Layers(k)` count no larger than the stage.
 fn clamp_recompute(st: &mut Stage) {
     if let Recompute::Layers(k) = st.recompute {
@@ -952,6 +1019,7 @@ mod tests {
     fn stage(start: usize, end: usize) -> Stage {
         Stage {
             ep: 1,
+            cp: 1,
             layers: LayerRange { start, end },
             devices: vec![GpuId {
                 node: 0,

@@ -233,6 +233,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             sequence_parallel: false,
             precision: p.options.precision,
             ep: 1,
+            cp: 1,
         };
         let mut v = Vec::with_capacity(p.model.layers.len() + 1);
         v.push(0.0);

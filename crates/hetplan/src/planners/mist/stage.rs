@@ -147,6 +147,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         sequence_parallel: false,
         precision: p.options.precision,
         ep: 1,
+        cp: 1,
     };
     let n = spec.end - spec.start;
     let mut t = Table {
@@ -213,6 +214,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
     }
     let dummy = Stage {
         ep: 1,
+        cp: 1,
         layers: crate::plan::LayerRange {
             start: spec.start,
             end: spec.end,
