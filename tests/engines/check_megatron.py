@@ -40,7 +40,7 @@ INT_FIELDS = {
 }
 FLOAT_FIELDS = {"attention-dropout", "hidden-dropout", "moe-expert-capacity-factor"}
 STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",
-              "pipeline-model-parallel-layout"}
+              "pipeline-model-parallel-layout", "cp-comm-type"}
 BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias", "qk-layernorm",
                "multi-latent-attention"}
 # Flags of the training script, not of the model config (checked for shape only).

@@ -231,6 +231,12 @@ fn megatron_core_accepts_every_export() {
             "2x8xa100-80gb",
             "tp=2,pp=2,cp=2,mbs=1,gbs=16,sp=on",
         ),
+        // ... and by all-to-all (Ulysses, `--cp-comm-type a2a`).
+        (
+            "qwen3-0.6b",
+            "2x8xa100-80gb",
+            "tp=2,pp=2,cp=2,cp_comm=a2a,mbs=1,gbs=16,sp=on",
+        ),
         ("mistral-7b-v0.1", "2x8xa100-80gb", "tp=4,pp=2,mbs=1,gbs=32"),
         ("gpt-neo-1.3b", "1x8xa100-80gb", "tp=2,pp=2,mbs=2,gbs=32"),
         // MoE with dense first blocks (`--moe-layer-freq`) and expert parallelism.

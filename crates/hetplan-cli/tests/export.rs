@@ -657,6 +657,10 @@ fn a_megatron_export_imports_back_to_the_same_plan() {
         ),
         // Context parallelism: `--context-parallel-size` back to every stage's cp.
         ("llama2-7b", "tp=2,pp=2,cp=2,mbs=1,gbs=64,zero=1,sp=on"),
+        (
+            "llama2-7b",
+            "tp=2,pp=2,cp=2,cp_comm=a2a,mbs=1,gbs=64,zero=1,sp=on",
+        ),
     ];
     for (i, (model, plan)) in cases.iter().enumerate() {
         let job = format!("job{i}");

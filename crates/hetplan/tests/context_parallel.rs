@@ -77,6 +77,22 @@ fn validation_names_what_context_parallelism_needs() {
     // The inline form places tp·cp·pp GPUs per data-parallel rank.
     let e = parse_inline_plan("pp=2,cp=3,gbs=16", &model, &cluster).unwrap_err();
     assert!(e.message.contains("tp·cp·pp"), "{e}");
+    // Ulysses hands each GPU 1/cp of its TP rank's heads: GPT-3 1.3B's 24 do not split 16 ways.
+    let gpt = catalog_model("gpt3-1.3b").unwrap();
+    let ring = plan("tp=2,cp=8,dp=1,mbs=1,gbs=4", &gpt, &cluster);
+    validate(&ring, &gpt, &cluster).unwrap();
+    let mut a2a = ring.clone();
+    a2a.cp_comm = hetplan::plan::CpComm::AllToAll;
+    let e = validate(&a2a, &gpt, &cluster).unwrap_err();
+    assert!(
+        matches!(e[0], PlanError::ContextParallelHeads { heads: 24, .. }),
+        "{e:?}"
+    );
+    assert!(e[0].hint().unwrap().contains("ring"));
+    let e = parse_inline_plan("tp=2,cp=8,dp=1,gbs=4,cp_comm=a2a", &gpt, &cluster).unwrap_err();
+    assert!(e.message.contains("tp × cp = 16"), "{e}");
+    let e = parse_inline_plan("cp=2,gbs=8,cp_comm=ulysses", &model, &cluster).unwrap_err();
+    assert!(e.message.contains("ring"), "{e}");
 }
 
 #[test]
@@ -139,6 +155,17 @@ fn the_simulator_runs_the_ring_the_estimate_prices() {
             "tp=1,pp=1,dp=1,cp=8,mbs=1,gbs=4,zero=3,ckpt=full",
             32_768,
         ),
+        // Ulysses: all-to-alls inside nodes, and around two nodes on 25 Gbps.
+        (
+            mixed(),
+            "tp=1,pp=2,dp=2,cp=4,cp_comm=a2a,mbs=1,gbs=8,zero=1,ckpt=full",
+            32_768,
+        ),
+        (
+            catalog_cluster("2x4xa100-sxm4-80gb@25Gbps").unwrap(),
+            "tp=1,pp=1,dp=1,cp=8,cp_comm=a2a,mbs=1,gbs=4,zero=3,ckpt=full",
+            32_768,
+        ),
     ] {
         let w = Workload {
             model: &model,
@@ -149,10 +176,11 @@ fn the_simulator_runs_the_ring_the_estimate_prices() {
         let valid = w.validate(&p).unwrap();
         let e = estimate(w, &valid, &Analytic);
         let sim = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
-        let rings = (sim.spans.iter())
-            .filter(|s| matches!(s.label, Label::CpRing { .. }))
+        let transfers = (sim.spans.iter())
+            .filter(|s| matches!(s.label, Label::CpComm { .. }))
             .count();
-        assert!(rings > 0, "{spec}: no ring transfer in the simulation");
+        assert!(transfers > 0, "{spec}: no CP transfer in the simulation");
+        assert!(e.stages[0].cp_comm.get() >= 0.0);
         let diff = sim.iteration_time_s / e.iteration_time_s - 1.0;
         assert!(
             diff.abs() < 0.05,
@@ -278,8 +306,8 @@ fn megatron_runs_context_parallelism_the_others_do_not() {
     validate(&d, &model, &cluster).unwrap();
 }
 
-/// Over a grid of generated plans (three clusters, TP 1–2, PP 1–2, CP 1–4, two sequence
-/// lengths, two memory settings): every one validates, the lower bound never exceeds its
+/// Over a grid of generated plans (three clusters, TP 1–2, PP 1–2, CP 1–4 by ring or
+/// all-to-all, two sequence lengths, two memory settings): every one validates, the lower bound never exceeds its
 /// estimate, and its activations per GPU are the CP-1 plan's over cp on the same replicas.
 /// The grid is varied: rings inside nodes and across them, exposed and hidden.
 #[test]
@@ -354,7 +382,11 @@ fn plan_grid() -> Vec<(u32, u32, u32, u64, &'static str)> {
         for pp in [1, 2] {
             for cp in [1, 2, 4] {
                 for seq in [8_192, 32_768] {
-                    for mem in ["zero=1,ckpt=full", "zero=3,ckpt=selective"] {
+                    for mem in [
+                        "zero=1,ckpt=full",
+                        "zero=3,ckpt=selective",
+                        "zero=1,ckpt=full,cp_comm=a2a",
+                    ] {
                         out.push((tp, pp, cp, seq, mem));
                     }
                 }

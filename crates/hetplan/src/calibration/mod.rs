@@ -361,6 +361,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         engine: Engine::Fsdp,
         precision: Precision::Bf16,
         moe_capacity_factor: None,
+        cp_comm: Default::default(),
         collective_dtypes: if row.precision == "amp_bf16" {
             CollectiveDtypes {
                 params: Some(Precision::Fp32),

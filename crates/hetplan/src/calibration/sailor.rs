@@ -181,6 +181,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         precision: Precision::Fp32,
         collective_dtypes: Default::default(),
         moe_capacity_factor: None,
+        cp_comm: Default::default(),
         made_for: None,
         stages,
     };

@@ -57,6 +57,9 @@ pub struct LayerShape {
     /// Context parallelism: each GPU holds `1/cp` of every sequence's tokens (`mbs · seq / cp`
     /// of them) and attends them to all `seq` keys, in blocks of `seq / cp` (ring attention).
     pub cp: u32,
+    /// Context parallelism by all-to-all (Ulysses) instead of the ring: each GPU attends
+    /// `1/cp` of its heads over the whole sequence, in one kernel.
+    pub cp_all_to_all: bool,
 }
 
 /// A source of layer compute times. `Sync`: hetplan's planner estimates plans in parallel.
@@ -183,7 +186,13 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
             // QKᵀ and PV: 2·s·d FLOPs each per query and head; this GPU's `m` queries see all
             // `s` keys, with context parallelism in blocks of s/cp (the kernel's sequence).
             let full = 4.0 * m * seq * hl * d;
-            let block = seq / cp;
+            // The kernel's sequence and launches: s/cp-long blocks, one per ring step; Ulysses
+            // runs one kernel on the whole sequence (for 1/cp of the heads: the same FLOPs).
+            let (block, launches) = if s.cp_all_to_all {
+                (seq, 1.0)
+            } else {
+                (seq / cp, cp)
+            };
             match implementation {
                 AttnImpl::Flash | AttnImpl::Triton => {
                     let a_eff = k::attention_efficiency_on(*implementation, gpu.arch)
@@ -191,9 +200,8 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
                     // Flash kernels skip the masked part of the score matrix: the upper half
                     // of a causal one, and beyond a sliding window.
                     let flop = full * keys_per_query(s.seq, *causal, *window) / seq;
-                    // A ring step per block: cp kernel launches.
-                    let fwd = flop / (peak * a_eff) + ovh * cp;
-                    let bwd = k::FLASH_BWD_RATIO * flop / (peak * a_eff) + ovh * cp;
+                    let fwd = flop / (peak * a_eff) + ovh * launches;
+                    let bwd = k::FLASH_BWD_RATIO * flop / (peak * a_eff) + ovh * launches;
                     OpCost {
                         fwd,
                         bwd,

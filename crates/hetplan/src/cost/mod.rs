@@ -17,7 +17,7 @@ pub use profiled::Profiled;
 
 use crate::cluster::{Cluster, GpuId};
 use crate::model::Model;
-use crate::plan::{LayerRange, Plan, Recompute, Schedule, Stage, ValidPlan};
+use crate::plan::{CpComm, LayerRange, Plan, Recompute, Schedule, Stage, ValidPlan};
 use crate::units::{Bytes, Seconds};
 use comm::{collective_time, members_per_node, shared_send_time, Collective, SharedSides};
 use constants as k;
@@ -554,7 +554,113 @@ pub struct LayerCost {
     pub cp_rounds_backward: u32,
     pub cp_overlap_forward: f64,
     pub cp_overlap_backward: f64,
+    /// With all-to-all context parallelism (Ulysses) instead: the send buffers of a forward's
+    /// two all-to-alls (queries, keys and values before attention, its output after),
+    /// together, and how many each pass issues; they block the layer.
+    pub cp_alltoall_bytes: Bytes,
+    pub cp_alltoalls_forward: u32,
+    pub cp_alltoalls_backward: u32,
     pub source: TimeSource,
+}
+
+/// What context parallelism adds to one layer of one micro-batch (`LayerCost`'s `cp_` fields).
+#[derive(Default)]
+struct CpCost {
+    forward: f64,
+    backward: f64,
+    chunk_bytes: Bytes,
+    rounds_forward: u32,
+    rounds_backward: u32,
+    overlap_forward: f64,
+    overlap_backward: f64,
+    alltoall_bytes: Bytes,
+    alltoalls_forward: u32,
+    alltoalls_backward: u32,
+}
+
+/// Context parallelism's traffic for layer `layer` on a GPU holding `tokens` tokens at TP
+/// degree `tp`, whose group (`cp` GPUs of its TP rank) is `group`; `full`: the layer is
+/// recomputed in backward. Layers without attention have none.
+///
+/// The ring (Megatron's p2p): each pass sends this GPU's chunk of keys and values around the
+/// group, `cp − 1` steps per round (an all-gather's traffic), while the attention core works on
+/// the blocks already there; all but the first block hide a step. Forward is one round;
+/// backward sends the keys and values again and their gradients back, and the recomputed
+/// forward its own round.
+///
+/// Ulysses (all-to-all): before attention each GPU sends its tokens' queries, keys and values
+/// for the heads of the others (keys and values of at least one head to each, replicated where
+/// the TP rank has fewer KV heads than `cp`), after it their output back; backward the same for
+/// the gradients, and the recomputed forward again. Nothing hides them.
+#[allow(clippy::too_many_arguments)]
+fn context_parallel_cost(
+    ctx: &Ctx<'_>,
+    layer: &crate::model::Layer,
+    lt: &compute::LayerTime,
+    tokens: f64,
+    tp: u32,
+    cp: u32,
+    full: bool,
+    group: &[GpuId],
+    conc: &dyn Fn(u32) -> usize,
+) -> CpCost {
+    let cluster = ctx.w.cluster;
+    let attention = layer.ops.iter().find_map(|o| match o.kind {
+        crate::model::OpKind::Attention {
+            heads,
+            kv_heads,
+            head_dim,
+            ..
+        } => Some((heads as f64, kv_heads as f64, head_dim as f64)),
+        _ => None,
+    });
+    let Some((heads, kv_heads, d)) = attention.filter(|_| cp > 1 && tokens > 0.0) else {
+        return CpCost::default();
+    };
+    let (tpf, cpf) = (tp.max(1) as f64, cp as f64);
+    let kv_local = (kv_heads / tpf).max(1.0);
+    if ctx.plan.cp_comm == CpComm::AllToAll {
+        let qkv = Bytes(tokens * (heads / tpf + 2.0 * kv_local.max(cpf)) * d * ctx.elem);
+        let out = Bytes(tokens * heads / tpf * d * ctx.elem);
+        let t = collective_time(cluster, group, qkv, Collective::AllToAll, conc).get()
+            + collective_time(cluster, group, out, Collective::AllToAll, conc).get();
+        return CpCost {
+            forward: t,
+            backward: if full { 2.0 } else { 1.0 } * t,
+            alltoall_bytes: Bytes(qkv.get() + out.get()),
+            alltoalls_forward: 2,
+            alltoalls_backward: if full { 4 } else { 2 },
+            ..CpCost::default()
+        };
+    }
+    let chunk = Bytes(tokens * 2.0 * kv_local * d * ctx.elem);
+    let round = collective_time(
+        cluster,
+        group,
+        Bytes(chunk.get() * cpf),
+        Collective::AllGather,
+        conc,
+    )
+    .get();
+    let hidden = (cpf - 1.0) / cpf;
+    let overlap_forward = lt.attention_forward.get() * hidden;
+    let recomputed = if full {
+        lt.attention_forward.get()
+    } else {
+        0.0
+    };
+    let overlap_backward = (lt.attention_backward.get() + recomputed) * hidden;
+    let rounds_backward = if full { 3 } else { 2 };
+    CpCost {
+        forward: (round - overlap_forward).max(0.0),
+        backward: (rounds_backward as f64 * round - overlap_backward).max(0.0),
+        chunk_bytes: chunk,
+        rounds_forward: 1,
+        rounds_backward,
+        overlap_forward,
+        overlap_backward,
+        ..CpCost::default()
+    }
 }
 
 /// The share of layer `layer`'s forward FLOPs (at sequence `seq`) in its expert GEMMs.
@@ -581,21 +687,6 @@ fn expert_flop_share(model: &Model, layer: usize, seq: u64) -> f64 {
     } else {
         0.0
     }
-}
-
-/// Bytes per token of the keys and values one TP rank holds for layer `layer`'s attention (at
-/// 16 bits): its share of the KV heads, a whole head where they are replicated.
-fn kv_bytes_per_token(layer: &crate::model::Layer, tp: u32) -> f64 {
-    layer
-        .ops
-        .iter()
-        .map(|o| match o.kind {
-            crate::model::OpKind::Attention {
-                kv_heads, head_dim, ..
-            } => 2.0 * 2.0 * (kv_heads as f64 / tp.max(1) as f64).max(1.0) * head_dim as f64,
-            _ => 0.0,
-        })
-        .sum()
 }
 
 /// The GPUs of TP rank `k` across replica `r`'s expert-parallel group.
@@ -638,9 +729,11 @@ fn layer_costs_in(
         precision: plan.precision,
         ep: st.ep,
         cp: st.cp,
+        cp_all_to_all: st.cp > 1 && plan.cp_comm == CpComm::AllToAll,
     };
     let cp = st.cp.max(1);
-    // The ring of TP rank 0 (every rank runs its own, on its share of the heads).
+    // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of
+    // the heads).
     let ring: Vec<GpuId> = st.cp_group(r).map(|q| st.replica(q)[0]).collect();
     let n_ckpt = memory::recomputed_layers(st);
     // An expert-parallel group runs in step at every MoE layer: each replica's layers take the
@@ -693,35 +786,18 @@ fn layer_costs_in(
             } else {
                 0.0
             };
-            // Ring attention: each pass sends this GPU's chunk of keys and values around the
-            // ring, cp − 1 steps per round (an all-gather's traffic), while the attention core
-            // works on the blocks already there; all but the first block hide a step.
-            let chunk = Bytes(tokens * kv_bytes_per_token(layer, tp) * ctx.elem / 2.0);
-            let round = if cp > 1 {
-                let buffer = Bytes(chunk.get() * cp as f64);
-                collective_time(cluster, &ring, buffer, Collective::AllGather, conc).get()
-            } else {
-                0.0
-            };
-            let hidden = (cp - 1) as f64 / cp as f64;
-            let overlap_f = lt.attention_forward.get() * hidden;
-            let overlap_b = (lt.attention_backward.get()
-                + if full {
-                    lt.attention_forward.get()
-                } else {
-                    0.0
-                })
-                * hidden;
-            let rounds_f = u32::from(round > 0.0);
-            let rounds_b = rounds_f * if full { 3 } else { 2 };
+            let cpc = context_parallel_cost(ctx, layer, &lt, tokens, tp, cp, full, &ring, conc);
             LayerCost {
-                cp_forward: (rounds_f as f64 * round - overlap_f).max(0.0),
-                cp_backward: (rounds_b as f64 * round - overlap_b).max(0.0),
-                cp_chunk_bytes: if rounds_f > 0 { chunk } else { Bytes(0.0) },
-                cp_rounds_forward: rounds_f,
-                cp_rounds_backward: rounds_b,
-                cp_overlap_forward: overlap_f,
-                cp_overlap_backward: overlap_b,
+                cp_forward: cpc.forward,
+                cp_backward: cpc.backward,
+                cp_chunk_bytes: cpc.chunk_bytes,
+                cp_rounds_forward: cpc.rounds_forward,
+                cp_rounds_backward: cpc.rounds_backward,
+                cp_overlap_forward: cpc.overlap_forward,
+                cp_overlap_backward: cpc.overlap_backward,
+                cp_alltoall_bytes: cpc.alltoall_bytes,
+                cp_alltoalls_forward: cpc.alltoalls_forward,
+                cp_alltoalls_backward: cpc.alltoalls_backward,
                 forward: lt.forward.get(),
                 backward: lt.backward.get(),
                 recompute,

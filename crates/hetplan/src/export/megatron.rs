@@ -15,7 +15,7 @@
 //!   `--num-experts --moe-router-topk --moe-ffn-hidden-size [--moe-layer-freq [0,1,...]]
 //!   [--moe-shared-expert-intermediate-size]`;
 //! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
-//!   [--expert-model-parallel-size] [--moe-expert-capacity-factor] [--context-parallel-size]
+//!   [--expert-model-parallel-size] [--moe-expert-capacity-factor] [--context-parallel-size [--cp-comm-type a2a]]
 //!   --pipeline-model-parallel-layout` (core 0.13+: `E` embedding, `t` decoder layer, `L` loss,
 //!   `|` between stages, stage `i = vpp_rank·PP + pp_rank`; it sets the virtual pipeline size,
 //!   so `--num-virtual-stages-per-pipeline-rank` must not be given beside it),
@@ -398,6 +398,9 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     }
     if st.cp > 1 {
         flag("context-parallel-size", Some(st.cp.to_string()));
+        if plan.cp_comm != crate::plan::CpComm::Ring {
+            flag("cp-comm-type", Some(plan.cp_comm.megatron_name().into()));
+        }
     }
     flag(
         "micro-batch-size",

@@ -244,6 +244,7 @@ impl DeepspeedJob {
             precision,
             collective_dtypes: Default::default(),
             moe_capacity_factor: None,
+            cp_comm: Default::default(),
             stages,
             made_for: Some(crate::plan::MadeFor::of(model, cluster)),
         })

@@ -245,6 +245,7 @@ impl MegatronJob {
             "sequence-parallel",
             "expert-model-parallel-size",
             "context-parallel-size",
+            "cp-comm-type",
             "optimizer-cpu-offload",
             "optimizer-offload-fraction",
             "bf16",
@@ -605,6 +606,24 @@ impl MegatronJob {
                     .hint(Some(hint)));
             }
         }
+        // `--cp-comm-type` (TransformerConfig.cp_comm_type): p2p is the ring, a2a Ulysses;
+        // all_gather and the hierarchical a2a+p2p are not modelled.
+        let cp_comm = match self
+            .choice("cp-comm-type", &["p2p", "a2a", "all_gather", "a2a+p2p"])?
+            .as_deref()
+        {
+            None | Some("p2p") => crate::plan::CpComm::Ring,
+            Some("a2a") => crate::plan::CpComm::AllToAll,
+            Some(other) => {
+                let at = self.flags.get("cp-comm-type").map_or(0, |f| f.offset);
+                return Err(self
+                    .error_at(
+                        at,
+                        format!("--cp-comm-type {other}: hetplan models p2p (the ring) and a2a"),
+                    )
+                    .hint(Some("use p2p or a2a".into())));
+            }
+        };
         let per_stage = (tp * replicas) as usize;
         let stages = chunks
             .iter()
@@ -662,6 +681,7 @@ impl MegatronJob {
             moe_capacity_factor: self
                 .float("moe-expert-capacity-factor")?
                 .filter(|c| *c >= 0.0),
+            cp_comm,
             stages,
             made_for: Some(crate::plan::MadeFor::of(&self.model, cluster)),
         })

@@ -402,6 +402,7 @@ impl TorchtitanJob {
                 precision,
                 collective_dtypes: Default::default(),
                 moe_capacity_factor: None,
+                cp_comm: Default::default(),
                 stages,
                 made_for: Some(crate::plan::MadeFor::of(model, cluster)),
             },

@@ -14,6 +14,7 @@
 //! | `zero` | ZeRO stage 0–3 | 0 |
 //! | `ckpt` | activation checkpointing: `none`, `selective`, `full` or a number of layers per stage | `none` |
 //! | `sp` | sequence parallelism `on`/`off` | `off` |
+//! | `cp_comm` | how a context-parallel group runs attention: `ring` (Megatron's `p2p`: keys and values around a ring, overlapped) or `a2a` (Ulysses: all-to-alls trade sequence chunks for heads) | `ring` |
 //! | `capacity` | MoE token dropping: no expert takes more than this many times its even share of the tokens (Megatron's `--moe-expert-capacity-factor`) | dropless |
 //! | `ep` | expert parallelism: each MoE layer's experts split over `ep` DP replicas (stages without MoE layers keep 1) | 1 |
 //! | `cp` | context parallelism: each sample's sequence split over `cp` GPUs (or TP groups), ring attention between them; `dp` counts groups of `cp`, as Megatron's data-parallel size does, so a stage has `dp·cp` replicas | 1 |
@@ -44,7 +45,7 @@
 //! layers. With interleaving chunk `j` runs on the GPUs of stage `j mod pp`.
 
 use super::validate::{tp_fits_kv_heads, validate, PlanError};
-use super::{Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
+use super::{CpComm, Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
 use crate::cluster::{Cluster, GpuId};
 use crate::error::InputError;
 use crate::model::{LayerKind, Model};
@@ -66,6 +67,7 @@ pub const KEYS: &[&str] = &[
     "sp",
     "ep",
     "cp",
+    "cp_comm",
     "capacity",
     "schedule",
     "v",
@@ -573,6 +575,17 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         precision,
         collective_dtypes: Default::default(),
         moe_capacity_factor: s.positive("capacity")?,
+        cp_comm: s
+            .choice(
+                "cp_comm",
+                &[
+                    ("ring", CpComm::Ring),
+                    ("p2p", CpComm::Ring),
+                    ("a2a", CpComm::AllToAll),
+                    ("all-to-all", CpComm::AllToAll),
+                ],
+            )?
+            .unwrap_or_default(),
         made_for: None,
         stages,
     };
@@ -606,7 +619,8 @@ fn key_of(e: &PlanError) -> &'static str {
         PlanError::ContextParallelDivides { .. }
         | PlanError::ContextParallelStages { .. }
         | PlanError::ContextParallelReplicas { .. }
-        | PlanError::ContextParallelModel { .. } => "cp",
+        | PlanError::ContextParallelModel { .. }
+        | PlanError::ContextParallelHeads { .. } => "cp",
         PlanError::ZeroStage { .. } => "zero",
         PlanError::RecomputeLayers { .. } => "ckpt",
         PlanError::OffloadRatio { which, .. } => match *which {

@@ -11,6 +11,34 @@ pub mod validate;
 use crate::cluster::GpuId;
 use serde::{Deserialize, Serialize};
 
+/// How a context-parallel group runs attention over its chunks of a sequence.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpComm {
+    /// Ring attention (Megatron's `p2p`): each GPU keeps its queries and passes its chunk's
+    /// keys and values around the group while attention runs on the blocks already there.
+    #[default]
+    Ring,
+    /// Ulysses (Jacobs et al. 2023; Megatron's `a2a`): an all-to-all before attention trades
+    /// sequence chunks for heads — each GPU then attends `1/cp` of the heads over the whole
+    /// sequence — and one after it trades back; the heads must split over `tp × cp`.
+    AllToAll,
+}
+
+impl CpComm {
+    pub fn is_ring(&self) -> bool {
+        *self == CpComm::Ring
+    }
+
+    /// Megatron's name (`--cp-comm-type`).
+    pub fn megatron_name(self) -> &'static str {
+        match self {
+            CpComm::Ring => "p2p",
+            CpComm::AllToAll => "a2a",
+        }
+    }
+}
+
 /// Pipeline schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -363,6 +391,10 @@ pub struct Plan {
     /// (`constants::MOE_EP_LOAD_FACTOR` otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_capacity_factor: Option<f64>,
+    /// How the replicas of a context-parallel group (`Stage::cp`) exchange what attention
+    /// needs (Megatron's `--cp-comm-type`); unused without context parallelism.
+    #[serde(default, skip_serializing_if = "CpComm::is_ring")]
+    pub cp_comm: CpComm,
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
     /// order, chunk j on the devices of chunk j mod pp).
     pub stages: Vec<Stage>,

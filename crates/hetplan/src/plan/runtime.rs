@@ -432,6 +432,7 @@ mod tests {
             precision: Default::default(),
             collective_dtypes: Default::default(),
             moe_capacity_factor: None,
+            cp_comm: Default::default(),
             stages,
             made_for: None,
         }

@@ -71,6 +71,8 @@
 //! - `cp` (default 1): context parallelism over groups of `cp` consecutive replicas sharing
 //!   their samples, each holding `1/cp` of every sequence; it divides dp, is the same on every
 //!   stage, and a group's replicas have one micro-batch size and TP degree.
+//! - `cp_comm` (plan level, default `"ring"`): `"ring"` or `"all-to-all"` (Ulysses; every TP
+//!   rank's heads must then split over `cp`).
 //!
 //! Unknown fields are errors, with the nearest known field as hint.
 
@@ -407,6 +409,18 @@ pub enum PlanError {
          costed per sample)"
     )]
     ContextParallelModel { stage: usize, cp: u32 },
+    #[error(
+        "stage {stage} has cp = {cp} with tp = {tp} and cp_comm all-to-all, but layer {layer}'s \
+         {heads} attention heads do not split over tp × cp = {} GPUs",
+        *.tp as u64 * *.cp as u64
+    )]
+    ContextParallelHeads {
+        stage: usize,
+        cp: u32,
+        tp: u32,
+        layer: usize,
+        heads: u64,
+    },
 }
 
 impl PlanError {
@@ -462,7 +476,8 @@ impl PlanError {
             PlanError::ContextParallelDivides { stage, .. }
             | PlanError::ContextParallelStages { stage, .. }
             | PlanError::ContextParallelReplicas { stage, .. }
-            | PlanError::ContextParallelModel { stage, .. } => st(stage, "cp"),
+            | PlanError::ContextParallelModel { stage, .. }
+            | PlanError::ContextParallelHeads { stage, .. } => st(stage, "cp"),
         }
     }
 
@@ -598,6 +613,11 @@ impl PlanError {
                     .into()
             }
             PlanError::ContextParallelModel { .. } => "set cp to 1".into(),
+            PlanError::ContextParallelHeads { .. } => {
+                "use the ring (cp_comm \"ring\"), whose GPUs keep every head, or a cp that \
+                 divides the heads per TP rank"
+                    .into()
+            }
         })
     }
 }
@@ -1058,6 +1078,33 @@ fn check_context_parallel(
             cp,
             reason,
         });
+    }
+    // Ulysses hands each GPU 1/cp of its TP rank's heads.
+    if plan.cp_comm == super::CpComm::AllToAll {
+        let layers = s.layers.start.min(model.layers.len())..s.layers.end.min(model.layers.len());
+        for r in 0..s.dp as usize {
+            let tp = s.replica_tp.get(r).copied().unwrap_or(s.tp).max(1);
+            let heads = layers.clone().find_map(|l| {
+                model.layers[l].ops.iter().find_map(|o| match o.kind {
+                    OpKind::Attention { heads, .. }
+                        if !heads.is_multiple_of(tp as u64 * cp as u64) =>
+                    {
+                        Some((l, heads))
+                    }
+                    _ => None,
+                })
+            });
+            if let Some((layer, heads)) = heads {
+                errs.push(PlanError::ContextParallelHeads {
+                    stage: i,
+                    cp,
+                    tp,
+                    layer,
+                    heads,
+                });
+                break;
+            }
+        }
     }
 }
 

@@ -552,6 +552,7 @@ impl Planner for AlpaAverage {
                             precision: problem.options.precision,
                             ep: 1,
                             cp: 1,
+                            cp_all_to_all: false,
                         };
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {

@@ -115,12 +115,19 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                             .collect(),
                         None => vec![1],
                     };
+                    // (ep, cp, Ulysses instead of the ring) of every shape a plan may take.
+                    let shapes: Vec<(u32, u32, bool)> = eps
+                        .iter()
+                        .flat_map(|&e| cps.iter().map(move |&c| (e, c)))
+                        .flat_map(|(e, c)| {
+                            let a2a: &[bool] = if c > 1 { &[false, true] } else { &[false] };
+                            a2a.iter().map(move |&a| (e, c, a))
+                        })
+                        .collect();
                     for tp in 1..=max_tp {
                         for b in 1..=max_b {
                             for sequence_parallel in [false, true] {
-                                for (&ep, &cp) in
-                                    eps.iter().flat_map(|e| cps.iter().map(move |c| (e, c)))
-                                {
+                                for &(ep, cp, cp_all_to_all) in &shapes {
                                     let shape = LayerShape {
                                         mbs: b,
                                         seq: problem.seq_len,
@@ -129,6 +136,7 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         precision: problem.options.precision,
                                         ep,
                                         cp,
+                                        cp_all_to_all,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

@@ -50,6 +50,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
         precision: problem.options.precision,
         collective_dtypes: Default::default(),
         moe_capacity_factor: None,
+        cp_comm: Default::default(),
         made_for: None,
         stages: stages
             .into_iter()

@@ -357,6 +357,7 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         precision: problem.options.precision,
         ep: 1,
         cp: 1,
+        cp_all_to_all: false,
     };
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;

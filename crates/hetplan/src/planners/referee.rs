@@ -531,6 +531,7 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
         precision: problem.options.precision,
         collective_dtypes: Default::default(),
         moe_capacity_factor: None,
+        cp_comm: Default::default(),
         stages,
         made_for: None,
     }

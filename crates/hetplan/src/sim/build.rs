@@ -99,9 +99,10 @@ pub enum Label {
         pass: Pass,
         layer: Option<usize>,
     },
-    /// Context-parallel ring transfers (keys and values, and their gradients) of a pass (or of
-    /// one layer of it), from the replica to the next of its context-parallel group.
-    CpRing {
+    /// Context-parallel transfers of a pass (or of one layer of it): the ring's keys and values
+    /// (and their gradients) to the next replica of the group, or the all-to-alls (Ulysses)
+    /// among the group.
+    CpComm {
         stage: usize,
         replica: usize,
         mb: u64,
@@ -520,11 +521,43 @@ impl<'a> Builder<'a> {
         label: Label,
     ) -> TaskId {
         let (si, r) = (self.executors[e].stage, self.executors[e].replica);
+        let group = self.plan.stages[si].ep_group(r);
+        self.alltoalls(e, after, group, bytes, count, label)
+    }
+
+    /// The context-parallel all-to-alls (Ulysses) that follow compute task `after` of
+    /// executor `e`, among the replicas of its context-parallel group, as `ep_alltoalls`.
+    fn cp_alltoalls(
+        &mut self,
+        e: usize,
+        after: TaskId,
+        bytes: f64,
+        count: u32,
+        label: Label,
+    ) -> TaskId {
+        let (si, r) = (self.executors[e].stage, self.executors[e].replica);
+        let group = self.plan.stages[si].cp_group(r);
+        self.alltoalls(e, after, group, bytes, count, label)
+    }
+
+    /// `count` all-to-alls among the replicas `group` (executor `e`'s among them) after task
+    /// `after`, each GPU sending `bytes`, 1/n to each member: this replica's sends, GPU by GPU
+    /// of the same TP rank; every replica of the group adds its own. The executor's next
+    /// compute waits.
+    fn alltoalls(
+        &mut self,
+        e: usize,
+        after: TaskId,
+        group: std::ops::Range<usize>,
+        bytes: f64,
+        count: u32,
+        label: Label,
+    ) -> TaskId {
+        let (si, r) = (self.executors[e].stage, self.executors[e].replica);
         let st = &self.plan.stages[si];
-        if bytes <= 0.0 || count == 0 || st.ep <= 1 {
+        if bytes <= 0.0 || count == 0 || group.len() <= 1 {
             return after;
         }
-        let group = st.ep_group(r);
         let n = group.len() as f64;
         let pairs: Vec<(GpuId, GpuId)> = (0..st.tp_of(r) as usize)
             .flat_map(|k| {
@@ -710,10 +743,14 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         Pass::Forward => c.ep_alltoalls_forward,
         Pass::Backward => c.ep_alltoalls_backward,
     };
-    // Context parallelism: rounds of the ring and the compute they run beside.
+    // Context parallelism: rounds of the ring and the compute they run beside; all-to-alls.
     let cp_of = |c: &LayerCost, pass: Pass| match pass {
         Pass::Forward => (c.cp_rounds_forward, c.cp_overlap_forward),
         Pass::Backward => (c.cp_rounds_backward, c.cp_overlap_backward),
+    };
+    let cp_a2a_count = |c: &LayerCost, pass: Pass| match pass {
+        Pass::Forward => c.cp_alltoalls_forward,
+        Pass::Backward => c.cp_alltoalls_backward,
     };
 
     // Which passes are split per layer: ZeRO-2/3 stages (per-layer transfers), the last
@@ -779,7 +816,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 pass: op.pass,
                 layer,
             };
-            let cp_label = |layer: Option<usize>| Label::CpRing {
+            let cp_label = |layer: Option<usize>| Label::CpComm {
                 stage: op.chunk,
                 replica: r,
                 mb: op.mb,
@@ -821,12 +858,21 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         tp_count(c, op.pass),
                         tp_label(Some(start + l)),
                     );
-                    layer_ends[l] = b.ep_alltoalls(
+                    let ep_end = b.ep_alltoalls(
                         e,
                         tp_end,
                         c.ep_alltoall_bytes.get(),
                         ep_count(c, op.pass),
                         ep_label(Some(start + l)),
+                    );
+                    // Ulysses' all-to-alls: half of a forward's buffer each, on average.
+                    let n = cp_a2a_count(c, op.pass);
+                    layer_ends[l] = b.cp_alltoalls(
+                        e,
+                        ep_end,
+                        c.cp_alltoall_bytes.get() / 2.0,
+                        n,
+                        cp_label(Some(start + l)),
                     );
                 }
                 let final_layer = *order.last().expect("a stage has layers");
@@ -876,7 +922,19 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 } else {
                     0.0
                 };
-                let end = b.ep_alltoalls(e, tp_end, ep_per, ep_n, ep_label(None));
+                let ep_end = b.ep_alltoalls(e, tp_end, ep_per, ep_n, ep_label(None));
+                // Ulysses' all-to-alls likewise (each layer's forward buffer covers two).
+                let cp_n: u32 = lc.iter().map(|c| cp_a2a_count(c, op.pass)).sum();
+                let cp_bytes: f64 = lc
+                    .iter()
+                    .map(|c| c.cp_alltoall_bytes.get() / 2.0 * cp_a2a_count(c, op.pass) as f64)
+                    .sum();
+                let cp_per = if cp_n > 0 {
+                    cp_bytes / cp_n as f64
+                } else {
+                    0.0
+                };
+                let end = b.cp_alltoalls(e, ep_end, cp_per, cp_n, cp_label(None));
                 PassTasks {
                     first: t,
                     last: end,

@@ -286,7 +286,7 @@ fn describe(l: &Label) -> (String, Option<usize>) {
         Label::ZeroScatter { stage, .. } => ("ZeRO reduce-scatter".into(), Some(*stage)),
         Label::TpAllReduce { stage, .. } => ("TP all-reduce".into(), Some(*stage)),
         Label::EpAllToAll { stage, .. } => ("EP all-to-all".into(), Some(*stage)),
-        Label::CpRing { stage, .. } => ("CP ring".into(), Some(*stage)),
+        Label::CpComm { stage, .. } => ("CP comm".into(), Some(*stage)),
         Label::Offload { stage, .. } => ("offload copy".into(), Some(*stage)),
         Label::TiedSync => ("tied-embedding all-reduce".into(), None),
     }

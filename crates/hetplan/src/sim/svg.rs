@@ -54,7 +54,7 @@ fn colour(k: Kind) -> (&'static str, &'static str) {
         Kind::ZeroScatter => ("#9c755f", "#ffffff"),
         Kind::TpAllReduce => ("#d37295", "#ffffff"),
         Kind::EpAllToAll => ("#8cd17d", "#000000"),
-        Kind::CpRing => ("#86bcb6", "#000000"),
+        Kind::CpComm => ("#86bcb6", "#000000"),
         Kind::Offload => ("#79706e", "#ffffff"),
         Kind::TiedSync => ("#b6992d", "#000000"),
     }
@@ -163,7 +163,7 @@ fn merge_key(l: &Label) -> MergeKey {
         | Label::ZeroScatter { stage, mb, .. }
         | Label::TpAllReduce { stage, mb, .. }
         | Label::EpAllToAll { stage, mb, .. }
-        | Label::CpRing { stage, mb, .. }
+        | Label::CpComm { stage, mb, .. }
         | Label::Offload { stage, mb, .. } => (k, Some(*mb), Some(*stage)),
         Label::TiedSync => (k, None, None),
     }

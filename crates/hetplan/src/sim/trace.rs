@@ -31,7 +31,7 @@ pub(crate) enum Kind {
     ZeroScatter,
     TpAllReduce,
     EpAllToAll,
-    CpRing,
+    CpComm,
     Offload,
     TiedSync,
 }
@@ -54,7 +54,7 @@ impl Kind {
             Label::ZeroScatter { .. } => Kind::ZeroScatter,
             Label::TpAllReduce { .. } => Kind::TpAllReduce,
             Label::EpAllToAll { .. } => Kind::EpAllToAll,
-            Label::CpRing { .. } => Kind::CpRing,
+            Label::CpComm { .. } => Kind::CpComm,
             Label::Offload { .. } => Kind::Offload,
             Label::TiedSync => Kind::TiedSync,
         }
@@ -74,7 +74,7 @@ impl Kind {
             Kind::ZeroScatter => "zero-reduce-scatter",
             Kind::TpAllReduce => "tp-all-reduce",
             Kind::EpAllToAll => "ep-all-to-all",
-            Kind::CpRing => "cp-ring",
+            Kind::CpComm => "cp-comm",
             Kind::Offload => "offload",
             Kind::TiedSync => "tied-embedding-sync",
         }
@@ -94,7 +94,7 @@ impl Kind {
             Kind::ZeroScatter => "ZeRO reduce-scatter",
             Kind::TpAllReduce => "tensor-parallel all-reduce",
             Kind::EpAllToAll => "expert-parallel all-to-all",
-            Kind::CpRing => "context-parallel ring (keys and values)",
+            Kind::CpComm => "context-parallel transfers (ring or all-to-all)",
             Kind::Offload => "offload copy",
             Kind::TiedSync => "tied-embedding all-reduce",
         }
@@ -112,7 +112,7 @@ impl Kind {
         Kind::ZeroScatter,
         Kind::TpAllReduce,
         Kind::EpAllToAll,
-        Kind::CpRing,
+        Kind::CpComm,
         Kind::Offload,
         Kind::TiedSync,
     ];
@@ -189,11 +189,11 @@ pub(crate) fn span_name(sp: &Span, depth: usize, multi_replica: bool) -> String 
             Some(l) => format!("EP all-to-all {}{mb} L{l}", pass_letter(*pass)),
             None => format!("EP all-to-all {}{mb}", pass_letter(*pass)),
         },
-        Label::CpRing {
+        Label::CpComm {
             mb, pass, layer, ..
         } => match layer {
-            Some(l) => format!("CP ring {}{mb} L{l}", pass_letter(*pass)),
-            None => format!("CP ring {}{mb}", pass_letter(*pass)),
+            Some(l) => format!("CP comm {}{mb} L{l}", pass_letter(*pass)),
+            None => format!("CP comm {}{mb}", pass_letter(*pass)),
         },
         Label::Offload { mb, pass, .. } => format!("offload {}{mb}", pass_letter(*pass)),
         Label::TiedSync => "tied-embedding all-reduce".into(),
@@ -364,7 +364,7 @@ fn span_args(sp: &Span) -> Args {
             pass,
             layer,
         }
-        | Label::CpRing {
+        | Label::CpComm {
             stage,
             replica,
             mb,

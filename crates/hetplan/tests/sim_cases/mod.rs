@@ -281,6 +281,15 @@ pub fn cases() -> Vec<Case> {
                   share each node's network with the other ring members' and the gradient \
                   reduction's",
         },
+        Case {
+            model: "llama3-8b",
+            cluster: Catalog("2x4xa100-sxm4-80gb@25Gbps"),
+            plan: Inline("tp=1,pp=1,dp=1,cp=8,cp_comm=a2a,mbs=1,gbs=4,zero=1,ckpt=full"),
+            seq: 32768,
+            known: None,
+            why: "the same by Ulysses' all-to-alls: two per layer and pass, blocking, half of \
+                  each GPU's buffer crossing the 25 Gbps networks",
+        },
     ]
 }
 

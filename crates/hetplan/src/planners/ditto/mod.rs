@@ -359,6 +359,7 @@ impl<'p> Model<'p> {
                     precision,
                     ep: 1,
                     cp: 1,
+                    cp_all_to_all: false,
                 };
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];

@@ -137,6 +137,10 @@ pub enum Move {
     ContextParallelAll {
         cp: u32,
     },
+    /// How context-parallel groups run attention: the ring, or Ulysses' all-to-alls.
+    ContextParallelComm {
+        all_to_all: bool,
+    },
 }
 
 impl Move {
@@ -159,6 +163,14 @@ impl Move {
             Move::ContextParallelAll { cp } => {
                 format!("context parallelism {cp} on every stage")
             }
+            Move::ContextParallelComm { all_to_all } => format!(
+                "context parallelism by {}",
+                if *all_to_all {
+                    "all-to-all (Ulysses)"
+                } else {
+                    "ring attention"
+                }
+            ),
             Move::SequenceParallel { stage, on } => format!(
                 "sequence parallelism {} on stage {stage}",
                 if *on { "on" } else { "off" }
@@ -443,6 +455,11 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             out.push(Move::ContextParallelAll { cp: c });
         }
     }
+    if cp > 1 {
+        out.push(Move::ContextParallelComm {
+            all_to_all: plan.cp_comm == crate::plan::CpComm::Ring,
+        });
+    }
     if plan.stages.len() > 1 {
         for zero in 0..=3u8 {
             if plan.stages.iter().any(|s| s.zero != zero) {
@@ -654,6 +671,13 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
             p.micro_batches = m / old;
             for s in &mut p.stages {
                 s.cp = cp;
+            }
+        }
+        Move::ContextParallelComm { all_to_all } => {
+            p.cp_comm = if all_to_all {
+                crate::plan::CpComm::AllToAll
+            } else {
+                crate::plan::CpComm::Ring
             }
         }
         Move::OffloadOptimizer { stage, ratio } => p.stages[stage].offload.optimizer = ratio,
@@ -1108,6 +1132,7 @@ inter_node_bandwidth = "100 Gbps"
             precision: Default::default(),
             collective_dtypes: Default::default(),
             moe_capacity_factor: None,
+            cp_comm: Default::default(),
             stages: vec![a, b],
             made_for: None,
         }

@@ -234,6 +234,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             precision: p.options.precision,
             ep: 1,
             cp: 1,
+            cp_all_to_all: false,
         };
         let mut v = Vec::with_capacity(p.model.layers.len() + 1);
         v.push(0.0);

@@ -148,6 +148,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         precision: p.options.precision,
         ep: 1,
         cp: 1,
+        cp_all_to_all: false,
     };
     let n = spec.end - spec.start;
     let mut t = Table {
