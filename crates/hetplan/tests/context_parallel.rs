@@ -395,3 +395,110 @@ fn plan_grid() -> Vec<(u32, u32, u32, u64, &'static str)> {
     }
     out
 }
+
+/// `Analytic::context_parallelism_never_cheaper` on generated shapes: over dense, MoE,
+/// sliding-window, latent-attention and unfused-attention models, four GPU types and every
+/// shape the planners take, `c` GPUs at `cp = c` together spend at least the GPU-time of one at
+/// `cp = 1`, layer by layer, by ring or all-to-all. And the bound that relies on it equals the
+/// one that tries every context-parallel shape.
+#[test]
+fn context_parallelism_never_lowers_the_gpu_time_of_a_sample() {
+    use hetplan::cost::compute::{ComputeTimes, LayerShape, LayerTime};
+    use hetplan::model::hf::parse_hf_config;
+    let hf = |name: &str| {
+        let path = format!("{}/tests/data/hf/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        parse_hf_config(&std::fs::read_to_string(path).unwrap(), name).unwrap()
+    };
+    let models = [
+        llama(),
+        catalog_model("gpt3-1.3b").unwrap(),
+        catalog_model("bert-large").unwrap(),
+        hf("mixtral-8x7b"),
+        hf("gemma-2-9b"),
+        hf("deepseek-v3"),
+    ];
+    let gpus = ["h100-sxm5-80gb", "a100-sxm4-80gb", "v100-sxm2-32gb", "t4"]
+        .map(|g| hetplan::gpu::lookup(g).unwrap());
+    let (mut checked, mut moe, mut a2a) = (0u64, 0u64, 0u64);
+    for model in &models {
+        for gpu in &gpus {
+            for l in 0..model.layers.len().min(6) {
+                let experts = model.layers[l].experts().map_or(1, |(e, _)| e as u32);
+                for (mbs, tp, sp, seq) in [
+                    (1, 1, false, 2_048),
+                    (2, 2, true, 8_192),
+                    (4, 4, false, 32_768),
+                    (1, 8, true, 131_072),
+                ] {
+                    for ep in [1, 2.min(experts)] {
+                        let shape = |cp: u32, cp_all_to_all: bool| LayerShape {
+                            mbs,
+                            seq,
+                            tp,
+                            sequence_parallel: sp,
+                            precision: hetplan::plan::Precision::Bf16,
+                            ep,
+                            cp,
+                            cp_all_to_all,
+                        };
+                        let total = |t: LayerTime| (t.forward + t.backward).get();
+                        let whole = total(Analytic.layer_time(gpu, model, l, shape(1, false)));
+                        for cp in [2, 4, 8] {
+                            for all_to_all in [false, true] {
+                                let t = total(Analytic.layer_time(
+                                    gpu,
+                                    model,
+                                    l,
+                                    shape(cp, all_to_all),
+                                ));
+                                assert!(
+                                    cp as f64 * t >= whole * (1.0 - 1e-12),
+                                    "{} layer {l} on {}: {cp} × {t} < {whole}",
+                                    model.name,
+                                    gpu.name
+                                );
+                                checked += 1;
+                                moe += u64::from(ep > 1);
+                                a2a += u64::from(all_to_all);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 2_000 && moe > 100 && a2a > 1_000,
+        "{checked} {moe} {a2a}"
+    );
+
+    // The bound with the shortcut equals the bound that tries every context-parallel shape.
+    struct Enumerate;
+    impl ComputeTimes for Enumerate {
+        fn layer_time(
+            &self,
+            gpu: &hetplan::gpu::GpuSpec,
+            model: &Model,
+            layer: usize,
+            shape: LayerShape,
+        ) -> LayerTime {
+            Analytic.layer_time(gpu, model, layer, shape)
+        }
+    }
+    let (model, cluster) = (llama(), mixed());
+    for seq in [4_096, 65_536] {
+        let bound = |compute: &dyn ComputeTimes| {
+            let problem = Problem {
+                model: &model,
+                cluster: &cluster,
+                global_batch: 16,
+                seq_len: seq,
+                compute,
+                options: PlanOptions::default(),
+            };
+            planners::bound::lower_bound(&problem).iteration_time_s
+        };
+        let (short, every) = (bound(&Analytic), bound(&Enumerate));
+        assert!((short - every).abs() <= 1e-9 * every, "{short} {every}");
+    }
+}

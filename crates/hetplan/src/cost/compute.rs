@@ -71,6 +71,15 @@ pub trait ComputeTimes: Sync {
         layer: usize,
         shape: LayerShape,
     ) -> LayerTime;
+
+    /// Whether spreading a micro-batch's tokens over `c` GPUs (context parallelism, by ring or
+    /// all-to-all) never costs less GPU-time than keeping them on one: `c·(fwd + bwd)` at
+    /// `cp = c` is at least `fwd + bwd` at `cp = 1`, every other part of the shape the same.
+    /// The lower bound (`planners::bound`) then need not try context-parallel shapes. `false`,
+    /// the safe default, makes it try them.
+    fn context_parallelism_never_cheaper(&self) -> bool {
+        false
+    }
 }
 
 /// The analytic op model, no measurements needed.
@@ -331,6 +340,15 @@ impl Analytic {
 }
 
 impl ComputeTimes for Analytic {
+    /// True: every op's time is a per-token part, which `1/c` of the tokens cuts at most `c`
+    /// times (GEMM and attention efficiencies only fall with fewer tokens or shorter blocks,
+    /// and a GEMM still reads all its weights), plus a per-launch overhead that context
+    /// parallelism does not shrink (the ring launches more). Checked on generated shapes by
+    /// `tests/context_parallel.rs`.
+    fn context_parallelism_never_cheaper(&self) -> bool {
+        true
+    }
+
     fn layer_time(
         &self,
         gpu: &GpuSpec,

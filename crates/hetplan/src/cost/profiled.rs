@@ -13,6 +13,12 @@ pub struct Profiled<'a> {
 }
 
 impl ComputeTimes for Profiled<'_> {
+    /// As the analytic model's: a measured time at `cp = c` is the measurement at whole
+    /// sequences scaled by the analytic ratio, which is at least `1/c`.
+    fn context_parallelism_never_cheaper(&self) -> bool {
+        Analytic.context_parallelism_never_cheaper()
+    }
+
     fn layer_time(
         &self,
         gpu: &GpuSpec,

@@ -403,6 +403,11 @@ impl AveragedTimes<'_> {
 }
 
 impl ComputeTimes for AveragedTimes<'_> {
+    /// A weighted harmonic mean of the inner times keeps the inner source's property.
+    fn context_parallelism_never_cheaper(&self) -> bool {
+        self.inner.context_parallelism_never_cheaper()
+    }
+
     fn layer_time(
         &self,
         gpu: &GpuSpec,

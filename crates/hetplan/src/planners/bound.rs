@@ -7,7 +7,9 @@
 //! planners may choose, with and without sequence parallelism, and for MoE layers every
 //! expert-parallel degree dividing the experts (larger expert GEMMs; the load imbalance the
 //! estimate adds on top only raises a plan's time), and every context-parallel degree `c` the
-//! planner may take (`c` GPUs share the samples): `c·t·(fwd + bwd)(l, g, t, b, c) / b`
+//! planner may take (`c` GPUs share the samples; not needed where the compute source says
+//! that never lowers the cost, `ComputeTimes::context_parallelism_never_cheaper`):
+//! `c·t·(fwd + bwd)(l, g, t, b, c) / b`
 //! from the same `ComputeTimes` the estimate uses. A plan's iteration is at least the busiest
 //! GPU's compute, so with `n_g` GPUs of type `g` and `x_{g,l}` the samples of layer `l` that
 //! type `g` processes, the iteration time `T` of any plan satisfies
@@ -89,9 +91,11 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
         .min(problem.global_batch)
         .max(1);
     let max_tp = problem.options.max_tp.max(1);
-    // Context parallelism: each of cp GPUs takes 1/cp of a sample's tokens — smaller kernels,
-    // so the per-sample cost only rises, but a plan may take any degree, so the bound does too.
-    let cps: Vec<u32> = if model.per_sample {
+    // Context parallelism: each of cp GPUs takes 1/cp of a sample's tokens in smaller kernels.
+    // Where the compute source guarantees that this never lowers the GPU-time per sample
+    // (`ComputeTimes::context_parallelism_never_cheaper`: the analytic model and profiles), the
+    // shapes at cp = 1 bound them; otherwise every degree a plan may take is tried.
+    let cps: Vec<u32> = if model.per_sample || problem.compute.context_parallelism_never_cheaper() {
         vec![1]
     } else {
         (1..=problem.options.max_cp.max(1))

@@ -282,7 +282,8 @@ impl Planner for Hetplan {
         if cands.is_empty() {
             return Err(match (stop, problem.options.runtime) {
                 (StopReason::Exhausted, None) => PlannerError::Infeasible(format!(
-                    "no seed planner found a plan that fits: {}",
+                    "no seed planner found a plan that fits (nor did a uniform plan with \
+                     context parallelism, where the model and engine take one): {}",
                     failures.join("; ")
                 )),
                 (StopReason::Exhausted, Some(rt)) => PlannerError::Infeasible(format!(
@@ -465,31 +466,38 @@ fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Ve
             }
         }
     }
-    let evaluated: Vec<Option<(Plan, Estimate)>> = specs
-        .par_iter()
-        .map(|spec| {
-            let plan = crate::plan::inline::parse_inline_plan(spec, model, cluster).ok()?;
-            let plan = match problem.options.runtime {
-                Some(_) => refine::conformed(problem, plan)?,
-                None => plan,
-            };
-            let est = common::evaluate(problem, &plan)?;
-            refine::repair(problem, plan, est)
-        })
-        .collect();
+    // In chunks, in parallel, each chunk only while the search has time and nodes left (an
+    // estimate at thousands of GPUs takes milliseconds).
     let mut out: Vec<Seen> = Vec::new();
-    for (spec, e) in specs.iter().zip(evaluated) {
-        if !search.tick() {
+    'chunks: for chunk in specs.chunks(8) {
+        if !search.poll() {
             break;
         }
-        if let Some((plan, est)) = e.filter(|(_, e)| e.fits) {
-            search.offer(Seconds(est.iteration_time_s));
-            out.push(Seen {
-                who: format!("a uniform plan with context parallelism ({spec})"),
-                plan,
-                est,
-                steps: Vec::new(),
-            });
+        let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
+            .par_iter()
+            .map(|spec| {
+                let plan = crate::plan::inline::parse_inline_plan(spec, model, cluster).ok()?;
+                let plan = match problem.options.runtime {
+                    Some(_) => refine::conformed(problem, plan)?,
+                    None => plan,
+                };
+                let est = common::evaluate(problem, &plan)?;
+                refine::repair(problem, plan, est)
+            })
+            .collect();
+        for (spec, e) in chunk.iter().zip(evaluated) {
+            if !search.tick() {
+                break 'chunks;
+            }
+            if let Some((plan, est)) = e.filter(|(_, e)| e.fits) {
+                search.offer(Seconds(est.iteration_time_s));
+                out.push(Seen {
+                    who: format!("a uniform plan with context parallelism ({spec})"),
+                    plan,
+                    est,
+                    steps: Vec::new(),
+                });
+            }
         }
     }
     out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
