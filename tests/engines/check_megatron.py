@@ -36,6 +36,7 @@ INT_FIELDS = {
     "kv-channels", "tensor-model-parallel-size", "pipeline-model-parallel-size",
     "recompute-num-layers", "moe-router-topk", "moe-ffn-hidden-size",
     "moe-shared-expert-intermediate-size", "expert-model-parallel-size", "context-parallel-size",
+    "expert-tensor-parallel-size",
     "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
 }
 FLOAT_FIELDS = {"attention-dropout", "hidden-dropout", "moe-expert-capacity-factor"}

@@ -245,6 +245,12 @@ fn megatron_core_accepts_every_export() {
             "2x8xa100-80gb",
             "tp=1,pp=2,mbs=1,gbs=32,ep=4,capacity=1.25",
         ),
+        // ... with the experts folded over the TP ranks (`--expert-tensor-parallel-size 1`).
+        (
+            "qwen3-30b-a3b-dense2",
+            "2x8xa100-80gb",
+            "tp=2,pp=2,mbs=1,gbs=32,sp=on,ep=8,etp=1",
+        ),
         // Latent attention, shared experts, dense first blocks (DeepSeek-V3's shape).
         (
             "deepseek-v3",

@@ -438,6 +438,7 @@ fn context_parallelism_never_lowers_the_gpu_time_of_a_sample() {
                             sequence_parallel: sp,
                             precision: hetplan::plan::Precision::Bf16,
                             ep,
+                            etp: None,
                             cp,
                             cp_all_to_all,
                         };

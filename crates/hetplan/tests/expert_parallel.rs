@@ -290,3 +290,78 @@ fn a_capacity_factor_caps_the_busiest_experts_load() {
     let e = validate(&p, &model, &cluster).unwrap_err();
     assert_eq!(e[0].path(), "moe_capacity_factor");
 }
+
+/// Expert tensor parallelism below TP (Megatron's MoE parallel folding): the experts split over
+/// `etp` GPUs, expert ranks of `etp` consecutive GPUs, `ep` of them exchanging tokens. Validation
+/// says what it needs; the experts' memory per GPU follows `ep · etp / tp`; the FLOPs do not
+/// change; the simulator runs the folded all-to-alls as the estimate prices them.
+#[test]
+fn expert_tensor_parallelism_folds_the_tp_ranks_into_expert_ranks() {
+    let (model, cluster) = (qwen3_moe(), mixed());
+    // 8 replicas of TP 2: 16 expert ranks with etp 1, so ep 16 fits where replicas allow 8.
+    let folded = plan(
+        "tp=2,pp=2,dp=8,mbs=1,gbs=32,sp=on,ep=16,etp=1",
+        &model,
+        &cluster,
+    );
+    assert!(folded.stages.iter().all(|s| s.etp == Some(1) && s.ep == 16));
+    validate(&folded, &model, &cluster).unwrap();
+    let st = &folded.stages[0];
+    // TP rank 1 of replica 3 is GPU 7 of the stage: expert rank 7 of the first group of 16.
+    let peers = st.expert_peers(3, 1);
+    assert_eq!(peers.len(), 16);
+    assert_eq!(peers[7], st.replica(3)[1]);
+    assert_eq!(st.expert_replicas(3), 0..8);
+    let errs = |f: &dyn Fn(&mut Plan)| {
+        let mut p = folded.clone();
+        f(&mut p);
+        validate(&p, &model, &cluster).unwrap_err()
+    };
+    let e = errs(&|p| p.stages[0].sequence_parallel = false);
+    assert!(
+        matches!(&e[0], PlanError::ExpertTensorParallel { reason, .. } if reason.contains("sequence parallelism")),
+        "{e:?}"
+    );
+    assert_eq!(e[0].path(), "stages[0].etp");
+    let e = errs(&|p| p.stages[1].etp = Some(3));
+    assert!(e
+        .iter()
+        .any(|e| matches!(e, PlanError::ExpertTensorParallel { etp: 3, .. })));
+    // Without the folding, 16 does not divide the 8 replicas.
+    let e = errs(&|p| p.stages[1].etp = None);
+    assert!(e
+        .iter()
+        .any(|e| matches!(e, PlanError::ExpertParallelDivides { .. })));
+
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let run = |spec: &str| {
+        let p = plan(spec, &model, &cluster);
+        let valid = w.validate(&p).unwrap();
+        (estimate(w, &valid, &Analytic), valid)
+    };
+    let expert_bytes = |e: &hetplan::cost::Estimate| e.stages[0].memory.weights.get();
+    let (plain, _) = run("tp=2,pp=2,dp=8,mbs=1,gbs=32,sp=on,ep=4");
+    let (same_share, _) = run("tp=2,pp=2,dp=8,mbs=1,gbs=32,sp=on,ep=8,etp=1");
+    let (half_share, valid) = run("tp=2,pp=2,dp=8,mbs=1,gbs=32,sp=on,ep=16,etp=1");
+    // ep 4 at etp 2 and ep 8 at etp 1 leave each GPU a quarter of its TP rank's experts.
+    let r = expert_bytes(&same_share) / expert_bytes(&plain);
+    assert!((r - 1.0).abs() < 1e-9, "{r}");
+    assert!(expert_bytes(&half_share) < 0.75 * expert_bytes(&plain));
+    // The same FLOPs, in other GEMM shapes: MFU × time is the model's FLOPs over the peak.
+    let flops = |e: &hetplan::cost::Estimate| e.mfu * e.iteration_time_s;
+    assert!((flops(&plain) / flops(&half_share) - 1.0).abs() < 1e-9);
+    let sim = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
+    let diff = sim.iteration_time_s / half_share.iteration_time_s - 1.0;
+    assert!(
+        diff.abs() < 0.05,
+        "simulated {diff:+.3} against the estimate"
+    );
+    assert!(sim
+        .spans
+        .iter()
+        .any(|s| matches!(s.label, Label::EpAllToAll { .. })));
+}

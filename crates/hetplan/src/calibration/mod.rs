@@ -372,6 +372,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         },
         made_for: None,
         stages: vec![Stage {
+            etp: None,
             ep: 1,
             cp: 1,
             layers: LayerRange {

@@ -152,6 +152,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         };
         next += n;
         stages.push(Stage {
+            etp: None,
             ep: 1,
             cp: 1,
             layers: LayerRange {

@@ -54,6 +54,9 @@ pub struct LayerShape {
     /// Expert parallelism: each GPU runs `1/ep` of a MoE layer's experts on the tokens `ep`
     /// replicas route to them — as many FLOPs, in larger GEMMs.
     pub ep: u32,
+    /// Expert tensor parallelism below TP (`Stage::etp`): the expert GEMMs split `etp` ways,
+    /// on the tokens of `ep` expert ranks of `etp` GPUs each. `None`: `tp`.
+    pub etp: Option<u32>,
     /// Context parallelism: each GPU holds `1/cp` of every sequence's tokens (`mbs · seq / cp`
     /// of them) and attends them to all `seq` keys, in blocks of `seq / cp` (ring attention).
     pub cp: u32,
@@ -153,17 +156,21 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
             token_fraction,
         } => {
             let (mut kl, mut nl) = (*kd as f64, *n as f64);
+            // An expert GEMM splits over the expert tensor-parallel degree and takes the tokens
+            // that `ep` expert ranks route to it: its TP rank's share of `ep·etp` GPUs' tokens
+            // (each TP rank routes its own, 1/tp of the replica's).
+            let (split_by, ep, fold) = if op.is_expert() {
+                let etp = s.etp.unwrap_or(s.tp).max(1) as f64;
+                (etp, s.ep.max(1) as f64, etp / tp)
+            } else {
+                (tp, 1.0, 1.0)
+            };
             match split {
-                TpSplit::Column => nl /= tp,
-                TpSplit::Row => kl /= tp,
+                TpSplit::Column => nl /= split_by,
+                TpSplit::Row => kl /= split_by,
                 TpSplit::Replicated => {}
             }
-            let ep = if op.is_expert() {
-                s.ep.max(1) as f64
-            } else {
-                1.0
-            };
-            let mt = m * token_fraction * ep;
+            let mt = m * token_fraction * ep * fold;
             let cnt = *count as f64 / ep;
             let flop = 2.0 * mt * kl * nl * cnt;
             let shape_eff = saturate(mt, k::GEMM_HALF_DIM)

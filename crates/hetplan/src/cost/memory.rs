@@ -59,17 +59,23 @@ pub fn stage_params_split(model: &Model, layers: std::ops::Range<usize>, tp: u32
     (dense, expert)
 }
 
-/// Parameters of `layers` on one GPU of a TP rank with expert parallelism `ep`: the experts'
-/// split `ep` ways.
-pub fn gpu_params(model: &Model, layers: std::ops::Range<usize>, tp: u32, ep: u32) -> f64 {
+/// Parameters of `layers` on one GPU of a TP rank whose experts' share is split
+/// `expert_shards` ways further (`Stage::expert_shards`: `ep · etp / tp`).
+pub fn gpu_params(
+    model: &Model,
+    layers: std::ops::Range<usize>,
+    tp: u32,
+    expert_shards: f64,
+) -> f64 {
     let (dense, expert) = stage_params_split(model, layers, tp);
-    dense + expert / ep.max(1) as f64
+    dense + expert / expert_shards
 }
 
 /// Weights, gradients and optimizer states (bytes) of one GPU holding `dense` and `expert`
-/// parameters (its expert-parallel share) of a stage with `dp` replicas in expert-parallel
-/// groups of `ep`: ZeRO shards the dense states over the `dp` replicas and the experts' over
-/// the `dp / ep` that hold the same experts (Megatron's expert data-parallel group).
+/// parameters (its expert-parallel share) of a stage with `dp` replicas whose experts are split
+/// `ep` ways beyond TP (`Stage::expert_shards`): ZeRO shards the dense states over the `dp`
+/// replicas and the experts' over the `dp / ep` GPUs that hold the same ones (Megatron's expert
+/// data-parallel group).
 pub fn sharded_states_ep(
     dense: f64,
     expert: f64,

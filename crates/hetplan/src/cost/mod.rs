@@ -143,7 +143,7 @@ fn dp_group(st: &Stage, k: usize) -> Vec<GpuId> {
 /// hold the same experts; the ring here carries them over all dp at their per-GPU size (1/ep):
 /// an over-estimate of the expert part by at most (dp − 1)/dp against (dp/ep − 1)/(dp/ep).
 fn dp_params(model: &Model, st: &Stage) -> f64 {
-    memory::gpu_params(model, st.layers.iter(), st.tp, st.ep)
+    memory::gpu_params(model, st.layers.iter(), st.tp, st.expert_shards())
 }
 
 /// Per-replica, per-micro-batch timing of a stage (seconds).
@@ -532,6 +532,10 @@ pub struct LayerCost {
     pub tp_allreduce_bytes: Bytes,
     pub tp_allreduces_forward: u32,
     pub tp_allreduces_backward: u32,
+    /// Of the same buffer, those that run among the GPUs of an expert rank instead (expert
+    /// tensor parallelism below TP: a MoE block's MLP collective; `Stage::etp`).
+    pub etp_allreduces_forward: u32,
+    pub etp_allreduces_backward: u32,
     /// Expert parallelism: the blocking all-to-alls (token dispatch and combine) of a MoE
     /// layer in forward and in backward (with the recomputed forward's), as the estimate prices
     /// them; for the simulator, each GPU's send buffer of one and how many each pass issues.
@@ -689,11 +693,6 @@ fn expert_flop_share(model: &Model, layer: usize, seq: u64) -> f64 {
     }
 }
 
-/// The GPUs of TP rank `k` across replica `r`'s expert-parallel group.
-fn ep_peers(st: &Stage, r: usize, k: usize) -> Vec<GpuId> {
-    st.ep_group(r).map(|q| st.replica(q)[k]).collect()
-}
-
 /// The per-layer costs of one micro-batch through replica `r` of stage `si`: what the cost model
 /// sums and what the simulator executes layer by layer.
 pub fn layer_costs(
@@ -728,6 +727,7 @@ fn layer_costs_in(
         sequence_parallel: st.sequence_parallel,
         precision: plan.precision,
         ep: st.ep,
+        etp: st.etp.filter(|&e| e != st.tp),
         cp: st.cp,
         cp_all_to_all: st.cp > 1 && plan.cp_comm == CpComm::AllToAll,
     };
@@ -740,13 +740,18 @@ fn layer_costs_in(
     // time of the group's slowest GPU.
     let ep = st.ep.max(1);
     let group_devs: Vec<GpuId> = if ep > 1 {
-        st.ep_group(r)
+        st.expert_replicas(r)
             .flat_map(|q| st.replica(q).iter().copied())
             .collect()
     } else {
         devs.to_vec()
     };
-    let peers = ep_peers(st, r, 0);
+    // TP rank 0's expert-parallel group (every rank has its own, alike).
+    let peers = st.expert_peers(r, 0);
+    // Expert tensor parallelism below TP: a MoE layer's MLP collective runs among the `etp`
+    // GPUs of TP rank 0's expert rank, none with one.
+    let etp = st.expert_tp();
+    let etp_group: Vec<GpuId> = devs.iter().copied().take(etp as usize).collect();
     st.layers
         .iter()
         .enumerate()
@@ -777,8 +782,20 @@ fn layer_costs_in(
                 Bytes(0.0)
             };
             let tp_c = collective_time(cluster, devs, tp_bytes, Collective::AllReduce, conc).get();
-            let tp_forward = tp_c * layer.tp_allreduces_fwd as f64;
+            // With expert tensor parallelism below TP, a MoE block's MLP collective (the second
+            // of its two) runs in the expert rank, at the dense layer's buffer (none at etp 1).
+            let folded = layer.experts().is_some() && etp != tp;
+            let moved = |n: u32| u32::from(folded && n >= 2);
+            let (mf, mb) = (
+                moved(layer.tp_allreduces_fwd),
+                moved(layer.tp_allreduces_bwd),
+            );
+            let etp_c =
+                collective_time(cluster, &etp_group, tp_bytes, Collective::AllReduce, conc).get();
+            let (tp_fwd, tp_bwd) = (layer.tp_allreduces_fwd - mf, layer.tp_allreduces_bwd - mb);
+            let tp_forward = tp_c * tp_fwd as f64 + etp_c * mf as f64;
             let full = j < n_ckpt;
+            let (etp_fwd, etp_bwd) = if etp > 1 { (mf, mb) } else { (0, 0) };
             let recompute = if full {
                 lt.forward.get()
             } else if st.recompute == Recompute::Selective {
@@ -802,12 +819,13 @@ fn layer_costs_in(
                 backward: lt.backward.get(),
                 recompute,
                 tp_forward,
-                tp_backward: tp_c * layer.tp_allreduces_bwd as f64,
+                tp_backward: tp_c * tp_bwd as f64 + etp_c * mb as f64,
                 tp_recompute: if full { tp_forward } else { 0.0 },
                 tp_allreduce_bytes: tp_bytes,
-                tp_allreduces_forward: layer.tp_allreduces_fwd,
-                tp_allreduces_backward: layer.tp_allreduces_bwd
-                    + if full { layer.tp_allreduces_fwd } else { 0 },
+                tp_allreduces_forward: tp_fwd,
+                tp_allreduces_backward: tp_bwd + if full { tp_fwd } else { 0 },
+                etp_allreduces_forward: etp_fwd,
+                etp_allreduces_backward: etp_bwd + if full { etp_fwd } else { 0 },
                 ep_forward: 2.0 * a2a,
                 ep_backward: if full { 4.0 } else { 2.0 } * a2a,
                 ep_alltoall_bytes: ep_bytes,
@@ -832,7 +850,7 @@ pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f
     let devs = st.replica(r);
     let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
     let (dense, expert) = memory::stage_params_split(model, st.layers.iter(), st.tp_of(r));
-    let ep = st.ep.max(1) as f64;
+    let ep = st.expert_shards();
     // ZeRO-1+: the dense states sharded over dp, the experts' (1/ep of them here) over dp/ep,
     // which comes to expert/dp on every GPU as well.
     let (params_local, shard) = if st.zero >= 1 {
@@ -973,7 +991,7 @@ fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
 pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64, f64) {
     let st = &plan.stages[si];
     let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
-    let params = memory::gpu_params(w.model, st.layers.iter(), st.tp_of(r), st.ep);
+    let params = memory::gpu_params(w.model, st.layers.iter(), st.tp_of(r), st.expert_shards());
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
     let wb = off.weights * params * w_bytes / if st.zero >= 3 { dp } else { 1.0 };
@@ -1002,7 +1020,7 @@ pub fn grad_buckets(model: &Model, plan: &Plan, st: &Stage) -> Vec<LayerRange> {
     let mut end = st.layers.end;
     let mut params = 0.0;
     for l in st.layers.iter().rev() {
-        params += memory::gpu_params(model, l..l + 1, st.tp, st.ep);
+        params += memory::gpu_params(model, l..l + 1, st.tp, st.expert_shards());
         if limit.is_none_or(|b| params >= b) {
             buckets.push(LayerRange { start: l, end });
             end = l;
@@ -1418,7 +1436,7 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
         .iter()
         .map(|c| memory::stage_params_split(model, c.layers.iter(), c.tp_of(r)))
         .fold((0.0, 0.0), |(d, e), (cd, ce)| (d + cd, e + ce));
-    let ep = st.ep.max(1) as f64;
+    let ep = st.expert_shards();
     let (weights, gradients, optimizer) =
         memory::sharded_states_ep(dense, expert / ep, plan.precision, st.zero, dp, ep);
     let offloaded_states =
@@ -1441,7 +1459,7 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
             let largest = c
                 .layers
                 .iter()
-                .map(|l| memory::gpu_params(model, l..l + 1, tp, c.ep))
+                .map(|l| memory::gpu_params(model, l..l + 1, tp, c.expert_shards()))
                 .fold(0.0, f64::max);
             gathered = gathered.max(2.0 * largest * ctx.pg_bytes);
         }

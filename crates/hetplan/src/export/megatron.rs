@@ -15,7 +15,7 @@
 //!   `--num-experts --moe-router-topk --moe-ffn-hidden-size [--moe-layer-freq [0,1,...]]
 //!   [--moe-shared-expert-intermediate-size]`;
 //! - parallelism: `--tensor-model-parallel-size --pipeline-model-parallel-size
-//!   [--expert-model-parallel-size] [--moe-expert-capacity-factor] [--context-parallel-size [--cp-comm-type a2a]]
+//!   [--expert-model-parallel-size] [--expert-tensor-parallel-size] [--moe-expert-capacity-factor] [--context-parallel-size [--cp-comm-type a2a]]
 //!   --pipeline-model-parallel-layout` (core 0.13+: `E` embedding, `t` decoder layer, `L` loss,
 //!   `|` between stages, stage `i = vpp_rank·PP + pp_rank`; it sets the virtual pipeline size,
 //!   so `--num-virtual-stages-per-pipeline-rank` must not be given beside it),
@@ -391,10 +391,13 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
         flag("moe-expert-capacity-factor", Some(c.to_string()));
     }
     // One degree for the whole model (`Runtime::why_not` checks the stages agree); the expert
-    // tensor-parallel size stays Megatron's default, the TP degree, as hetplan prices it.
+    // tensor-parallel size is Megatron's default, the TP degree, unless the plan sets one.
     let ep = plan.stages.iter().map(|s| s.ep).max().unwrap_or(1);
     if ep > 1 {
         flag("expert-model-parallel-size", Some(ep.to_string()));
+    }
+    if let Some(etp) = plan.stages.iter().find_map(|s| s.etp) {
+        flag("expert-tensor-parallel-size", Some(etp.to_string()));
     }
     if st.cp > 1 {
         flag("context-parallel-size", Some(st.cp.to_string()));

@@ -184,6 +184,7 @@ mod tests {
     fn stage(layers: (usize, usize), devices: Vec<GpuId>, tp: u32) -> Stage {
         let dp = devices.len() as u32 / tp;
         Stage {
+            etp: None,
             ep: 1,
             cp: 1,
             layers: LayerRange {

@@ -218,6 +218,7 @@ impl DeepspeedJob {
         let per_stage = dp as usize;
         let stages = (0..pp)
             .map(|s| Stage {
+                etp: None,
                 ep: 1,
                 cp: 1,
                 layers: LayerRange {

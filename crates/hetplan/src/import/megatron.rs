@@ -14,8 +14,9 @@
 //! GPUs in index order. `--expert-model-parallel-size` sets every MoE stage's `ep`;
 //! `--context-parallel-size` every stage's `cp` (Megatron's order puts CP ranks between TP and
 //! DP, so a CP group is `cp` consecutive replicas, and DP counts groups). Flags that change what
-//! runs but that hetplan does not model (expert tensor parallelism, FP8) are refused; the rest
-//! (data, optimizer, logging) are listed as ignored.
+//! runs but that hetplan does not model (FP8, hybrid layers, encoders) are refused; the rest
+//! (data, optimizer, logging) are listed as ignored. `--expert-tensor-parallel-size` sets every
+//! MoE stage's `etp`.
 
 use super::shell::{words, Word};
 use crate::cluster::{Cluster, GpuId};
@@ -62,7 +63,6 @@ const SWITCHES: &[&str] = &[
 
 /// Flags that change what runs in ways hetplan does not model yet: (flag, what it is).
 const UNMODELLED: &[(&str, &str)] = &[
-    ("expert-tensor-parallel-size", "expert tensor parallelism"),
     ("fp8-format", "FP8 training"),
     ("hybrid-layer-pattern", "hybrid (Mamba) layers"),
     ("encoder-num-layers", "encoder layers"),
@@ -246,6 +246,7 @@ impl MegatronJob {
             "expert-model-parallel-size",
             "context-parallel-size",
             "cp-comm-type",
+            "expert-tensor-parallel-size",
             "optimizer-cpu-offload",
             "optimizer-offload-fraction",
             "bf16",
@@ -624,6 +625,12 @@ impl MegatronJob {
                     .hint(Some("use p2p or a2a".into())));
             }
         };
+        // `--expert-tensor-parallel-size` (MoE parallel folding): every MoE stage's etp, none
+        // where it is the TP degree (Megatron's default).
+        let etp = self
+            .int("expert-tensor-parallel-size")?
+            .map(|e| e.clamp(1, 1 << 20) as u32)
+            .filter(|&e| e as u64 != tp);
         let per_stage = (tp * replicas) as usize;
         let stages = chunks
             .iter()
@@ -631,11 +638,11 @@ impl MegatronJob {
             .map(|(i, &layers)| {
                 let p = i % pp as usize;
                 let len = layers.len() as u32;
+                let moe = layers
+                    .iter()
+                    .any(|l| self.model.layers[l].experts().is_some());
                 Stage {
-                    ep: if layers
-                        .iter()
-                        .any(|l| self.model.layers[l].experts().is_some())
-                    {
+                    ep: if moe {
                         ep.min(u64::from(u32::MAX)) as u32
                     } else {
                         1
@@ -655,6 +662,7 @@ impl MegatronJob {
                     sequence_parallel: self.has("sequence-parallel") && tp > 1,
                     replica_samples: Vec::new(),
                     cp: cp as u32,
+                    etp: etp.filter(|_| moe),
                 }
             })
             .collect();

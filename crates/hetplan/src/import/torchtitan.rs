@@ -374,6 +374,7 @@ impl TorchtitanJob {
             .map(|i| {
                 let p = i % pp as usize;
                 Stage {
+                    etp: None,
                     ep: 1,
                     cp: 1,
                     layers: LayerRange {

@@ -17,6 +17,7 @@
 //! | `cp_comm` | how a context-parallel group runs attention: `ring` (Megatron's `p2p`: keys and values around a ring, overlapped) or `a2a` (Ulysses: all-to-alls trade sequence chunks for heads) | `ring` |
 //! | `capacity` | MoE token dropping: no expert takes more than this many times its even share of the tokens (Megatron's `--moe-expert-capacity-factor`) | dropless |
 //! | `ep` | expert parallelism: each MoE layer's experts split over `ep` DP replicas (stages without MoE layers keep 1) | 1 |
+//! | `etp` | expert tensor parallelism: MoE layers' experts split over `etp` GPUs instead of `tp` (Megatron's `--expert-tensor-parallel-size`; needs `sp=on` below `tp`; stages without MoE layers keep `tp`) | `tp` |
 //! | `cp` | context parallelism: each sample's sequence split over `cp` GPUs (or TP groups), ring attention between them; `dp` counts groups of `cp`, as Megatron's data-parallel size does, so a stage has `dp·cp` replicas | 1 |
 //! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
 //! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
@@ -66,6 +67,7 @@ pub const KEYS: &[&str] = &[
     "ckpt",
     "sp",
     "ep",
+    "etp",
     "cp",
     "cp_comm",
     "capacity",
@@ -447,7 +449,10 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     let zero = s.int("zero", 0, u32::MAX as u64)?.unwrap_or(0);
     let ep = s.int("ep", 1, u32::MAX as u64)?.unwrap_or(1) as u32;
     let replicas = dp.saturating_mul(cp);
-    if ep > 1 {
+    // Expert tensor parallelism below TP folds the TP ranks into the expert ranks
+    // (validation checks the rest).
+    let etp = s.int32("etp", 1)?.filter(|&e| e != tp);
+    if ep > 1 && etp.is_none() {
         if !replicas.is_multiple_of(ep) {
             let what = if cp > 1 { "dp·cp" } else { "dp" };
             return Err(s.err(
@@ -548,6 +553,8 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         .enumerate()
         .map(|(j, layers)| Stage {
             // Stages without MoE layers keep ep = 1.
+            // Stages with MoE layers take etp; the others keep tp.
+            etp: etp.filter(|_| layers.iter().any(|l| model.layers[l].experts().is_some())),
             ep: if layers.iter().any(|l| model.layers[l].experts().is_some()) {
                 ep
             } else {
@@ -567,6 +574,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             cp,
         })
         .collect();
+
     let plan = Plan {
         global_batch,
         micro_batches,
@@ -616,6 +624,7 @@ fn key_of(e: &PlanError) -> &'static str {
         PlanError::TpHeads { .. } | PlanError::TpKvHeads { .. } => "tp",
         PlanError::MicroBatchSizesCount { .. } | PlanError::ZeroMicroBatchSize { .. } => "mbs",
         PlanError::BatchMismatch { .. } => "gbs",
+        PlanError::ExpertTensorParallel { .. } => "etp",
         PlanError::ContextParallelDivides { .. }
         | PlanError::ContextParallelStages { .. }
         | PlanError::ContextParallelReplicas { .. }

@@ -273,6 +273,14 @@ pub struct Stage {
     /// 1: every replica holds every expert.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub ep: u32,
+    /// Expert tensor parallelism (Megatron's `--expert-tensor-parallel-size`, MoE parallel
+    /// folding): the MoE layers' experts are split over `etp` GPUs instead of the `tp` of a
+    /// replica. The stage's GPUs, flattened replica by replica (GPU `r·tp + k` is TP rank k of
+    /// replica r), form expert ranks of `etp` consecutive GPUs, and `ep` consecutive expert
+    /// ranks exchange tokens; with `etp = tp` (the default) an expert rank is a replica. Each
+    /// TP rank routes its own tokens (sequence parallelism). `None`: `tp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etp: Option<u32>,
     /// Context parallelism: `cp` consecutive DP replicas share each of their micro-batch's
     /// samples, each holding `1/cp` of every sequence's tokens (Megatron's load-balanced
     /// chunks: chunk c and 2·cp − 1 − c of 2·cp), and pass the keys and values of their chunk
@@ -300,6 +308,47 @@ impl Stage {
         let ep = self.ep.max(1) as usize;
         let start = r / ep * ep;
         start..(start + ep).min(self.dp as usize)
+    }
+
+    /// The TP degree of the MoE layers' experts (`etp`, else `tp`).
+    pub fn expert_tp(&self) -> u32 {
+        self.etp.unwrap_or(self.tp).max(1)
+    }
+
+    /// How many ways the experts' parameters of a TP rank's share are split further on one
+    /// GPU: `ep · etp / tp` (`ep` with `etp = tp`). A GPU holds `expert / expert_shards()` of
+    /// them, and `dp / expert_shards()` GPUs hold the same ones (the expert data-parallel group).
+    pub fn expert_shards(&self) -> f64 {
+        self.ep.max(1) as f64 * self.expert_tp() as f64 / self.tp.max(1) as f64
+    }
+
+    /// The GPUs that exchange tokens with TP rank `k` of replica `r` at every MoE layer, itself
+    /// included, in order: the same position in each of the `ep` expert ranks of its group
+    /// (one TP degree in the stage; `Stage::etp`).
+    pub fn expert_peers(&self, r: usize, k: usize) -> Vec<GpuId> {
+        let (tp, etp, ep) = (
+            self.tp.max(1) as usize,
+            self.expert_tp() as usize,
+            self.ep.max(1) as usize,
+        );
+        let g = r * tp + k;
+        let (rank, j) = (g / etp, g % etp);
+        let first = rank / ep * ep;
+        (first..first + ep)
+            .map(|x| x * etp + j)
+            .filter(|&i| i < self.devices.len())
+            .map(|i| self.devices[i])
+            .collect()
+    }
+
+    /// The replicas whose GPUs replica `r`'s exchange tokens with (its own included): they run
+    /// every MoE layer in step.
+    pub fn expert_replicas(&self, r: usize) -> std::ops::Range<usize> {
+        let tp = self.tp.max(1) as usize;
+        let per = self.ep.max(1) as usize * self.expert_tp() as usize;
+        let first = (r * tp) / per * per;
+        let last = ((r + 1) * tp - 1) / per * per + per;
+        first / tp..last.div_ceil(tp).min(self.dp as usize)
     }
 
     /// The DP replicas in replica `r`'s context-parallel group (`cp` consecutive ones).

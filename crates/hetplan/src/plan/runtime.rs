@@ -151,6 +151,22 @@ impl Runtime {
                  the plan without it"
             ));
         }
+        // Expert tensor parallelism: Megatron's `--expert-tensor-parallel-size`, one degree.
+        let mut etps: Vec<u32> = plan.stages.iter().filter_map(|s| s.etp).collect();
+        etps.sort_unstable();
+        etps.dedup();
+        if !etps.is_empty() && self != Runtime::Megatron {
+            why.push(format!(
+                "hetplan exports expert tensor parallelism to Megatron; {name} runs the plan \
+                 without it"
+            ));
+        }
+        if etps.len() > 1 {
+            why.push(format!(
+                "{name} runs one expert tensor-parallel degree; the plan's are {}",
+                list(plan, |s| s.expert_tp().to_string())
+            ));
+        }
         if plan.moe_capacity_factor.is_some() && self != Runtime::Megatron {
             why.push(format!(
                 "hetplan exports the MoE capacity factor (token dropping) to Megatron; {name} \
@@ -319,6 +335,10 @@ impl Runtime {
             }
             Runtime::Deepspeed | Runtime::Fsdp => None,
         };
+        let etp = match self {
+            Runtime::Megatron => p.stages.iter().filter_map(|s| s.etp).min(),
+            _ => None,
+        };
         let sp = p.stages.iter().any(|s| s.sequence_parallel)
             || (self == Runtime::Megatron && ep.is_some() && p.stages.iter().any(|s| s.tp > 1));
         let optimizer = p
@@ -353,6 +373,11 @@ impl Runtime {
             s.ep = match ep {
                 Some(e) if s.ep > 1 => e,
                 _ => 1,
+            };
+            // Expert tensor parallelism: Megatron's one degree, the smallest; none elsewhere.
+            s.etp = match etp {
+                Some(e) if s.etp.is_some() && s.tp.is_multiple_of(e) && e != s.tp => Some(e),
+                _ => None,
             };
         }
         p.engine = self.engine();
@@ -404,6 +429,7 @@ mod tests {
     fn stage(layers: (usize, usize), gpus: &[u32], tp: u32, mbs: u64) -> Stage {
         let dp = gpus.len() as u32 / tp;
         Stage {
+            etp: None,
             ep: 1,
             cp: 1,
             layers: LayerRange {

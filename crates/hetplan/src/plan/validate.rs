@@ -388,6 +388,12 @@ pub enum PlanError {
         ep: u32,
         reason: &'static str,
     },
+    #[error("stage {stage} has etp = {etp}, but {reason}")]
+    ExpertTensorParallel {
+        stage: usize,
+        etp: u32,
+        reason: String,
+    },
     #[error("stage {stage} has cp = {cp}, which does not divide its dp = {dp}")]
     ContextParallelDivides { stage: usize, cp: u32, dp: u32 },
     #[error(
@@ -473,6 +479,7 @@ impl PlanError {
             | PlanError::ExpertParallelWithoutExperts { stage, .. }
             | PlanError::ExpertParallelExperts { stage, .. }
             | PlanError::ExpertParallelReplicas { stage, .. } => st(stage, "ep"),
+            PlanError::ExpertTensorParallel { stage, .. } => st(stage, "etp"),
             PlanError::ContextParallelDivides { stage, .. }
             | PlanError::ContextParallelStages { stage, .. }
             | PlanError::ContextParallelReplicas { stage, .. }
@@ -598,6 +605,11 @@ impl PlanError {
             PlanError::ExpertParallelReplicas { .. } => {
                 "give the stage's replicas one TP degree, one micro-batch size and the same \
                  micro-batch count, or set ep to 1"
+                    .into()
+            }
+            PlanError::ExpertTensorParallel { .. } => {
+                "etp divides tp, on a stage with MoE layers, one TP degree and sequence \
+                 parallelism, with ep dividing dp × tp / etp; or leave etp out (tp)"
                     .into()
             }
             PlanError::ContextParallelDivides { dp, .. } => format!(
@@ -789,6 +801,7 @@ fn check_stage(plan: &Plan, model: &Model, cluster: &Cluster, i: usize, errs: &m
         check_replica_tp(i, s, errs);
     }
     check_expert_parallel(model, i, s, errs);
+    check_expert_tensor_parallel(model, i, s, errs);
     check_context_parallel(plan, model, i, s, errs);
     if s.dp > 0 && s.micro_batch_sizes.len() != s.dp as usize {
         errs.push(PlanError::MicroBatchSizesCount {
@@ -981,7 +994,9 @@ fn check_expert_parallel(model: &Model, i: usize, s: &Stage, errs: &mut Vec<Plan
     if ep == 1 {
         return;
     }
-    if s.dp > 0 && !s.dp.is_multiple_of(ep) {
+    // (With expert tensor parallelism below TP the expert ranks are not replicas:
+    // `check_expert_tensor_parallel`.)
+    if s.dp > 0 && s.expert_tp() == s.tp && !s.dp.is_multiple_of(ep) {
         errs.push(PlanError::ExpertParallelDivides {
             stage: i,
             ep,
@@ -1016,6 +1031,54 @@ fn check_expert_parallel(model: &Model, i: usize, s: &Stage, errs: &mut Vec<Plan
         errs.push(PlanError::ExpertParallelReplicas {
             stage: i,
             ep,
+            reason,
+        });
+    }
+}
+
+/// Expert tensor parallelism (`Stage::etp`): at least 1; below TP it divides tp, on a stage with
+/// MoE layers whose replicas have one TP degree and sequence parallelism (each TP rank routes
+/// its own tokens), and ep divides the stage's `dp × tp / etp` expert ranks.
+fn check_expert_tensor_parallel(model: &Model, i: usize, s: &Stage, errs: &mut Vec<PlanError>) {
+    let Some(etp) = s.etp else {
+        return;
+    };
+    if etp == 0 {
+        errs.push(PlanError::ZeroDegree {
+            stage: i,
+            which: "etp",
+        });
+        return;
+    }
+    if etp == s.tp || s.tp == 0 {
+        return;
+    }
+    let layers = s.layers.start.min(model.layers.len())..s.layers.end.min(model.layers.len());
+    let ranks = s.dp as u64 * s.tp as u64 / etp as u64;
+    let reason = if !s.tp.is_multiple_of(etp) {
+        Some(format!("it does not divide tp = {}", s.tp))
+    } else if !s.replica_tp.is_empty() {
+        Some("its replicas have different TP degrees".to_string())
+    } else if !layers.clone().any(|l| model.layers[l].experts().is_some()) {
+        Some("none of its layers is a mixture of experts".to_string())
+    } else if !s.sequence_parallel {
+        Some(
+            "sequence parallelism is off: the experts take each TP rank's own tokens, which it \
+             gives them"
+                .to_string(),
+        )
+    } else if s.ep > 0 && !ranks.is_multiple_of(s.ep as u64) {
+        Some(format!(
+            "ep = {} does not divide the stage's dp × tp / etp = {ranks} expert ranks",
+            s.ep
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        errs.push(PlanError::ExpertTensorParallel {
+            stage: i,
+            etp,
             reason,
         });
     }

@@ -556,6 +556,7 @@ impl Planner for AlpaAverage {
                             sequence_parallel: false,
                             precision: problem.options.precision,
                             ep: 1,
+                            etp: None,
                             cp: 1,
                             cp_all_to_all: false,
                         };

@@ -139,6 +139,7 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         sequence_parallel,
                                         precision: problem.options.precision,
                                         ep,
+                                        etp: None,
                                         cp,
                                         cp_all_to_all,
                                     };

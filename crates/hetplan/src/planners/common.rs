@@ -55,6 +55,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
         stages: stages
             .into_iter()
             .map(|s| Stage {
+                etp: None,
                 ep: 1,
                 cp: 1,
                 layers: s.layers,

@@ -302,6 +302,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
     let n = problem.cluster.num_gpus().max(1) as f64;
     let precision = problem.options.precision;
     let stage = Stage {
+        etp: None,
         ep: 1,
         cp: 1,
         layers: LayerRange {
@@ -356,6 +357,7 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         sequence_parallel: false,
         precision: problem.options.precision,
         ep: 1,
+        etp: None,
         cp: 1,
         cp_all_to_all: false,
     };

@@ -507,6 +507,7 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
                 replicas.iter().map(Replica::tp).collect()
             };
             Stage {
+                etp: None,
                 ep: 1,
                 cp: 1,
                 layers: ranges[j],

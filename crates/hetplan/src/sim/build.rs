@@ -506,6 +506,30 @@ impl<'a> Builder<'a> {
         t
     }
 
+    /// The all-reduces among the GPUs of each expert rank of executor `e` (`etp` consecutive
+    /// ones of the replica; expert tensor parallelism below TP) that follow task `after`.
+    fn etp_allreduces(
+        &mut self,
+        e: usize,
+        after: TaskId,
+        bytes: f64,
+        count: u32,
+        label: Label,
+    ) -> TaskId {
+        let (si, _) = (self.executors[e].stage, self.executors[e].replica);
+        let etp = self.plan.stages[si].expert_tp() as usize;
+        if bytes <= 0.0 || count == 0 || etp < 2 {
+            return after;
+        }
+        let groups: Vec<Vec<GpuId>> = (self.executors[e].devices.chunks(etp))
+            .map(|c| c.to_vec())
+            .collect();
+        let work = self.ring(&groups, bytes, Collective::AllReduce, count, vec![e]);
+        let t = self.task(work, vec![after], label);
+        self.pending_sends[e].push(t);
+        t
+    }
+
     /// The expert-parallel all-to-alls that follow compute task `after` of executor `e`
     /// (`count` of them, each GPU sending `bytes`, 1/n to each member of its group): this
     /// replica's sends to the others of its expert-parallel group, GPU by GPU of the same TP
@@ -521,8 +545,11 @@ impl<'a> Builder<'a> {
         label: Label,
     ) -> TaskId {
         let (si, r) = (self.executors[e].stage, self.executors[e].replica);
-        let group = self.plan.stages[si].ep_group(r);
-        self.alltoalls(e, after, group, bytes, count, label)
+        let st = &self.plan.stages[si];
+        let groups: Vec<Vec<GpuId>> = (0..st.tp_of(r) as usize)
+            .map(|k| st.expert_peers(r, k))
+            .collect();
+        self.alltoalls(e, after, &groups, bytes, count, label)
     }
 
     /// The context-parallel all-to-alls (Ulysses) that follow compute task `after` of
@@ -536,48 +563,44 @@ impl<'a> Builder<'a> {
         label: Label,
     ) -> TaskId {
         let (si, r) = (self.executors[e].stage, self.executors[e].replica);
-        let group = self.plan.stages[si].cp_group(r);
-        self.alltoalls(e, after, group, bytes, count, label)
+        let st = &self.plan.stages[si];
+        let groups: Vec<Vec<GpuId>> = (0..st.tp_of(r) as usize)
+            .map(|k| st.cp_group(r).map(|q| st.replica(q)[k]).collect())
+            .collect();
+        self.alltoalls(e, after, &groups, bytes, count, label)
     }
 
-    /// `count` all-to-alls among the replicas `group` (executor `e`'s among them) after task
-    /// `after`, each GPU sending `bytes`, 1/n to each member: this replica's sends, GPU by GPU
-    /// of the same TP rank; every replica of the group adds its own. The executor's next
-    /// compute waits.
+    /// `count` all-to-alls after task `after`, each GPU of executor `e` (its TP rank k) sending
+    /// `bytes`, 1/n to each member of `groups[k]` (itself among them): this replica's sends;
+    /// every replica of a group adds its own. The executor's next compute waits.
     fn alltoalls(
         &mut self,
         e: usize,
         after: TaskId,
-        group: std::ops::Range<usize>,
+        groups: &[Vec<GpuId>],
         bytes: f64,
         count: u32,
         label: Label,
     ) -> TaskId {
-        let (si, r) = (self.executors[e].stage, self.executors[e].replica);
-        let st = &self.plan.stages[si];
-        if bytes <= 0.0 || count == 0 || group.len() <= 1 {
+        let n = groups.iter().map(|g| g.len()).max().unwrap_or(0);
+        if bytes <= 0.0 || count == 0 || n <= 1 {
             return after;
         }
-        let n = group.len() as f64;
-        let pairs: Vec<(GpuId, GpuId)> = (0..st.tp_of(r) as usize)
-            .flat_map(|k| {
-                let me = st.replica(r)[k];
+        let devices = self.executors[e].devices.clone();
+        let pairs: Vec<(GpuId, GpuId)> = (devices.iter().zip(groups))
+            .flat_map(|(&me, group)| {
                 group
-                    .clone()
-                    .filter(move |&q| q != r)
-                    .map(move |q| (me, st.replica(q)[k]))
+                    .iter()
+                    .filter(move |&&g| g != me)
+                    .map(move |&g| (me, g))
             })
             .collect();
+        let spans = (groups.iter().flatten()).any(|g| g.node != devices[0].node);
         let edges: Vec<Edge> = pairs
             .into_iter()
-            .map(|(from, to)| self.hop(from, to, bytes / n * count as f64))
+            .map(|(from, to)| self.hop(from, to, bytes / n as f64 * count as f64))
             .collect();
         let cl = self.w.cluster;
-        let spans = self.executors[e]
-            .devices
-            .iter()
-            .chain(group.clone().flat_map(|q| st.replica(q).iter()))
-            .any(|g| g.node != self.executors[e].devices[0].node);
         let alpha = if spans {
             cl.inter_latency
         } else {
@@ -614,7 +637,8 @@ pub fn task_count(plan: &Plan) -> u64 {
             let tp = if st.tp > 1 { 2 } else { 1 };
             let ep = if st.ep > 1 { 2 } else { 1 };
             let cp = if st.cp > 1 { 2 } else { 0 };
-            mul(units, tp + ep - 1 + cp) + u64::from(!st.offload.is_none())
+            let etp = u64::from(st.etp.is_some_and(|e| e > 1 && e != st.tp));
+            mul(units, tp + ep - 1 + cp + etp) + u64::from(!st.offload.is_none())
         };
         for r in 0..st.dp as usize {
             let steps = st.replica_steps(r, m).0;
@@ -739,6 +763,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         Pass::Forward => c.tp_allreduces_forward,
         Pass::Backward => c.tp_allreduces_backward,
     };
+    let etp_count = |c: &LayerCost, pass: Pass| match pass {
+        Pass::Forward => c.etp_allreduces_forward,
+        Pass::Backward => c.etp_allreduces_backward,
+    };
     let ep_count = |c: &LayerCost, pass: Pass| match pass {
         Pass::Forward => c.ep_alltoalls_forward,
         Pass::Backward => c.ep_alltoalls_backward,
@@ -858,6 +886,13 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         tp_count(c, op.pass),
                         tp_label(Some(start + l)),
                     );
+                    let tp_end = b.etp_allreduces(
+                        e,
+                        tp_end,
+                        c.tp_allreduce_bytes.get(),
+                        etp_count(c, op.pass),
+                        tp_label(Some(start + l)),
+                    );
                     let ep_end = b.ep_alltoalls(
                         e,
                         tp_end,
@@ -922,6 +957,18 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 } else {
                     0.0
                 };
+                // Expert ranks' all-reduces likewise.
+                let etp_n: u32 = lc.iter().map(|c| etp_count(c, op.pass)).sum();
+                let etp_bytes: f64 = lc
+                    .iter()
+                    .map(|c| c.tp_allreduce_bytes.get() * etp_count(c, op.pass) as f64)
+                    .sum();
+                let etp_per = if etp_n > 0 {
+                    etp_bytes / etp_n as f64
+                } else {
+                    0.0
+                };
+                let tp_end = b.etp_allreduces(e, tp_end, etp_per, etp_n, tp_label(None));
                 let ep_end = b.ep_alltoalls(e, tp_end, ep_per, ep_n, ep_label(None));
                 // Ulysses' all-to-alls likewise (each layer's forward buffer covers two).
                 let cp_n: u32 = lc.iter().map(|c| cp_a2a_count(c, op.pass)).sum();
@@ -1073,8 +1120,12 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 };
                 let mut prev_gather: Option<TaskId> = None;
                 for (pos, &l) in order.iter().enumerate() {
-                    let params =
-                        cost::memory::gpu_params(model, start + l..start + l + 1, st.tp, st.ep);
+                    let params = cost::memory::gpu_params(
+                        model,
+                        start + l..start + l + 1,
+                        st.tp,
+                        st.expert_shards(),
+                    );
                     if st.zero >= 3 {
                         // Gather layer l while the layer before it computes (prefetch 1): it
                         // may start once the one before that is done.
@@ -1148,7 +1199,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         // computes) is done on every replica, after the bucket before it.
         for bucket in cost::grad_buckets(model, plan, st) {
             let params: f64 = (bucket.iter())
-                .map(|l| cost::memory::gpu_params(model, l..l + 1, st.tp, st.ep))
+                .map(|l| cost::memory::gpu_params(model, l..l + 1, st.tp, st.expert_shards()))
                 .sum();
             let l = bucket.start - start;
             let mut deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();
@@ -1241,7 +1292,12 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             .collect();
         let mut prev: Option<TaskId> = None;
         for l in 0..st.layers.len() {
-            let params = cost::memory::gpu_params(model, start + l..start + l + 1, st.tp, st.ep);
+            let params = cost::memory::gpu_params(
+                model,
+                start + l..start + l + 1,
+                st.tp,
+                st.expert_shards(),
+            );
             // The first layer's is dispatched when the forward could start (Megatron's
             // pre-hook): once what that forward waits for is done.
             let mut deps: Vec<TaskId> = prev.into_iter().collect();
@@ -1275,7 +1331,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         if st.dp <= 1 || !(st.zero == 1 || st.zero == 2) || gathers_during_forward(plan, st) {
             continue;
         }
-        let params = cost::memory::gpu_params(model, st.layers.iter(), st.tp, st.ep);
+        let params = cost::memory::gpu_params(model, st.layers.iter(), st.tp, st.expert_shards());
         let deps: Vec<TaskId> = (0..st.dp as usize)
             .filter_map(|r| b.last[b.exec_of[&(si % depth, r)]])
             .collect();

@@ -358,6 +358,7 @@ impl<'p> Model<'p> {
                     sequence_parallel: false,
                     precision,
                     ep: 1,
+                    etp: None,
                     cp: 1,
                     cp_all_to_all: false,
                 };

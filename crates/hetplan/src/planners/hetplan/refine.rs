@@ -131,6 +131,11 @@ pub enum Move {
     ExpertParallelAll {
         ep: u32,
     },
+    /// Expert tensor parallelism `etp` on every stage with MoE layers whose TP degree it
+    /// divides (sequence parallelism turned on there: each TP rank then routes its own tokens).
+    ExpertTensorParallelAll {
+        etp: u32,
+    },
     /// Every stage's sequences split over `cp` consecutive replicas (ring attention; every
     /// stage takes one degree), with `cp / old` times the micro-batches so that the global
     /// batch stays: the same tokens per GPU, in micro-batches `cp / old` times shorter.
@@ -162,6 +167,9 @@ impl Move {
             }
             Move::ContextParallelAll { cp } => {
                 format!("context parallelism {cp} on every stage")
+            }
+            Move::ExpertTensorParallelAll { etp } => {
+                format!("the experts split over {etp} GPUs (expert tensor parallelism) on every stage with experts")
             }
             Move::ContextParallelComm { all_to_all } => format!(
                 "context parallelism by {}",
@@ -449,6 +457,30 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             }
         }
     }
+    // Expert tensor parallelism: every degree dividing the TP degree of the first stage with
+    // experts, where the engine has it (Megatron, or any).
+    let moe_tp = (plan.stages.iter().zip(&ep_degrees))
+        .find(|(s, d)| {
+            d.len() > 1
+                || s.layers
+                    .iter()
+                    .any(|l| problem.model.layers[l].experts().is_some())
+        })
+        .map(|(s, _)| s);
+    let engine_has_etp = matches!(
+        problem.options.runtime,
+        None | Some(crate::plan::runtime::Runtime::Megatron)
+    );
+    if let Some(st) = moe_tp.filter(|s| s.tp > 1 && s.replica_tp.is_empty() && engine_has_etp) {
+        for etp in (1..st.tp)
+            .filter(|e| st.tp.is_multiple_of(*e))
+            .chain([st.tp])
+        {
+            if etp != st.expert_tp() {
+                out.push(Move::ExpertTensorParallelAll { etp });
+            }
+        }
+    }
     let cp = plan.stages.first().map_or(1, |s| s.cp);
     for c in context_parallel_degrees(problem, plan) {
         if c != cp {
@@ -671,6 +703,16 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
             p.micro_batches = m / old;
             for s in &mut p.stages {
                 s.cp = cp;
+            }
+        }
+        Move::ExpertTensorParallelAll { etp } => {
+            let model = problem.model;
+            for s in &mut p.stages {
+                let moe = s.layers.iter().any(|l| model.layers[l].experts().is_some());
+                if moe && s.tp.is_multiple_of(etp) {
+                    s.etp = (etp != s.tp).then_some(etp);
+                    s.sequence_parallel |= s.etp.is_some();
+                }
             }
         }
         Move::ContextParallelComm { all_to_all } => {
@@ -918,8 +960,9 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
 
 /// The expert-parallel degrees stage `st` can take: 1, and where its layers include MoE ones
 /// and its replicas run in step (one TP degree, one micro-batch size), every common divisor of
-/// its dp and of each MoE layer's experts up to the problem's `max_ep` (none under an engine
-/// without expert parallelism).
+/// its expert ranks (dp, or `dp × tp / etp` with expert tensor parallelism below TP) and of each
+/// MoE layer's experts up to the problem's `max_ep` (none under an engine without expert
+/// parallelism).
 pub fn expert_parallel_degrees(problem: &Problem<'_>, st: &Stage) -> Vec<u32> {
     let model = problem.model;
     let experts: Vec<u64> = st
@@ -944,8 +987,10 @@ pub fn expert_parallel_degrees(problem: &Problem<'_>, st: &Stage) -> Vec<u32> {
     if experts.is_empty() || !in_step || !engine_has_ep {
         return vec![1];
     }
-    (1..=st.dp.min(problem.options.max_ep.max(1)))
-        .filter(|d| st.dp.is_multiple_of(*d) && experts.iter().all(|e| e.is_multiple_of(*d as u64)))
+    // Expert ranks: replicas, or with expert tensor parallelism below TP, dp × tp / etp.
+    let ranks = st.dp * st.tp.max(1) / st.expert_tp();
+    (1..=ranks.min(problem.options.max_ep.max(1)))
+        .filter(|d| ranks.is_multiple_of(*d) && experts.iter().all(|e| e.is_multiple_of(*d as u64)))
         .collect()
 }
 
@@ -1042,6 +1087,7 @@ mod tests {
 
     fn stage(start: usize, end: usize) -> Stage {
         Stage {
+            etp: None,
             ep: 1,
             cp: 1,
             layers: LayerRange { start, end },

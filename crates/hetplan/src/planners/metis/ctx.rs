@@ -233,6 +233,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             sequence_parallel: false,
             precision: p.options.precision,
             ep: 1,
+            etp: None,
             cp: 1,
             cp_all_to_all: false,
         };

@@ -147,6 +147,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         sequence_parallel: false,
         precision: p.options.precision,
         ep: 1,
+        etp: None,
         cp: 1,
         cp_all_to_all: false,
     };
@@ -214,6 +215,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         }
     }
     let dummy = Stage {
+        etp: None,
         ep: 1,
         cp: 1,
         layers: crate::plan::LayerRange {
