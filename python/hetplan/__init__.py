@@ -205,9 +205,20 @@ class Plan:
     def stages(self) -> List[Record]:
         return _wrap(self.to_dict()["stages"])
 
-    def estimate(self) -> Record:
-        """Iteration time, throughput, MFU and per-GPU memory by hetplan's cost model."""
-        return Record(json.loads(_hetplan.estimate_plan(self.model._h, self.cluster._h, self._json, self.seq_len)))
+    def estimate(self, profile: Union[None, str, os.PathLike, Dict[str, Any]] = None) -> Record:
+        """Iteration time, throughput, MFU and per-GPU memory by hetplan's cost model; with a
+        profile database (a dict such as `hetplan.profile.profile` returns, its JSON text, or
+        a path), its measured layer times where it has them."""
+        text = None
+        if isinstance(profile, dict):
+            text = json.dumps(profile)
+        elif isinstance(profile, os.PathLike) or (isinstance(profile, str) and not profile.lstrip().startswith("{")):
+            text = Path(profile).read_text()
+        elif profile is not None:
+            text = profile
+        return Record(
+            json.loads(_hetplan.estimate_plan(self.model._h, self.cluster._h, self._json, self.seq_len, text))
+        )
 
     def simulate(self) -> Simulation:
         """The iteration executed event by event (compute, every transfer over its links)."""

@@ -3,12 +3,13 @@
 //! become `hetplan.HetplanError` with the line, column, field and hint the library reports;
 //! searches and simulations run without the GIL.
 
-use hetplan::cost::{estimate, Analytic, Workload};
+use hetplan::cost::{estimate, Analytic, Profiled, Workload};
 use hetplan::error::InputError;
 use hetplan::export::{export, Job, Target};
 use hetplan::plan::runtime::Runtime;
 use hetplan::plan::{Engine, Plan, Precision, ValidPlan};
 use hetplan::planners::{self, Clock, Limits, NoProgress, PlanOptions, Problem, Search};
+use hetplan::profile::ProfileIndex;
 use hetplan::sim::{simulate, SimOptions};
 use hetplan::units::Seconds;
 use hetplan::{Cluster, Model};
@@ -69,6 +70,18 @@ impl ModelHandle {
     #[getter]
     fn default_seq_len(&self) -> u64 {
         self.model.default_seq_len
+    }
+    /// The transformer's shape (JSON), when the model is one: what the profiler builds.
+    #[getter]
+    fn transformer(&self) -> Option<String> {
+        (self.model.transformer.as_ref()).and_then(|t| serde_json::to_string(t).ok())
+    }
+    /// Each layer's kind: embedding, transformer, head or other.
+    #[getter]
+    fn layer_kinds(&self) -> Vec<String> {
+        (self.model.layers.iter())
+            .map(|l| hetplan::model::layerlist::layer_kind_name(l.kind).to_string())
+            .collect()
     }
 }
 
@@ -161,14 +174,17 @@ fn valid_plan(
     })
 }
 
-/// The estimate of `plan` (JSON).
+/// The estimate of `plan` (JSON), with the layer times of a profile database (its JSON text)
+/// where it has them.
 #[pyfunction]
+#[pyo3(signature = (model, cluster, plan, seq_len, profile=None))]
 fn estimate_plan(
     py: Python<'_>,
     model: &ModelHandle,
     cluster: &ClusterHandle,
     plan: &str,
     seq_len: u64,
+    profile: Option<&str>,
 ) -> PyResult<String> {
     let valid = valid_plan(py, model, cluster, plan)?;
     let w = Workload {
@@ -176,7 +192,21 @@ fn estimate_plan(
         cluster: &cluster.cluster,
         seq_len,
     };
-    let e = py.allow_threads(|| estimate(w, &valid, &Analytic));
+    let db = profile
+        .map(hetplan::profile::ProfileDb::parse)
+        .transpose()
+        .map_err(|e| input_error(py, e))?;
+    let e = py.allow_threads(|| match &db {
+        Some(db) => {
+            let index = ProfileIndex::for_setup(db, Some(seq_len), Some(valid.precision));
+            let profiled = Profiled {
+                index: &index,
+                interpolation: Default::default(),
+            };
+            estimate(w, &valid, &profiled)
+        }
+        None => estimate(w, &valid, &Analytic),
+    });
     json(py, &e)
 }
 
