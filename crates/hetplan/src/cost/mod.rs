@@ -63,7 +63,7 @@ pub struct StageEstimate {
     #[serde(skip_serializing_if = "Seconds::is_zero")]
     pub ep_comm: Seconds,
     /// Context parallelism: the part of the ring attention's key/value transfers that the
-    /// attention core does not hide.
+    /// attention core does not hide, or the all-to-alls (Ulysses), which block.
     #[serde(skip_serializing_if = "Seconds::is_zero")]
     pub cp_comm: Seconds,
     pub p2p: Seconds,
@@ -155,7 +155,7 @@ struct ReplicaTime {
     tp_comm: f64,
     /// Expert-parallel all-to-alls.
     ep_comm: f64,
-    /// Context-parallel ring transfers left exposed.
+    /// Context-parallel transfers left exposed (the ring's) or blocking (all-to-all).
     cp_comm: f64,
     p2p: f64,
     exposed: f64,
@@ -545,7 +545,8 @@ pub struct LayerCost {
     pub ep_alltoalls_forward: u32,
     pub ep_alltoalls_backward: u32,
     /// Context parallelism: the ring attention's transfers that the attention core leaves
-    /// exposed in forward and in backward, as the estimate prices them. For the simulator: the
+    /// exposed in forward and in backward, or Ulysses' all-to-alls, as the estimate prices
+    /// them. For the simulator, with the ring: the
     /// keys and values of this GPU's chunk (what one ring step sends to the next member), how
     /// many times each pass sends them around the ring (forward once; backward the keys and
     /// values again and their gradients, plus the recomputed forward's), and the compute the

@@ -265,12 +265,13 @@ pub struct Stage {
     /// replica runs `micro_batches` micro-batches of its size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replica_samples: Vec<u64>,
-    /// Expert parallelism: each MoE layer's experts are split over `ep` consecutive DP
-    /// replicas (replica r is in group r / ep; the GPUs of one TP rank exchange tokens by
-    /// all-to-all), as Megatron forms its expert-parallel groups from data-parallel ranks. The
-    /// expert weights, gradients and optimizer states on a GPU shrink by `ep`, and the
-    /// experts' gradients are reduced over the dp / ep replicas holding the same experts.
-    /// 1: every replica holds every expert.
+    /// Expert parallelism: each MoE layer's experts are split over `ep` consecutive expert
+    /// ranks — DP replicas (replica r is in group r / ep), or with `etp` below `tp` groups of
+    /// `etp` GPUs — whose GPUs of one position exchange tokens by all-to-all
+    /// (`Stage::expert_peers`), as Megatron forms its expert-parallel groups. The expert
+    /// weights, gradients and optimizer states on a GPU shrink by `ep` (`expert_shards`), and
+    /// the experts' gradients are reduced over the GPUs holding the same experts. 1: every
+    /// replica holds every expert.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub ep: u32,
     /// Expert tensor parallelism (Megatron's `--expert-tensor-parallel-size`, MoE parallel
@@ -303,13 +304,6 @@ fn is_one(v: &u32) -> bool {
 }
 
 impl Stage {
-    /// The DP replicas in replica `r`'s expert-parallel group (`ep` consecutive ones).
-    pub fn ep_group(&self, r: usize) -> std::ops::Range<usize> {
-        let ep = self.ep.max(1) as usize;
-        let start = r / ep * ep;
-        start..(start + ep).min(self.dp as usize)
-    }
-
     /// The TP degree of the MoE layers' experts (`etp`, else `tp`).
     pub fn expert_tp(&self) -> u32 {
         self.etp.unwrap_or(self.tp).max(1)

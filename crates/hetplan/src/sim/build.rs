@@ -433,8 +433,8 @@ impl<'a> Builder<'a> {
         self.task(work, deps, label)
     }
 
-    /// The context-parallel ring transfers that run beside compute task `beside` of executor `e`
-    /// (both after task `after`): this replica sends `chunk_rounds` (its chunk's bytes times
+    /// The context-parallel ring transfers of executor `e` that start after task `after`,
+    /// beside the attention-core compute that follows it: this replica sends `chunk_rounds` (its chunk's bytes times
     /// the rounds, summed over layers) `n − 1` times to the next replica of its group, TP rank
     /// by TP rank, `rounds·(n − 1)` message latencies. Every replica of the group adds its own
     /// sends, so the ring's traffic is complete. The executor's next compute waits.
