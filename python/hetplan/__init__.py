@@ -37,6 +37,8 @@ __all__ = [
     "cluster",
     "load_plan",
     "plan",
+    "compare",
+    "Comparison",
     "catalogs",
 ]
 
@@ -324,6 +326,94 @@ def plan(
         model._h, cluster._h, gbs, seq, algo, engine, time_limit, max_nodes, precision
     )
     return PlanResult(json.loads(out), model, cluster, seq)
+
+
+class Comparison(list):
+    """`compare`'s rows, best first: each a `Record` with `algo`, `plan` (a `Plan`, or None),
+    `estimate_s`, `simulate_s`, `gap` (above the certified lower bound), `fits`,
+    `stop_reason`, `search_s` and `error`; an HTML table in Jupyter."""
+
+    def __init__(self, rows: List[Record], bound_s: float):
+        super().__init__(rows)
+        self.bound_s = bound_s
+
+    def _repr_html_(self) -> str:
+        head = "".join(
+            f"<th>{h}</th>"
+            for h in ["planner", "estimate (s)", "simulate (s)", "gap", "fits", "search (s)", "stopped / why not"]
+        )
+        rows = []
+        for r in self:
+            d = r.to_dict()
+            fmt = lambda v, f="{:.3f}": "" if v is None else f.format(v)  # noqa: E731
+            cells = [
+                d["algo"],
+                fmt(d["estimate_s"]),
+                fmt(d["simulate_s"]),
+                fmt(d["gap"], "{:.1%}"),
+                "" if d["fits"] is None else ("yes" if d["fits"] else "no"),
+                fmt(d["search_s"], "{:.2f}"),
+                d["stop_reason"] or d["error"] or "",
+            ]
+            rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        return (
+            f"<p>lower bound {self.bound_s:.3f} s (compute alone, every GPU busy)</p>"
+            f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+        )
+
+
+def compare(
+    model: Model,
+    cluster: Cluster,
+    gbs: int,
+    *,
+    seq_len: Optional[int] = None,
+    algos: Optional[List[str]] = None,
+    engine: str = "any",
+    time_limit: Optional[float] = 10.0,
+    max_nodes: Optional[int] = None,
+    precision: str = "bf16",
+) -> Comparison:
+    """Every planner (or `algos`) on one problem, as `hetplan compare`: each answer estimated,
+    simulated and set against the certified lower bound; planners without an answer say why."""
+    import time as _time
+
+    seq = seq_len or model.default_seq_len
+    bound = _hetplan.lower_bound(model._h, cluster._h, gbs, seq, engine, precision)
+    rows = []
+    for algo in algos or catalogs()["planners"]:
+        t0 = _time.perf_counter()
+        try:
+            r = plan(
+                model, cluster, gbs, seq_len=seq, algo=algo, engine=engine,
+                time_limit=time_limit, max_nodes=max_nodes, precision=precision,
+            )
+        except HetplanError as e:
+            rows.append(Record({
+                "algo": algo, "plan": None, "estimate_s": None, "simulate_s": None, "gap": None,
+                "fits": None, "stop_reason": None, "search_s": _time.perf_counter() - t0,
+                "error": e.message,
+            }))
+            continue
+        secs = _time.perf_counter() - t0
+        est = r.estimate.iteration_time_s
+        rows.append(_PlanRow({
+            "algo": algo, "estimate_s": est, "simulate_s": r.plan.simulate().iteration_time_s,
+            "gap": max(0.0, (est - bound) / est) if est > 0 else 0.0, "fits": r.estimate.fits,
+            "stop_reason": r.stop_reason, "search_s": secs, "error": None,
+        }, r.plan))
+    key = lambda r: (r["simulate_s"] is None, r["simulate_s"] or 0.0)  # noqa: E731
+    return Comparison(sorted(rows, key=key), bound)
+
+
+class _PlanRow(Record):
+    def __init__(self, data: Dict[str, Any], plan_: "Plan"):
+        super().__init__({**data, "plan": json.loads(plan_.to_json())})
+        self._plan = plan_
+
+    @property
+    def plan(self) -> "Plan":
+        return self._plan
 
 
 def catalogs() -> Dict[str, List[str]]:

@@ -260,33 +260,7 @@ fn search_plan(
     max_nodes: Option<u64>,
     precision: &str,
 ) -> PyResult<String> {
-    let runtime = match engine {
-        "any" => None,
-        other => Some(
-            Runtime::ALL
-                .into_iter()
-                .find(|r| r.name() == other)
-                .ok_or_else(|| {
-                    error(
-                        py,
-                        format!("engine {other:?} is not one hetplan knows"),
-                        Some("one of any, megatron, deepspeed, torchtitan, fsdp".into()),
-                    )
-                })?,
-        ),
-    };
-    let precision = match precision {
-        "bf16" => Precision::Bf16,
-        "fp16" => Precision::Fp16,
-        "fp32" => Precision::Fp32,
-        other => {
-            return Err(error(
-                py,
-                format!("precision {other:?} is not one hetplan knows"),
-                Some("bf16, fp16 or fp32".into()),
-            ))
-        }
-    };
+    let (runtime, precision) = (runtime_of(py, engine)?, precision_of(py, precision)?);
     if gbs == 0 {
         return Err(error(py, "gbs must be at least 1", None));
     }
@@ -370,6 +344,68 @@ fn export_plan(
         .collect())
 }
 
+/// The certified lower bound on any plan's iteration time (seconds), as `hetplan compare`
+/// reports each answer's gap to.
+#[pyfunction]
+#[pyo3(signature = (model, cluster, gbs, seq_len, engine="any", precision="bf16"))]
+fn lower_bound(
+    py: Python<'_>,
+    model: &ModelHandle,
+    cluster: &ClusterHandle,
+    gbs: u64,
+    seq_len: u64,
+    engine: &str,
+    precision: &str,
+) -> PyResult<f64> {
+    let (runtime, precision) = (runtime_of(py, engine)?, precision_of(py, precision)?);
+    let problem = Problem {
+        model: &model.model,
+        cluster: &cluster.cluster,
+        global_batch: gbs,
+        seq_len,
+        compute: &Analytic,
+        options: PlanOptions {
+            engine: runtime.map_or(Engine::Megatron, Runtime::engine),
+            runtime,
+            precision,
+            ..PlanOptions::default()
+        },
+    };
+    Ok(py.allow_threads(|| planners::bound::lower_bound(&problem).iteration_time_s))
+}
+
+/// `--engine`: `any` or a mainstream engine.
+fn runtime_of(py: Python<'_>, engine: &str) -> PyResult<Option<Runtime>> {
+    match engine {
+        "any" => Ok(None),
+        other => Runtime::ALL
+            .into_iter()
+            .find(|r| r.name() == other)
+            .map(Some)
+            .ok_or_else(|| {
+                error(
+                    py,
+                    format!("engine {other:?} is not one hetplan knows"),
+                    Some("one of any, megatron, deepspeed, torchtitan, fsdp".into()),
+                )
+            }),
+    }
+}
+
+/// `--precision`.
+fn precision_of(py: Python<'_>, precision: &str) -> PyResult<Precision> {
+    match precision {
+        "bf16" => Ok(Precision::Bf16),
+        "fp16" => Ok(Precision::Fp16),
+        "fp32" => Ok(Precision::Fp32),
+        other => Err(error(
+            py,
+            format!("precision {other:?} is not one hetplan knows"),
+            Some("bf16, fp16 or fp32".into()),
+        )),
+    }
+}
+
 /// The names `load_model` and `load_cluster` take from the catalogs, and the planners.
 #[pyfunction]
 fn catalogs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -402,5 +438,6 @@ fn _hetplan(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(search_plan, m)?)?;
     m.add_function(wrap_pyfunction!(export_plan, m)?)?;
     m.add_function(wrap_pyfunction!(catalogs, m)?)?;
+    m.add_function(wrap_pyfunction!(lower_bound, m)?)?;
     Ok(())
 }

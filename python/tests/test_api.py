@@ -129,3 +129,18 @@ def test_the_search_releases_the_gil(llama, mixed):
     stop.set()
     t.join()
     assert len(results) == 2 and len(ticks) > 10
+
+
+def test_compare_ranks_the_planners_against_the_bound():
+    m = hetplan.model("gpt3-1.3b")
+    c = hetplan.cluster("1x4xa100-80gb+1x4xv100-32gb@100Gbps")
+    rows = hetplan.compare(m, c, gbs=64, algos=["megatron", "dp", "metis", "nosuch"], time_limit=5)
+    assert [r.algo for r in rows][-1] == "nosuch" and rows[-1].error
+    answered = [r for r in rows if r.error is None]
+    assert len(answered) >= 2
+    sims = [r.simulate_s for r in answered]
+    assert sims == sorted(sims)
+    for r in answered:
+        assert r.estimate_s >= rows.bound_s * (1 - 1e-9) and 0 <= r.gap < 1
+        assert r.plan.estimate().iteration_time_s == pytest.approx(r.estimate_s)
+    assert "<table>" in rows._repr_html_() and "lower bound" in rows._repr_html_()
