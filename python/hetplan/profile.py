@@ -12,9 +12,14 @@ warm-up, `repeats` times; the median is written and the spread (slowest over fas
 the profile's `source`. The optimizer time is one AdamW step over the layer's parameters.
 Times come from CUDA events on a GPU and from the host clock on the CPU.
 
+With `--collectives` it also measures all-reduce, all-gather, reduce-scatter, all-to-all and
+point-to-point sends among `--world-size` local processes (NCCL on GPUs, gloo on the CPU) over
+message sizes, as bandwidth samples (`collectives()`); run it on one node for `intra-node` and
+with a process per node for `inter-node`. hetplan's cost model does not read these curves yet.
+
 What it does not measure yet: tensor-parallel degrees above 1 (a TP group's times include its
-collectives, which need a process group per degree), mixture-of-experts layers, collectives
-over links (`all-reduce`, `all-to-all`, ... bandwidth curves), and peak memory.
+collectives, which need a process group per degree), mixture-of-experts layers, and peak
+memory.
 """
 
 from __future__ import annotations
@@ -218,6 +223,116 @@ def profile(
     }
 
 
+#: What each collective's `message` is: the per-GPU buffer of an all-reduce, the gathered
+#: output of an all-gather, the input of a reduce-scatter, each GPU's send buffer of an
+#: all-to-all, and the bytes a point-to-point send carries. `bandwidth` is message ÷ time.
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
+
+
+def _collective_worker(rank, world, port, backend, device_type, sizes, warmup, repeats, out):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dev = torch.device(f"cuda:{rank}" if device_type == "cuda" else "cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    timer = _Timer(torch, dev)
+    results = []
+    for op in COLLECTIVES:
+        for size in sizes:
+            n = max(world, size // 4 // world * world)  # float32 elements, divisible by world
+            buf = torch.ones(n, dtype=torch.float32, device=dev)
+            part = torch.empty(n // world, dtype=torch.float32, device=dev)
+            full = torch.empty(n, dtype=torch.float32, device=dev)
+
+            def run():
+                if op == "all-reduce":
+                    dist.all_reduce(buf)
+                elif op == "all-gather":
+                    dist.all_gather_into_tensor(full, part)
+                elif op == "reduce-scatter":
+                    dist.reduce_scatter_tensor(part, buf)
+                elif op == "all-to-all":
+                    dist.all_to_all_single(full, buf)
+                elif rank == 0:
+                    dist.send(buf, 1)
+                elif rank == 1:
+                    dist.recv(buf, 0)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+
+            try:
+                times = []
+                for i in range(warmup + repeats):
+                    dist.barrier()
+                    t = timer(run)
+                    if i >= warmup:
+                        times.append(t)
+            except (RuntimeError, ValueError) as e:  # the backend lacks the collective
+                results.append({"op": op, "skipped": str(e).splitlines()[0][:200]})
+                dist.barrier()
+                break
+            # The slowest rank's median sets the collective's time.
+            t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            message = 4 * n
+            results.append({
+                "op": op,
+                "group_size": 2 if op == "p2p" else world,
+                "message": message,
+                "bandwidth": message / max(t.item(), 1e-12),
+            })
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def collectives(
+    world_size: int = 2,
+    backend: Optional[str] = None,
+    sizes: Sequence[int] = tuple(1 << k for k in range(12, 27, 2)),
+    link: str = "intra-node",
+    warmup: int = 2,
+    repeats: int = 5,
+) -> tuple:
+    """Measures all-reduce, all-gather, reduce-scatter, all-to-all and point-to-point sends
+    among `world_size` local processes (NCCL on GPUs, one per process, where there are
+    enough; gloo on the CPU otherwise) over message `sizes` in bytes. Returns (samples in the
+    profile database's `collectives` format, the ops the backend lacks)."""
+    import socket
+    import tempfile
+
+    torch = _torch()
+    import torch.multiprocessing as mp
+
+    if world_size < 2 or not sizes or min(sizes) < 1 or repeats < 1:
+        raise hetplan.HetplanError("world_size ≥ 2, message sizes ≥ 1 byte, repeats ≥ 1")
+    if link not in ("intra-node", "inter-node"):
+        raise hetplan.HetplanError(f"link {link!r}: intra-node or inter-node")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = backend or ("nccl" if gpus >= world_size else "gloo")
+    device_type = "cuda" if backend == "nccl" else "cpu"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        out = f"{d}/collectives.json"
+        mp.spawn(
+            _collective_worker,
+            args=(world_size, port, backend, device_type, list(sizes), warmup, repeats, out),
+            nprocs=world_size,
+            join=True,
+        )
+        with open(out) as f:
+            results = json.load(f)
+    samples = [dict(r, link=link) for r in results if "skipped" not in r]
+    skipped = {r["op"]: r["skipped"] for r in results if "skipped" in r}
+    return samples, skipped
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hetplan.profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="catalog name, config.json path or model directory")
@@ -229,12 +344,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default="-", help="the database file (default: stdout)")
+    p.add_argument("--collectives", action="store_true",
+                   help="also measure collectives among --world-size local processes")
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--backend", default=None, help="nccl or gloo (default: nccl with enough GPUs)")
+    p.add_argument("--link", default="intra-node", choices=["intra-node", "inter-node"])
     a = p.parse_args(argv)
     try:
         mbs = [int(x) for x in a.mbs.split(",") if x]
         db = profile(
             hetplan.model(a.model), a.gpu, a.seq_len, mbs, a.precision, a.device, a.warmup, a.repeats
         )
+        if a.collectives:
+            samples, skipped = collectives(
+                a.world_size, a.backend, link=a.link, warmup=a.warmup, repeats=a.repeats
+            )
+            db["profiles"][0]["collectives"] = samples
+            for op, why in skipped.items():
+                print(f"note: {op} not measured: {why}", file=sys.stderr)
     except (hetplan.HetplanError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

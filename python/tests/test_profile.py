@@ -85,3 +85,25 @@ def test_bad_requests_are_errors(tiny):
     with pytest.raises(hetplan.HetplanError, match="mixture-of-experts"):
         prof.profile(moe, "a100-sxm4-80gb", seq_len=32, mbs=(1,), device="cpu")
     assert prof.main(["--model", "no-such-model", "--gpu", "a100-sxm4-80gb"]) == 2
+
+
+def test_collectives_on_two_cpu_processes(tiny, db):
+    sizes = (1 << 12, 1 << 18)
+    samples, skipped = prof.collectives(2, "gloo", sizes=sizes, warmup=1, repeats=3)
+    ops = {s["op"] for s in samples}
+    assert {"all-reduce", "all-gather", "p2p"} <= ops, (ops, skipped)
+    assert ops | set(skipped) == set(prof.COLLECTIVES)
+    for s in samples:
+        assert s["group_size"] == 2 and s["link"] == "intra-node" and s["bandwidth"] > 0
+    # The larger message takes longer (time = message / bandwidth) for every op.
+    for op in ops:
+        small, large = sorted((s for s in samples if s["op"] == op), key=lambda s: s["message"])
+        assert large["message"] / large["bandwidth"] > small["message"] / small["bandwidth"], op
+    # hetplan reads them back in the database.
+    full = json.loads(json.dumps(db))
+    full["profiles"][0]["collectives"] = samples
+    cluster = hetplan.cluster("1x2xa100-80gb")
+    plan = hetplan.load_plan(tiny, cluster, "dp=2,mbs=8,gbs=32,precision=fp32", seq_len=64)
+    assert plan.estimate(profile=full).fits
+    with pytest.raises(hetplan.HetplanError):
+        prof.collectives(1)

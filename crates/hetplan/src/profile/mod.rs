@@ -175,6 +175,9 @@ pub enum CollectiveOp {
     AllReduce,
     AllGather,
     ReduceScatter,
+    /// Every GPU sends 1/n of its buffer to each (expert parallelism, Ulysses); `message` is
+    /// the per-GPU send buffer.
+    AllToAll,
     P2p,
 }
 
