@@ -51,6 +51,8 @@ class Record:
         self._data = data
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not a field (and `_data` before it is set: copy, pickle)
+            raise AttributeError(name)
         try:
             return _wrap(self._data[name])
         except KeyError:

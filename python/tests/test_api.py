@@ -144,3 +144,14 @@ def test_compare_ranks_the_planners_against_the_bound():
         assert r.estimate_s >= rows.bound_s * (1 - 1e-9) and 0 <= r.gap < 1
         assert r.plan.estimate().iteration_time_s == pytest.approx(r.estimate_s)
     assert "<table>" in rows._repr_html_() and "lower bound" in rows._repr_html_()
+
+
+def test_records_copy_and_pickle(llama, mixed):
+    import copy
+    import pickle
+
+    est = hetplan.load_plan(llama, mixed, "tp=2,pp=2,mbs=1,gbs=32,sp=on", seq_len=4096).estimate()
+    assert copy.deepcopy(est).iteration_time_s == est.iteration_time_s
+    assert pickle.loads(pickle.dumps(est)).to_dict() == est.to_dict()
+    with pytest.raises(AttributeError, match="no field"):
+        est.no_such_field
