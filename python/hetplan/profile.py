@@ -15,7 +15,8 @@ Times come from CUDA events on a GPU and from the host clock on the CPU.
 With `--collectives` it also measures all-reduce, all-gather, reduce-scatter, all-to-all and
 point-to-point sends among `--world-size` local processes (NCCL on GPUs, gloo on the CPU) over
 message sizes, as bandwidth samples (`collectives()`); run it on one node for `intra-node` and
-with a process per node for `inter-node`. hetplan's cost model does not read these curves yet.
+with a process per node for `inter-node`. hetplan's estimate takes a collective among as many
+GPUs of that type over that link at least the measured time (docs/cost-model.md §3).
 
 What it does not measure yet: tensor-parallel degrees above 1 (a TP group's times include its
 collectives, which need a process group per degree), mixture-of-experts layers, and peak

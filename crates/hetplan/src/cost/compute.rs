@@ -83,6 +83,20 @@ pub trait ComputeTimes: Sync {
     fn context_parallelism_never_cheaper(&self) -> bool {
         false
     }
+
+    /// A measured bandwidth (message ÷ time) of collective `op` among `group_size` GPUs of type
+    /// `gpu` over `link`, for a message of `message` bytes (a profile database's
+    /// `collectives`), where the source has one; `None`: the α–β model prices it alone.
+    fn collective_bandwidth(
+        &self,
+        _gpu: &GpuSpec,
+        _op: crate::profile::CollectiveOp,
+        _group_size: u32,
+        _link: crate::profile::LinkKind,
+        _message: crate::units::Bytes,
+    ) -> Option<crate::units::BytesPerSec> {
+        None
+    }
 }
 
 /// The analytic op model, no measurements needed.

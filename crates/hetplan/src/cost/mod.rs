@@ -490,6 +490,52 @@ impl<'a> Ctx<'a> {
         self.nic
             .get_or_init(|| NicLoad::of(self.w, self.plan, self.tokens_per_sample, self.elem))
     }
+
+    /// Seconds of collective `kind` over `group` on `bytes` (`comm::collective_time`'s
+    /// meaning): the α–β ring with the node networks shared as `conc` says, or, where the
+    /// compute source measured this collective among as many GPUs of the group's one type over
+    /// the same kind of link (a profile's `collectives`), at least the measured time alone —
+    /// the measurement bounds what the hardware achieves, the model adds the sharing.
+    fn collective(
+        &self,
+        group: &[GpuId],
+        bytes: Bytes,
+        kind: Collective,
+        conc: &dyn Fn(u32) -> usize,
+    ) -> f64 {
+        let cluster = self.w.cluster;
+        let modelled = collective_time(cluster, group, bytes, kind, conc).get();
+        let Some(&first) = group.first() else {
+            return modelled;
+        };
+        if group.len() < 2 || bytes.get() <= 0.0 {
+            return modelled;
+        }
+        let ty = cluster.gpu_type_of(first);
+        if group.iter().any(|g| cluster.gpu_type_of(*g) != ty) {
+            return modelled;
+        }
+        use crate::profile::{CollectiveOp, LinkKind};
+        let link = if group.iter().any(|g| g.node != first.node) {
+            LinkKind::InterNode
+        } else {
+            LinkKind::IntraNode
+        };
+        let op = match kind {
+            Collective::AllReduce => CollectiveOp::AllReduce,
+            Collective::AllGather => CollectiveOp::AllGather,
+            Collective::ReduceScatter => CollectiveOp::ReduceScatter,
+            Collective::AllToAll => CollectiveOp::AllToAll,
+        };
+        let gpu = &cluster.gpu_types[ty.0];
+        match self
+            .compute
+            .collective_bandwidth(gpu, op, group.len() as u32, link, bytes)
+        {
+            Some(bw) if bw.get() > 0.0 => modelled.max(bytes.get() / bw.get()),
+            _ => modelled,
+        }
+    }
 }
 
 /// The layer's time on the slowest GPU type of a TP group: the group moves in lock step.
@@ -609,7 +655,6 @@ fn context_parallel_cost(
     group: &[GpuId],
     conc: &dyn Fn(u32) -> usize,
 ) -> CpCost {
-    let cluster = ctx.w.cluster;
     let attention = layer.ops.iter().find_map(|o| match o.kind {
         crate::model::OpKind::Attention {
             heads,
@@ -627,8 +672,8 @@ fn context_parallel_cost(
     if ctx.plan.cp_comm == CpComm::AllToAll {
         let qkv = Bytes(tokens * (heads / tpf + 2.0 * kv_local.max(cpf)) * d * ctx.elem);
         let out = Bytes(tokens * heads / tpf * d * ctx.elem);
-        let t = collective_time(cluster, group, qkv, Collective::AllToAll, conc).get()
-            + collective_time(cluster, group, out, Collective::AllToAll, conc).get();
+        let t = ctx.collective(group, qkv, Collective::AllToAll, conc)
+            + ctx.collective(group, out, Collective::AllToAll, conc);
         return CpCost {
             forward: t,
             backward: if full { 2.0 } else { 1.0 } * t,
@@ -639,14 +684,7 @@ fn context_parallel_cost(
         };
     }
     let chunk = Bytes(tokens * 2.0 * kv_local * d * ctx.elem);
-    let round = collective_time(
-        cluster,
-        group,
-        Bytes(chunk.get() * cpf),
-        Collective::AllGather,
-        conc,
-    )
-    .get();
+    let round = ctx.collective(group, Bytes(chunk.get() * cpf), Collective::AllGather, conc);
     let hidden = (cpf - 1.0) / cpf;
     let overlap_forward = lt.attention_forward.get() * hidden;
     let recomputed = if full {
@@ -715,7 +753,7 @@ fn layer_costs_in(
     r: usize,
     conc: &dyn Fn(u32) -> usize,
 ) -> Vec<LayerCost> {
-    let (model, cluster, plan, seq) = (ctx.w.model, ctx.w.cluster, ctx.plan, ctx.w.seq_len);
+    let (model, plan, seq) = (ctx.w.model, ctx.plan, ctx.w.seq_len);
     let st = &plan.stages[si];
     let devs = st.replica(r);
     let mbs = st.micro_batch_sizes[r];
@@ -776,13 +814,13 @@ fn layer_costs_in(
                 Some((_, elems)) => Bytes(tokens * elems * ctx.elem / 2.0 / tp as f64),
                 None => Bytes(0.0),
             };
-            let a2a = collective_time(cluster, &peers, ep_bytes, Collective::AllToAll, conc).get();
+            let a2a = ctx.collective(&peers, ep_bytes, Collective::AllToAll, conc);
             let tp_bytes = if tp > 1 && !lt.includes_tp_comm {
                 Bytes(tokens * layer.tp_comm_bytes_per_token * ctx.elem / 2.0)
             } else {
                 Bytes(0.0)
             };
-            let tp_c = collective_time(cluster, devs, tp_bytes, Collective::AllReduce, conc).get();
+            let tp_c = ctx.collective(devs, tp_bytes, Collective::AllReduce, conc);
             // With expert tensor parallelism below TP, a MoE block's MLP collective (the second
             // of its two) runs in the expert rank, at the dense layer's buffer (none at etp 1).
             let folded = layer.experts().is_some() && etp != tp;
@@ -791,8 +829,7 @@ fn layer_costs_in(
                 moved(layer.tp_allreduces_fwd),
                 moved(layer.tp_allreduces_bwd),
             );
-            let etp_c =
-                collective_time(cluster, &etp_group, tp_bytes, Collective::AllReduce, conc).get();
+            let etp_c = ctx.collective(&etp_group, tp_bytes, Collective::AllReduce, conc);
             let (tp_fwd, tp_bwd) = (layer.tp_allreduces_fwd - mf, layer.tp_allreduces_bwd - mb);
             let tp_forward = tp_c * tp_fwd as f64 + etp_c * mf as f64;
             let full = j < n_ckpt;
@@ -924,22 +961,18 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
     // other (Mist's interference model); the first layer's transfer is exposed.
     if st.dp > 1 && st.zero >= 2 {
         let group = dp_group(st, 0);
-        let ag = collective_time(
-            cluster,
+        let ag = ctx.collective(
             &group,
             Bytes(params_local * ctx.pg_bytes),
             Collective::AllGather,
             conc,
-        )
-        .get();
-        let rs = collective_time(
-            cluster,
+        );
+        let rs = ctx.collective(
             &group,
             Bytes(params_local * ctx.gg_bytes),
             Collective::ReduceScatter,
             conc,
-        )
-        .get();
+        );
         let (fwd_comm, bwd_comm) = if st.zero == 3 {
             (ag, ag + rs)
         } else {
@@ -1094,7 +1127,7 @@ fn end_of_iteration(
         let here = members.get(&node).copied().unwrap_or(0);
         (here * ctx.nic().dp_rings.get(&node).copied().unwrap_or(0)).max(conc(node))
     };
-    let time = |b: Bytes, c: Collective| collective_time(cluster, &group, b, c, &rings).get();
+    let time = |b: Bytes, c: Collective| ctx.collective(&group, b, c, &rings);
     // Gradient reduction after the last backward, bucketed so that it overlaps that backward
     // (Megatron overlap-grad-reduce, DDP, DeepSpeed overlap_comm): one collective per bucket,
     // each paying the ring's message latencies; ZeRO-2/3 reduced per micro-batch already.
@@ -1139,7 +1172,7 @@ fn end_of_iteration(
         let coarser = st.min_tp().min(other.min_tp()).max(1);
         let bytes = Bytes(tied_params / coarser as f64 * ctx.gg_bytes);
         let pairs = |node: u32| ctx.nic().tied.get(&node).copied().unwrap_or(0);
-        collective_time(cluster, &pair, bytes, Collective::AllReduce, &pairs).get()
+        ctx.collective(&pair, bytes, Collective::AllReduce, &pairs)
     } else {
         0.0
     };

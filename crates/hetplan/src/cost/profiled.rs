@@ -19,6 +19,17 @@ impl ComputeTimes for Profiled<'_> {
         Analytic.context_parallelism_never_cheaper()
     }
 
+    fn collective_bandwidth(
+        &self,
+        gpu: &GpuSpec,
+        op: crate::profile::CollectiveOp,
+        group_size: u32,
+        link: crate::profile::LinkKind,
+        message: crate::units::Bytes,
+    ) -> Option<crate::units::BytesPerSec> {
+        (self.index).collective_bandwidth(&gpu.name, op, group_size, link, message)
+    }
+
     fn layer_time(
         &self,
         gpu: &GpuSpec,

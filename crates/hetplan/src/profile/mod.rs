@@ -693,29 +693,12 @@ impl ProfileDb {
         link: LinkKind,
         message: Bytes,
     ) -> Option<BytesPerSec> {
-        let mut pts: Vec<(f64, f64)> = self
+        let samples: Vec<&CollectiveSample> = self
             .gpu_profiles(gpu)
-            .iter()
+            .into_iter()
             .flat_map(|p| p.collectives.iter())
-            .filter(|c| c.op == op && c.group_size == group_size && c.link == link)
-            .map(|c| (c.message.get().log2(), c.bandwidth.get()))
             .collect();
-        if pts.is_empty() {
-            return None;
-        }
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        pts.dedup_by(|a, b| a.0 == b.0);
-        let x = message.get().max(1.0).log2();
-        let k = pts.partition_point(|p| p.0 <= x);
-        let bw = if k == 0 {
-            pts[0].1
-        } else if k == pts.len() {
-            pts[k - 1].1
-        } else {
-            let (a, b) = (pts[k - 1], pts[k]);
-            a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
-        };
-        Some(BytesPerSec(bw))
+        bandwidth_at(&samples, op, group_size, link, message)
     }
 
     /// The profiles of `model` on `gpu`: names compare normalised, the GPU also by catalog alias.
@@ -800,6 +783,8 @@ pub struct ProfileIndex {
     gpus: BTreeMap<String, usize>,
     /// (GPU slot, normalised model name) → curves.
     models: BTreeMap<(usize, String), ProfiledModel>,
+    /// GPU slot → its measured collectives (any model's profile).
+    collectives: BTreeMap<usize, Vec<CollectiveSample>>,
 }
 
 /// The points of one model on one GPU, by (layer index, tp) and by (kind rank, tp).
@@ -807,6 +792,39 @@ type ModelPoints = (
     BTreeMap<(usize, u32), Vec<Point>>,
     BTreeMap<(u8, u32), Vec<Point>>,
 );
+
+/// The measured bandwidth among `samples` for (op, group size, link), interpolated linearly in
+/// log₂(message size) between measured sizes and held at the nearest one outside (the first of
+/// equal sizes kept); `None` without such a sample.
+fn bandwidth_at(
+    samples: &[&CollectiveSample],
+    op: CollectiveOp,
+    group_size: u32,
+    link: LinkKind,
+    message: Bytes,
+) -> Option<BytesPerSec> {
+    let mut pts: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|c| c.op == op && c.group_size == group_size && c.link == link)
+        .map(|c| (c.message.get().log2(), c.bandwidth.get()))
+        .collect();
+    if pts.is_empty() {
+        return None;
+    }
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.dedup_by(|a, b| a.0 == b.0);
+    let x = message.get().max(1.0).log2();
+    let k = pts.partition_point(|p| p.0 <= x);
+    let bw = if k == 0 {
+        pts[0].1
+    } else if k == pts.len() {
+        pts[k - 1].1
+    } else {
+        let (a, b) = (pts[k - 1], pts[k]);
+        a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
+    };
+    Some(BytesPerSec(bw))
+}
 
 /// The curves of one model on one GPU type.
 #[derive(Clone, Debug, Default)]
@@ -835,6 +853,7 @@ impl ProfileIndex {
         let mut gpus: BTreeMap<String, usize> = BTreeMap::new();
         let mut slots: BTreeMap<String, usize> = BTreeMap::new(); // canonical → slot
         let mut points: BTreeMap<(usize, String), ModelPoints> = BTreeMap::new();
+        let mut collectives: BTreeMap<usize, Vec<CollectiveSample>> = BTreeMap::new();
         for p in db.profiles.iter().filter(|p| keep(p)) {
             let spec = gpu::lookup(&p.gpu).ok();
             let canonical = match &spec {
@@ -850,6 +869,7 @@ impl ProfileIndex {
                     gpus.entry(names::normalize(a)).or_insert(slot);
                 }
             }
+            (collectives.entry(slot).or_default()).extend(p.collectives.iter().cloned());
             let entry = points
                 .entry((slot, names::normalize(&p.model)))
                 .or_default();
@@ -880,7 +900,25 @@ impl ProfileIndex {
                 (key, m)
             })
             .collect();
-        ProfileIndex { gpus, models }
+        ProfileIndex {
+            gpus,
+            models,
+            collectives,
+        }
+    }
+
+    /// Same contract as [`ProfileDb::collective_bandwidth`], over the indexed profiles.
+    pub fn collective_bandwidth(
+        &self,
+        gpu: &str,
+        op: CollectiveOp,
+        group_size: u32,
+        link: LinkKind,
+        message: Bytes,
+    ) -> Option<BytesPerSec> {
+        let slot = self.gpus.get(&names::normalize(gpu))?;
+        let samples: Vec<&CollectiveSample> = self.collectives.get(slot)?.iter().collect();
+        bandwidth_at(&samples, op, group_size, link, message)
     }
 
     /// The curves of `model` on `gpu` (names normalised; the GPU by any catalog alias of a
