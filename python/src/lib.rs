@@ -167,8 +167,7 @@ fn valid_plan(
         } else {
             String::new()
         };
-        let e = InputError::new(format!("{first}{more}")).hint(first.hint());
-        let mut e = e;
+        let mut e = InputError::new(format!("{first}{more}")).hint(first.hint());
         e.field = Some(first.path());
         input_error(py, e)
     })
