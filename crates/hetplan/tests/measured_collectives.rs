@@ -10,13 +10,13 @@ use hetplan::model::catalog::catalog_model;
 use hetplan::plan::inline::parse_inline_plan;
 use hetplan::profile::{ProfileDb, ProfileIndex};
 
-/// A database with one all-reduce curve among 8 A100s in a node at `gbps` GB/s.
-fn db(gbps: f64, group: u32) -> ProfileDb {
+/// A database with one all-reduce curve among `group` A100s over `link` at `gbps` GB/s.
+fn db_on(gbps: f64, group: u32, link: &str) -> ProfileDb {
     let samples: Vec<String> = [1u64 << 20, 1 << 26, 1 << 32]
         .iter()
         .map(|m| {
             format!(
-                r#"{{"op": "all-reduce", "group_size": {group}, "link": "intra-node", "message": {m}, "bandwidth": {}}}"#,
+                r#"{{"op": "all-reduce", "group_size": {group}, "link": "{link}", "message": {m}, "bandwidth": {}}}"#,
                 gbps * 1e9
             )
         })
@@ -29,9 +29,18 @@ fn db(gbps: f64, group: u32) -> ProfileDb {
     .unwrap()
 }
 
+/// ... among 8 in a node.
+fn db(gbps: f64, group: u32) -> ProfileDb {
+    db_on(gbps, group, "intra-node")
+}
+
 fn run(db: Option<&ProfileDb>) -> Estimate {
+    run_on("1x8xa100-80gb", db)
+}
+
+fn run_on(cluster: &str, db: Option<&ProfileDb>) -> Estimate {
     let model = catalog_model("gpt3-1.3b").unwrap();
-    let cluster = catalog_cluster("1x8xa100-80gb").unwrap();
+    let cluster = catalog_cluster(cluster).unwrap();
     let w = Workload {
         model: &model,
         cluster: &cluster,
@@ -67,4 +76,17 @@ fn a_measured_all_reduce_slower_than_the_links_sets_the_gradient_reduction() {
     // A curve for another group size does not apply.
     let other = run(Some(&db(1.0, 4)));
     assert_eq!(other.stages[0].dp_sync, model.stages[0].dp_sync);
+}
+
+#[test]
+fn a_curve_applies_to_groups_of_its_gpu_type_over_its_link_only() {
+    let across = db_on(1.0, 8, "inter-node");
+    let same = "2x4xa100-sxm4-80gb@100Gbps";
+    let mixed = "1x4xa100-sxm4-80gb@100Gbps+1x4xa100-sxm4-40gb@100Gbps";
+    let dp = |c: &str, d: Option<&ProfileDb>| run_on(c, d).stages[0].dp_sync.get();
+    assert!(dp(same, Some(&across)) > 2.0 * dp(same, None));
+    // Half the ring is of another type: the A100-80GB curve says nothing about it.
+    assert_eq!(dp(mixed, Some(&across)), dp(mixed, None));
+    // An intra-node curve does not price a ring across nodes.
+    assert_eq!(dp(same, Some(&db(1.0, 8))), dp(same, None));
 }

@@ -511,10 +511,6 @@ impl<'a> Ctx<'a> {
         if group.len() < 2 || bytes.get() <= 0.0 {
             return modelled;
         }
-        let ty = cluster.gpu_type_of(first);
-        if group.iter().any(|g| cluster.gpu_type_of(*g) != ty) {
-            return modelled;
-        }
         use crate::profile::{CollectiveOp, LinkKind};
         let link = if group.iter().any(|g| g.node != first.node) {
             LinkKind::InterNode
@@ -527,12 +523,17 @@ impl<'a> Ctx<'a> {
             Collective::ReduceScatter => CollectiveOp::ReduceScatter,
             Collective::AllToAll => CollectiveOp::AllToAll,
         };
+        // The source first (the analytic model has none), then whether the group is of the
+        // one type the curve was measured on.
+        let ty = cluster.gpu_type_of(first);
         let gpu = &cluster.gpu_types[ty.0];
         match self
             .compute
             .collective_bandwidth(gpu, op, group.len() as u32, link, bytes)
         {
-            Some(bw) if bw.get() > 0.0 => modelled.max(bytes.get() / bw.get()),
+            Some(bw) if bw.get() > 0.0 && group.iter().all(|g| cluster.gpu_type_of(*g) == ty) => {
+                modelled.max(bytes.get() / bw.get())
+            }
             _ => modelled,
         }
     }

@@ -49,6 +49,13 @@ impl Runtime {
         }
     }
 
+    /// Whether hetplan exports context parallelism and expert tensor parallelism to this
+    /// engine (Megatron's `--context-parallel-size`, `--expert-tensor-parallel-size`; see
+    /// `why_not` for why not elsewhere). `None` (any runtime) takes them too.
+    pub fn runs_megatron_only_parallelism(runtime: Option<Runtime>) -> bool {
+        runtime.is_none_or(|r| r == Runtime::Megatron)
+    }
+
     /// ZeRO stages the engine offers with this pipeline depth.
     fn zero_stages(self, pp: usize) -> &'static [u8] {
         match self {
@@ -145,7 +152,7 @@ impl Runtime {
         // language models run FlexAttention, whose CP all-gathers the keys and values before
         // attention (distributed/context_parallel/api.py:73) — not the ring hetplan prices;
         // DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads); FSDP has none.
-        if first.cp > 1 && self != Runtime::Megatron {
+        if first.cp > 1 && !Runtime::runs_megatron_only_parallelism(Some(self)) {
             why.push(format!(
                 "hetplan exports context parallelism (ring attention) to Megatron; {name} runs \
                  the plan without it"
@@ -155,7 +162,7 @@ impl Runtime {
         let mut etps: Vec<u32> = plan.stages.iter().filter_map(|s| s.etp).collect();
         etps.sort_unstable();
         etps.dedup();
-        if !etps.is_empty() && self != Runtime::Megatron {
+        if !etps.is_empty() && !Runtime::runs_megatron_only_parallelism(Some(self)) {
             why.push(format!(
                 "hetplan exports expert tensor parallelism to Megatron; {name} runs the plan \
                  without it"
@@ -291,7 +298,7 @@ impl Runtime {
         // Without context parallelism a CP group's replicas take whole samples: cp times the
         // samples per micro-batch, 1/cp of the micro-batches.
         let cp = p.stages.first().map_or(1, |s| s.cp.max(1)) as u64;
-        if cp > 1 && self != Runtime::Megatron {
+        if cp > 1 && !Runtime::runs_megatron_only_parallelism(Some(self)) {
             let interleaved = matches!(p.schedule, Schedule::Interleaved { .. });
             if !p.micro_batches.is_multiple_of(cp)
                 || (interleaved && !(p.micro_batches / cp).is_multiple_of(pp as u64))

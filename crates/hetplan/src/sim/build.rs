@@ -496,14 +496,8 @@ impl<'a> Builder<'a> {
         count: u32,
         label: Label,
     ) -> TaskId {
-        if bytes <= 0.0 || count == 0 || self.executors[e].devices.len() < 2 {
-            return after;
-        }
-        let devs = self.executors[e].devices.clone();
-        let work = self.ring(&[devs], bytes, Collective::AllReduce, count, vec![e]);
-        let t = self.task(work, vec![after], label);
-        self.pending_sends[e].push(t);
-        t
+        let width = self.executors[e].devices.len();
+        self.allreduces_within(e, after, width, bytes, count, label)
     }
 
     /// The all-reduces among the GPUs of each expert rank of executor `e` (`etp` consecutive
@@ -516,12 +510,26 @@ impl<'a> Builder<'a> {
         count: u32,
         label: Label,
     ) -> TaskId {
-        let (si, _) = (self.executors[e].stage, self.executors[e].replica);
-        let etp = self.plan.stages[si].expert_tp() as usize;
-        if bytes <= 0.0 || count == 0 || etp < 2 {
+        let etp = self.plan.stages[self.executors[e].stage].expert_tp() as usize;
+        self.allreduces_within(e, after, etp, bytes, count, label)
+    }
+
+    /// `count` all-reduces of `bytes` within each run of `width` consecutive GPUs of executor
+    /// `e` (its TP group, or its expert ranks), all at once, after task `after`; the executor's
+    /// next compute waits. Returns the task that ends them, or `after` when there are none.
+    fn allreduces_within(
+        &mut self,
+        e: usize,
+        after: TaskId,
+        width: usize,
+        bytes: f64,
+        count: u32,
+        label: Label,
+    ) -> TaskId {
+        if bytes <= 0.0 || count == 0 || width < 2 {
             return after;
         }
-        let groups: Vec<Vec<GpuId>> = (self.executors[e].devices.chunks(etp))
+        let groups: Vec<Vec<GpuId>> = (self.executors[e].devices.chunks(width))
             .map(|c| c.to_vec())
             .collect();
         let work = self.ring(&groups, bytes, Collective::AllReduce, count, vec![e]);

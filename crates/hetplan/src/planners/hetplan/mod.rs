@@ -435,10 +435,7 @@ fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Ve
     let cluster = problem.cluster;
     let gpus = cluster.num_gpus() as u64;
     let gbs = problem.global_batch;
-    let engine_has_cp = matches!(
-        problem.options.runtime,
-        None | Some(crate::plan::runtime::Runtime::Megatron)
-    );
+    let engine_has_cp = Runtime::runs_megatron_only_parallelism(problem.options.runtime);
     if model.per_sample || !engine_has_cp || !search.poll() {
         return Vec::new();
     }

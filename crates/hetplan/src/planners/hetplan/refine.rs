@@ -459,18 +459,10 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
     }
     // Expert tensor parallelism: every degree dividing the TP degree of the first stage with
     // experts, where the engine has it (Megatron, or any).
-    let moe_tp = (plan.stages.iter().zip(&ep_degrees))
-        .find(|(s, d)| {
-            d.len() > 1
-                || s.layers
-                    .iter()
-                    .any(|l| problem.model.layers[l].experts().is_some())
-        })
-        .map(|(s, _)| s);
-    let engine_has_etp = matches!(
-        problem.options.runtime,
-        None | Some(crate::plan::runtime::Runtime::Megatron)
-    );
+    let moe_tp = (plan.stages.iter())
+        .find(|s| (s.layers.iter()).any(|l| problem.model.layers[l].experts().is_some()));
+    let engine_has_etp =
+        crate::plan::runtime::Runtime::runs_megatron_only_parallelism(problem.options.runtime);
     if let Some(st) = moe_tp.filter(|s| s.tp > 1 && s.replica_tp.is_empty() && engine_has_etp) {
         for etp in (1..st.tp)
             .filter(|e| st.tp.is_multiple_of(*e))
@@ -1004,10 +996,8 @@ pub fn context_parallel_degrees(problem: &Problem<'_>, plan: &Plan) -> Vec<u32> 
     let Some(first) = plan.stages.first() else {
         return vec![1];
     };
-    let engine_has_cp = matches!(
-        problem.options.runtime,
-        None | Some(crate::plan::runtime::Runtime::Megatron)
-    );
+    let engine_has_cp =
+        crate::plan::runtime::Runtime::runs_megatron_only_parallelism(problem.options.runtime);
     if problem.model.per_sample
         || !engine_has_cp
         || plan.stages.iter().any(|s| !s.replica_samples.is_empty())
