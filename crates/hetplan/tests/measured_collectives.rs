@@ -1,22 +1,23 @@
 //! Measured collective bandwidths (a profile database's `collectives`, as `python -m
-//! hetplan.profile --collectives` writes them) in the estimate: where a GPU type has a curve
-//! for a collective among as many GPUs over the same kind of link, the collective takes at
-//! least the measured time; where the model is already slower, or nothing was measured, the
-//! α–β model's time stays.
+//! hetplan.profile --collectives` writes them) in the estimate and the simulator: where a GPU
+//! type has a curve for a collective (or a point-to-point send) among as many GPUs over the
+//! same kind of link, it takes at least the measured time; where the model is already slower,
+//! or nothing was measured, the model's time stays.
 
 use hetplan::cluster::spec::catalog_cluster;
-use hetplan::cost::{estimate, Analytic, Estimate, Profiled, Workload};
+use hetplan::cost::{estimate, Analytic, ComputeTimes, Estimate, Profiled, Workload};
 use hetplan::model::catalog::catalog_model;
 use hetplan::plan::inline::parse_inline_plan;
 use hetplan::profile::{ProfileDb, ProfileIndex};
+use hetplan::sim::{simulate, SimOptions, Simulation};
 
-/// A database with one all-reduce curve among `group` A100s over `link` at `gbps` GB/s.
-fn db_on(gbps: f64, group: u32, link: &str) -> ProfileDb {
-    let samples: Vec<String> = [1u64 << 20, 1 << 26, 1 << 32]
+/// A database with one `op` curve among `group` A100s over `link` at `gbps` GB/s.
+fn db_of(op: &str, gbps: f64, group: u32, link: &str) -> ProfileDb {
+    let samples: Vec<String> = [1u64 << 10, 1 << 20, 1 << 26, 1 << 32]
         .iter()
         .map(|m| {
             format!(
-                r#"{{"op": "all-reduce", "group_size": {group}, "link": "{link}", "message": {m}, "bandwidth": {}}}"#,
+                r#"{{"op": "{op}", "group_size": {group}, "link": "{link}", "message": {m}, "bandwidth": {}}}"#,
                 gbps * 1e9
             )
         })
@@ -29,6 +30,11 @@ fn db_on(gbps: f64, group: u32, link: &str) -> ProfileDb {
     .unwrap()
 }
 
+/// An all-reduce curve among `group` A100s over `link`.
+fn db_on(gbps: f64, group: u32, link: &str) -> ProfileDb {
+    db_of("all-reduce", gbps, group, link)
+}
+
 /// ... among 8 in a node.
 fn db(gbps: f64, group: u32) -> ProfileDb {
     db_on(gbps, group, "intra-node")
@@ -39,6 +45,17 @@ fn run(db: Option<&ProfileDb>) -> Estimate {
 }
 
 fn run_on(cluster: &str, db: Option<&ProfileDb>) -> Estimate {
+    both("dp=8,mbs=2,gbs=64", cluster, db, false).0
+}
+
+/// The estimate of inline plan `plan` of gpt3-1.3b on `cluster` with the profile `db`, and
+/// its simulation when `sim`.
+fn both(
+    plan: &str,
+    cluster: &str,
+    db: Option<&ProfileDb>,
+    sim: bool,
+) -> (Estimate, Option<Simulation>) {
     let model = catalog_model("gpt3-1.3b").unwrap();
     let cluster = catalog_cluster(cluster).unwrap();
     let w = Workload {
@@ -46,19 +63,28 @@ fn run_on(cluster: &str, db: Option<&ProfileDb>) -> Estimate {
         cluster: &cluster,
         seq_len: 2048,
     };
-    let plan = parse_inline_plan("dp=8,mbs=2,gbs=64", &model, &cluster).unwrap();
+    let plan = parse_inline_plan(plan, &model, &cluster).unwrap();
     let valid = w.validate(&plan).unwrap();
+    let go = |compute: &dyn ComputeTimes| {
+        let e = estimate(w, &valid, compute);
+        let s = sim.then(|| simulate(w, &valid, compute, &SimOptions::default()).unwrap());
+        (e, s)
+    };
     match db {
-        None => estimate(w, &valid, &Analytic),
+        None => go(&Analytic),
         Some(db) => {
             let index = ProfileIndex::new(db);
-            let profiled = Profiled {
+            go(&Profiled {
                 index: &index,
                 interpolation: Default::default(),
-            };
-            estimate(w, &valid, &profiled)
+            })
         }
     }
+}
+
+/// Simulated over estimated iteration time, minus one.
+fn disagreement(e: &Estimate, s: &Simulation) -> f64 {
+    s.iteration_time_s / e.iteration_time_s - 1.0
 }
 
 #[test]
@@ -89,4 +115,72 @@ fn a_curve_applies_to_groups_of_its_gpu_type_over_its_link_only() {
     assert_eq!(dp(mixed, Some(&across)), dp(mixed, None));
     // An intra-node curve does not price a ring across nodes.
     assert_eq!(dp(same, Some(&db(1.0, 8))), dp(same, None));
+}
+
+#[test]
+fn the_simulator_takes_the_measured_gradient_all_reduce_too() {
+    let plan = "dp=8,mbs=2,gbs=64";
+    let (e0, s0) = both(plan, "1x8xa100-80gb", None, true);
+    let (e1, s1) = both(plan, "1x8xa100-80gb", Some(&db(1.0, 8)), true);
+    let (s0, s1) = (s0.unwrap(), s1.unwrap());
+    // About 2.6 s of gradient all-reduce at 1 GB/s, behind the last backward in both.
+    let grown = s1.iteration_time_s - s0.iteration_time_s;
+    assert!(
+        grown > 2.0 && grown < 3.5,
+        "the simulation grew by {grown} s"
+    );
+    assert!(e1.iteration_time_s - e0.iteration_time_s > 2.0);
+    // The two still agree: they share the measurement, not the formula around it. (A tied
+    // embedding's gradient is reduced once per stage: the simulator's buckets once counted it
+    // at both ends, 8% more bytes, which NVLink had hidden.)
+    let d = disagreement(&e1, &s1);
+    assert!(
+        d.abs() < 0.02,
+        "simulated against estimated: {:+.1}%",
+        100.0 * d
+    );
+    assert!(disagreement(&e0, &s0).abs() < 0.01);
+}
+
+#[test]
+fn measured_tensor_parallel_all_reduces_slow_every_layer_in_both() {
+    let plan = "tp=8,mbs=2,gbs=16";
+    let (e0, s0) = both(plan, "1x8xa100-80gb", None, true);
+    let (e1, s1) = both(plan, "1x8xa100-80gb", Some(&db(5.0, 8)), true);
+    let (s0, s1) = (s0.unwrap(), s1.unwrap());
+    // Every layer's activations all-reduced at 5 GB/s instead of NVLink's hundreds.
+    assert!(e1.iteration_time_s > 1.5 * e0.iteration_time_s);
+    assert!(s1.iteration_time_s > 1.5 * s0.iteration_time_s);
+    let d = disagreement(&e1, &s1);
+    assert!(
+        d.abs() < 0.05,
+        "simulated against estimated: {:+.1}%",
+        100.0 * d
+    );
+}
+
+#[test]
+fn a_measured_point_to_point_send_sets_the_pipeline_sends_in_both() {
+    // Two stages, one per node: every micro-batch's activations cross the network.
+    let plan = "pp=2,mbs=4,gbs=128";
+    let cluster = "2x1xa100-sxm4-80gb@400Gbps";
+    let slow = db_of("p2p", 0.05, 2, "inter-node");
+    let (e0, s0) = both(plan, cluster, None, true);
+    let (e1, s1) = both(plan, cluster, Some(&slow), true);
+    let (s0, s1) = (s0.unwrap(), s1.unwrap());
+    // 16 MiB of activations per micro-batch at 50 MB/s: a third of a second each way.
+    let p2p = |e: &Estimate| e.stages[0].p2p.get();
+    assert!(
+        p2p(&e1) > 10.0 * p2p(&e0),
+        "{} against {}",
+        p2p(&e1),
+        p2p(&e0)
+    );
+    assert!(e1.iteration_time_s > 2.0 * e0.iteration_time_s);
+    assert!(s1.iteration_time_s > 2.0 * s0.iteration_time_s);
+    // An intra-node curve does not price a send across nodes.
+    let inside = db_of("p2p", 0.05, 2, "intra-node");
+    let (e2, s2) = both(plan, cluster, Some(&inside), true);
+    assert_eq!(e2.iteration_time_s, e0.iteration_time_s);
+    assert_eq!(s2.unwrap().iteration_time_s, s0.iteration_time_s);
 }

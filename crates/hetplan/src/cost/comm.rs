@@ -32,6 +32,17 @@ impl Collective {
             Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => 1.0,
         }
     }
+
+    /// The same collective as a profile database names it.
+    pub fn measured_op(self) -> crate::profile::CollectiveOp {
+        use crate::profile::CollectiveOp;
+        match self {
+            Collective::AllReduce => CollectiveOp::AllReduce,
+            Collective::AllGather => CollectiveOp::AllGather,
+            Collective::ReduceScatter => CollectiveOp::ReduceScatter,
+            Collective::AllToAll => CollectiveOp::AllToAll,
+        }
+    }
 }
 
 /// Members of a group (or a stage's devices) per node, node-ordered.

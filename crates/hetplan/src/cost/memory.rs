@@ -34,29 +34,53 @@ pub fn stage_params(model: &Model, layers: std::ops::Range<usize>, tp: u32) -> f
 /// [`stage_params`] as (dense, expert) parameters: the experts' (`Op::is_expert`) are what
 /// expert parallelism splits further.
 pub fn stage_params_split(model: &Model, layers: std::ops::Range<usize>, tp: u32) -> (f64, f64) {
-    let has_embedding = layers
+    let has_embedding = stage_has_embedding(model, layers.clone());
+    layers
+        .map(|i| layer_params_split(model, i, tp, has_embedding))
+        .fold((0.0, 0.0), |(d, e), (dl, el)| (d + dl, e + el))
+}
+
+fn stage_has_embedding(model: &Model, layers: std::ops::Range<usize>) -> bool {
+    layers
         .clone()
-        .any(|i| model.layers[i].kind == crate::model::LayerKind::Embedding);
+        .any(|i| model.layers[i].kind == crate::model::LayerKind::Embedding)
+}
+
+/// Layer `i`'s (dense, expert) parameters on one TP rank; a tied weight not when the stage
+/// holds the embedding it shares.
+fn layer_params_split(model: &Model, i: usize, tp: u32, has_embedding: bool) -> (f64, f64) {
     let (mut dense, mut expert) = (0.0, 0.0);
-    for i in layers {
-        for op in &model.layers[i].ops {
-            if op.tied && has_embedding {
-                continue;
-            }
-            let shard = if op.params_sharded || matches!(op.kind, OpKind::Opaque { .. }) {
-                tp.max(1) as f64
-            } else {
-                1.0
-            };
-            let p = op.params as f64 / shard;
-            if op.is_expert() {
-                expert += p;
-            } else {
-                dense += p;
-            }
+    for op in &model.layers[i].ops {
+        if op.tied && has_embedding {
+            continue;
+        }
+        let shard = if op.params_sharded || matches!(op.kind, OpKind::Opaque { .. }) {
+            tp.max(1) as f64
+        } else {
+            1.0
+        };
+        let p = op.params as f64 / shard;
+        if op.is_expert() {
+            expert += p;
+        } else {
+            dense += p;
         }
     }
     (dense, expert)
+}
+
+/// Parameters of layer `layer` on one GPU of a stage over `stage` (TP degree `tp`, experts
+/// split `expert_shards` ways): its share of [`gpu_params`] over the stage, so a tied head
+/// weight counts once per stage (gradient buckets are made of these).
+pub fn layer_gpu_params(
+    model: &Model,
+    stage: std::ops::Range<usize>,
+    layer: usize,
+    tp: u32,
+    expert_shards: f64,
+) -> f64 {
+    let (dense, expert) = layer_params_split(model, layer, tp, stage_has_embedding(model, stage));
+    dense + expert / expert_shards
 }
 
 /// Parameters of `layers` on one GPU of a TP rank whose experts' share is split

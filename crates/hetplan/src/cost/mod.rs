@@ -503,40 +503,46 @@ impl<'a> Ctx<'a> {
         kind: Collective,
         conc: &dyn Fn(u32) -> usize,
     ) -> f64 {
-        let cluster = self.w.cluster;
-        let modelled = collective_time(cluster, group, bytes, kind, conc).get();
-        let Some(&first) = group.first() else {
-            return modelled;
-        };
-        if group.len() < 2 || bytes.get() <= 0.0 {
-            return modelled;
-        }
-        use crate::profile::{CollectiveOp, LinkKind};
-        let link = if group.iter().any(|g| g.node != first.node) {
-            LinkKind::InterNode
-        } else {
-            LinkKind::IntraNode
-        };
-        let op = match kind {
-            Collective::AllReduce => CollectiveOp::AllReduce,
-            Collective::AllGather => CollectiveOp::AllGather,
-            Collective::ReduceScatter => CollectiveOp::ReduceScatter,
-            Collective::AllToAll => CollectiveOp::AllToAll,
-        };
-        // The source first (the analytic model has none), then whether the group is of the
-        // one type the curve was measured on.
-        let ty = cluster.gpu_type_of(first);
-        let gpu = &cluster.gpu_types[ty.0];
-        match self
-            .compute
-            .collective_bandwidth(gpu, op, group.len() as u32, link, bytes)
-        {
-            Some(bw) if bw.get() > 0.0 && group.iter().all(|g| cluster.gpu_type_of(*g) == ty) => {
-                modelled.max(bytes.get() / bw.get())
-            }
-            _ => modelled,
+        let modelled = collective_time(self.w.cluster, group, bytes, kind, conc).get();
+        let op = kind.measured_op();
+        match measured_transfer_time(self.compute, self.w.cluster, group, op, bytes) {
+            Some(t) => modelled.max(t.get()),
+            None => modelled,
         }
     }
+}
+
+/// The time one collective `op` on `bytes` among `group` took when measured alone (a
+/// profile's `collectives`, through `ComputeTimes::collective_bandwidth`): where the source
+/// measured `op` among as many GPUs of the group's one type over the same kind of link (inside
+/// one node, or across nodes). A point-to-point send is `op = P2p` over its two GPUs. `None`
+/// for a group of one, an empty message, a group of several GPU types, or no measurement.
+/// The estimate and the simulator both take it as a floor under their own models; this is the
+/// lookup of a measured input (as a layer time is), not a formula either checks.
+pub fn measured_transfer_time(
+    compute: &dyn ComputeTimes,
+    cluster: &Cluster,
+    group: &[GpuId],
+    op: crate::profile::CollectiveOp,
+    bytes: Bytes,
+) -> Option<Seconds> {
+    use crate::profile::LinkKind;
+    let &first = group.first()?;
+    if group.len() < 2 || bytes.get() <= 0.0 {
+        return None;
+    }
+    let ty = cluster.gpu_type_of(first);
+    if group.iter().any(|g| cluster.gpu_type_of(*g) != ty) {
+        return None;
+    }
+    let link = if group.iter().any(|g| g.node != first.node) {
+        LinkKind::InterNode
+    } else {
+        LinkKind::IntraNode
+    };
+    let gpu = &cluster.gpu_types[ty.0];
+    let bw = compute.collective_bandwidth(gpu, op, group.len() as u32, link, bytes)?;
+    (bw.get() > 0.0).then(|| Seconds(bytes.get() / bw.get()))
 }
 
 /// The layer's time on the slowest GPU type of a TP group: the group moves in lock step.
@@ -997,7 +1003,8 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
 
 /// Seconds of the pipeline sends of one micro-batch of replica `r` of stage `si`: its
 /// activations to the next stage and its input gradients to the previous one, 1/tp per TP rank
-/// (Megatron scatter-gather), to the replica of the neighbour that consumes them (r mod its dp).
+/// (Megatron scatter-gather), to the replica of the neighbour that consumes them (r mod its dp);
+/// at least a measured point-to-point send of as many bytes between the two GPUs' type.
 fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
     let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
@@ -1015,7 +1022,12 @@ fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
             let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
             let to = nb.replica(r % nb.dp.max(1) as usize)[0];
             let sides = (ctx.nic()).sides(cluster, timing, (si, forward), devs[0], to, bytes.get());
-            shared_send_time(cluster, devs[0], to, bytes, sides).get()
+            let modelled = shared_send_time(cluster, devs[0], to, bytes, sides).get();
+            // A measured send between two such GPUs bounds it from below, as for collectives.
+            let pair = [devs[0], to];
+            let p2p = crate::profile::CollectiveOp::P2p;
+            measured_transfer_time(ctx.compute, cluster, &pair, p2p, bytes)
+                .map_or(modelled, |t| modelled.max(t.get()))
         })
         .sum()
 }
@@ -1054,8 +1066,9 @@ pub fn grad_buckets(model: &Model, plan: &Plan, st: &Stage) -> Vec<LayerRange> {
     let mut buckets = Vec::new();
     let mut end = st.layers.end;
     let mut params = 0.0;
+    let range = st.layers.start..st.layers.end;
     for l in st.layers.iter().rev() {
-        params += memory::gpu_params(model, l..l + 1, st.tp, st.expert_shards());
+        params += memory::layer_gpu_params(model, range.clone(), l, st.tp, st.expert_shards());
         if limit.is_none_or(|b| params >= b) {
             buckets.push(LayerRange { start: l, end });
             end = l;

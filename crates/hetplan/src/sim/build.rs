@@ -21,6 +21,8 @@ use crate::cost::comm::Collective;
 use crate::cost::constants as k;
 use crate::cost::{self, ComputeTimes, LayerCost, Workload};
 use crate::plan::{Plan, Schedule, Stage};
+use crate::profile::CollectiveOp;
+use crate::units::Bytes;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -167,6 +169,8 @@ pub struct Built {
 struct Builder<'a> {
     w: Workload<'a>,
     plan: &'a Plan,
+    /// For measured collective times (floors under the flows), not for the flows' model.
+    compute: &'a dyn ComputeTimes,
     depth: usize,
     graph: Graph,
     labels: Vec<Label>,
@@ -308,6 +312,13 @@ impl<'a> Builder<'a> {
         id
     }
 
+    /// Seconds one `op` on `bytes` among `group` took when measured alone, 0 without a
+    /// measurement (`cost::measured_transfer_time`): a flow's floor.
+    fn measured(&self, group: &[GpuId], op: CollectiveOp, bytes: f64) -> f64 {
+        cost::measured_transfer_time(self.compute, self.w.cluster, group, op, Bytes(bytes))
+            .map_or(0.0, |t| t.get())
+    }
+
     /// `bytes` from one GPU to another: the sender's outgoing and the receiver's incoming side
     /// of their links (inside a node) or networks (across nodes, and the route between the two
     /// where the cluster sets its bandwidth).
@@ -350,6 +361,7 @@ impl<'a> Builder<'a> {
     /// share to its counterpart (Megatron's scatter-gather), all at once.
     fn send(&mut self, from: &[GpuId], to: &[GpuId], bytes: f64, execs: Vec<usize>) -> Work {
         let share = bytes / from.len() as f64;
+        let floor = self.measured(&[from[0], to[0]], CollectiveOp::P2p, share);
         let edges = from
             .iter()
             .enumerate()
@@ -366,6 +378,7 @@ impl<'a> Builder<'a> {
             latency,
             efficiency: k::P2P_EFFICIENCY,
             execs,
+            floor,
         }
     }
 
@@ -382,6 +395,7 @@ impl<'a> Builder<'a> {
     ) -> Work {
         let mut edges = Vec::new();
         let mut latency = 0.0f64;
+        let mut floor = 0.0f64;
         for group in groups {
             let mut ring = group.clone();
             ring.sort_unstable();
@@ -403,12 +417,15 @@ impl<'a> Builder<'a> {
                 cl.intra_latency
             };
             latency = latency.max(steps * messages as f64 * alpha.get());
+            let measured = self.measured(&ring, kind.measured_op(), bytes);
+            floor = floor.max(messages as f64 * measured);
         }
         Work::Flow {
             edges,
             latency,
             efficiency: k::COLLECTIVE_EFFICIENCY,
             execs,
+            floor,
         }
     }
 
@@ -464,11 +481,16 @@ impl<'a> Builder<'a> {
         } else {
             cl.intra_latency
         };
+        // Each message: one round's chunk, to the next replica; rounds·(n − 1) of them.
+        let message = chunk_rounds / rounds as f64;
+        let pair = [st.replica(r)[0], st.replica(next)[0]];
+        let messages = (rounds as usize * (n - 1)) as f64;
         let work = Work::Flow {
             edges,
-            latency: (rounds as usize * (n - 1)) as f64 * alpha.get(),
+            latency: messages * alpha.get(),
             efficiency: k::COLLECTIVE_EFFICIENCY,
             execs: vec![e],
+            floor: messages * self.measured(&pair, CollectiveOp::P2p, message),
         };
         let t = self.task(work, vec![after], label);
         self.pending_sends[e].push(t);
@@ -614,11 +636,15 @@ impl<'a> Builder<'a> {
         } else {
             cl.intra_latency
         };
+        let measured = (groups.iter())
+            .map(|g| self.measured(g, CollectiveOp::AllToAll, bytes))
+            .fold(0.0, f64::max);
         let work = Work::Flow {
             edges,
             latency: count as f64 * alpha.get(),
             efficiency: k::COLLECTIVE_EFFICIENCY,
             execs: vec![e],
+            floor: count as f64 * measured,
         };
         let t = self.task(work, vec![after], label);
         self.pending_sends[e].push(t);
@@ -710,6 +736,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
     let mut b = Builder {
         w,
         plan,
+        compute,
         depth,
         graph: Graph::new(0, Vec::new()),
         labels: Vec::new(),
@@ -1022,6 +1049,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         latency: 0.0,
                         efficiency: 1.0,
                         execs: vec![e],
+                        floor: 0.0,
                     },
                     deps,
                     Label::Offload {
@@ -1207,7 +1235,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         // computes) is done on every replica, after the bucket before it.
         for bucket in cost::grad_buckets(model, plan, st) {
             let params: f64 = (bucket.iter())
-                .map(|l| cost::memory::gpu_params(model, l..l + 1, st.tp, st.expert_shards()))
+                .map(|l| {
+                    let range = st.layers.start..st.layers.end;
+                    cost::memory::layer_gpu_params(model, range, l, st.tp, st.expert_shards())
+                })
                 .sum();
             let l = bucket.start - start;
             let mut deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();

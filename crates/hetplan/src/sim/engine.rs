@@ -10,10 +10,11 @@
 //!
 //! - compute: `1 / duration`, slowed by `COMPUTE_SLOWDOWN_UNDER_NCCL` while a flow of the same
 //!   executor is active (Mist's interference model);
-//! - flow: `1 / (latency + max over edges of bytes / (efficiency · bandwidth))`, an edge's
-//!   bandwidth the smallest over its resources of `capacity / (edges on that resource)` — fair
-//!   sharing of every link and NIC it crosses — slowed by `NCCL_SLOWDOWN_UNDER_COMPUTE` while its
-//!   executor computes. The time a flow takes is thus computed here, from bytes and capacities,
+//! - flow: `1 / max(latency + max over edges of bytes / (efficiency · bandwidth), floor)`, an
+//!   edge's bandwidth the smallest over its resources of `capacity / (edges on that resource)` —
+//!   fair sharing of every link and NIC it crosses — slowed by `NCCL_SLOWDOWN_UNDER_COMPUTE`
+//!   while its executor computes. `floor` is the time the same transfer took when measured
+//!   alone (a profile's collective curves): the hardware achieves no better, sharing adds to it. The time a flow takes is thus computed here, from bytes and capacities,
 //!   not given to the engine.
 //!
 //! Time advances from one completion to the next; rates are recomputed after every event. Ties
@@ -36,6 +37,9 @@ pub enum Work {
         latency: f64,
         efficiency: f64,
         execs: Vec<usize>,
+        /// Seconds the flow takes at least, alone: what the same transfer took when measured
+        /// (a profile's collectives); 0 without a measurement.
+        floor: f64,
     },
 }
 
@@ -246,6 +250,7 @@ impl Graph {
                 latency,
                 efficiency,
                 execs,
+                floor,
             } => {
                 let mut transfer = 0.0f64;
                 for e in edges {
@@ -259,7 +264,7 @@ impl Graph {
                         .fold(f64::INFINITY, f64::min);
                     transfer = transfer.max(e.bytes / (bw * efficiency));
                 }
-                let duration = latency + transfer;
+                let duration = (latency + transfer).max(*floor);
                 if duration <= 0.0 {
                     return f64::INFINITY;
                 }
@@ -288,7 +293,35 @@ mod tests {
             latency: 0.0,
             efficiency: 1.0,
             execs: execs.to_vec(),
+            floor: 0.0,
         }
+    }
+
+    #[test]
+    fn a_measured_floor_holds_alone_and_sharing_adds_to_the_modelled_time_only() {
+        // 1 byte over 1 B/s takes 1 s modelled; measured alone it took 3 s: 3 s.
+        let mut g = Graph::new(0, vec![1.0]);
+        let mut slow = flow(&[0], 1.0, &[]);
+        if let Work::Flow { floor, .. } = &mut slow {
+            *floor = 3.0;
+        }
+        let a = g.add(slow.clone(), vec![]);
+        g.run(100).unwrap();
+        assert!((g.tasks[a].end - 3.0).abs() < 1e-12);
+        // Beside a second flow on the resource the modelled time doubles to 2 s, still under
+        // the floor: 3 s. Four flows make it 4 s, above it.
+        let mut g = Graph::new(0, vec![1.0]);
+        let a = g.add(slow.clone(), vec![]);
+        g.add(flow(&[0], 10.0, &[]), vec![]);
+        g.run(100).unwrap();
+        assert!((g.tasks[a].end - 3.0).abs() < 1e-12, "{}", g.tasks[a].end);
+        let mut g = Graph::new(0, vec![1.0]);
+        let a = g.add(slow, vec![]);
+        for _ in 0..3 {
+            g.add(flow(&[0], 10.0, &[]), vec![]);
+        }
+        g.run(100).unwrap();
+        assert!((g.tasks[a].end - 4.0).abs() < 1e-12, "{}", g.tasks[a].end);
     }
 
     #[test]
@@ -310,6 +343,7 @@ mod tests {
             latency: 0.25,
             efficiency: 1.0,
             execs: vec![],
+            floor: 0.0,
         };
         let a = g.add(ring, vec![]);
         let b = g.add(flow(&[1], 0.75, &[]), vec![]);

@@ -1,6 +1,7 @@
 //! The discrete-event simulator: executes a plan event by event on the cluster and reports
 //! where each GPU's time goes. It uses the same per-layer compute times as the cost model (from
-//! a profile or the analytic op model) and the same byte counts, but computes time only by
+//! a profile or the analytic op model), the same byte counts and the same measured collective
+//! times (a profile's curves, as floors under its flows), but computes time only by
 //! executing events — transfers as bytes over links and NICs, collectives as NCCL's ring: pipeline
 //! dependencies, blocking sends, gradient buckets behind the last backward, ZeRO gathers with
 //! prefetch, offload copies, stragglers among heterogeneous replicas, and transfers sharing
