@@ -15,12 +15,18 @@ Times come from CUDA events on a GPU and from the host clock on the CPU.
 With `--collectives` it also measures all-reduce, all-gather, reduce-scatter, all-to-all and
 point-to-point sends among `--world-size` local processes (NCCL on GPUs, gloo on the CPU) over
 message sizes, as bandwidth samples (`collectives()`); run it on one node for `intra-node` and
-with a process per node for `inter-node`. hetplan's estimate takes a collective among as many
-GPUs of that type over that link at least the measured time (docs/cost-model.md §3).
+with a process per node for `inter-node`. hetplan's estimate and simulator take a collective (or
+a send) among as many GPUs of that type over that link at least the measured time
+(docs/cost-model.md §3).
 
-What it does not measure yet: tensor-parallel degrees above 1 (a TP group's times include its
-collectives, which need a process group per degree), mixture-of-experts layers, and peak
-memory.
+At a TP degree above 1 (`--tp 1,2,4`) it runs that many local processes, one GPU each, with
+Megatron's sharding (heads and MLP width column- then row-parallel, the vocabulary split over
+embedding and head with a vocabulary-parallel loss) and its all-reduces: a TP group's times
+include its collectives, as hetplan's profile database expects. Each sample also carries the
+bytes autograd keeps for backward (`activation_memory`) and, on a GPU, the peak allocated over
+forward and backward (`peak_memory`); `hetplan profile compare` sets both beside the model's.
+
+What it does not measure yet: mixture-of-experts layers.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import json
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import hetplan
 
@@ -47,18 +53,78 @@ def _torch():
     return torch
 
 
-def _modules(shape: dict, torch, dtype, device):
-    """The embedding, one decoder block and the head of a transformer of `shape` (hetplan's
-    `TransformerConfig`), as PyTorch modules."""
-    nn = torch.nn
-    F = torch.nn.functional
-    h, heads, kv, hd = shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"]
-    ffn, vocab = shape["ffn"], shape["vocab"]
+def _tp_regions(torch, group):
+    """Megatron's tensor-parallel region operators over process group `group`: `reduce`
+    all-reduces forward and passes the gradient through (after a row-parallel layer), `copy`
+    passes forward and all-reduces the gradient (before a column-parallel one). Without a group
+    both are the identity."""
+    if group is None:
+        return (lambda x: x), (lambda x: x)
+    dist = torch.distributed
+
+    class Reduce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x = x.clone()
+            dist.all_reduce(x, group=group)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class Copy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            g = g.clone()
+            dist.all_reduce(g, group=group)
+            return g
+
+    return Reduce.apply, Copy.apply
+
+
+def _check_dense(shape: dict) -> None:
     if shape.get("moe"):
         raise hetplan.HetplanError(
             "the profiler builds dense decoders; this model has mixture-of-experts layers "
             "(hetplan's analytic model prices them)"
         )
+
+
+def _check_tp(shape: dict, tp: int) -> None:
+    """Megatron's divisibility rules for a TP degree."""
+    if tp < 1:
+        raise hetplan.HetplanError(f"TP degree {tp}: it must be at least 1")
+    for what, n in (("attention heads", shape["heads"]), ("key-value heads", shape["kv_heads"]),
+                    ("MLP width", shape["ffn"])):
+        if n % tp:
+            raise hetplan.HetplanError(
+                f"TP degree {tp} does not divide the model's {what} ({n}); pick a divisor"
+            )
+
+
+def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, group=None):
+    """The embedding, one decoder block and the head of a transformer of `shape` (hetplan's
+    `TransformerConfig`), as PyTorch modules — at TP degree `tp`, rank `rank`'s shard as
+    Megatron splits it: attention heads and the MLP's width column- then row-parallel, the
+    vocabulary split over the embedding and the head (with a vocabulary-parallel loss), and
+    an all-reduce over `group` where Megatron has one."""
+    nn = torch.nn
+    F = torch.nn.functional
+    h, heads, kv, hd = shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"]
+    ffn, vocab = shape["ffn"], shape["vocab"]
+    _check_dense(shape)
+    _check_tp(shape, tp)
+    reduce, copy = _tp_regions(torch, group)
+    heads, kv, ffn = heads // tp, kv // tp, ffn // tp
+    # Megatron pads the vocabulary to a multiple of the TP degree (and more); each rank holds
+    # an equal slice.
+    vocab_shard = -(-vocab // tp)
+    lo = rank * vocab_shard
 
     def norm():
         if shape["norm"] == "rms-norm":
@@ -79,32 +145,58 @@ def _modules(shape: dict, torch, dtype, device):
 
         def forward(self, x):
             b, s, _ = x.shape
-            q, k, v = self.qkv(self.norm1(x)).split([heads * hd, kv * hd, kv * hd], dim=-1)
+            qkv = self.qkv(copy(self.norm1(x)))
+            q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], dim=-1)
             q = q.view(b, s, heads, hd).transpose(1, 2)
             k = k.view(b, s, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
             v = v.view(b, s, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=shape.get("causal", True))
-            x = x + self.out(a.transpose(1, 2).reshape(b, s, heads * hd))
-            u = self.up(self.norm2(x))
+            x = x + reduce(self.out(a.transpose(1, 2).reshape(b, s, heads * hd)))
+            u = self.up(copy(self.norm2(x)))
             if self.gated:
                 g, u = u.chunk(2, dim=-1)
                 u = F.silu(g) * u
             else:
                 u = F.gelu(u)
-            return x + self.down(u)
+            return x + reduce(self.down(u))
+
+    class Embedding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(vocab_shard, h)
+
+        def forward(self, tokens):
+            if group is None:
+                return self.table(tokens)
+            # Tokens of other ranks' slices look up row 0 and are zeroed; the sum over ranks
+            # is the embedding.
+            outside = (tokens < lo) | (tokens >= lo + vocab_shard)
+            y = self.table((tokens - lo).masked_fill(outside, 0))
+            return reduce(y.masked_fill(outside.unsqueeze(-1), 0.0))
 
     class Head(nn.Module):
         def __init__(self):
             super().__init__()
             self.norm = norm()
-            self.proj = nn.Linear(h, vocab, bias=False)
+            self.proj = nn.Linear(h, vocab_shard, bias=False)
 
         def forward(self, x, targets):
-            logits = self.proj(self.norm(x)).float()
-            return F.cross_entropy(logits.view(-1, vocab), targets.view(-1))
+            logits = self.proj(copy(self.norm(x))).float()
+            if group is None:
+                return F.cross_entropy(logits.view(-1, vocab_shard), targets.view(-1))
+            # Megatron's vocabulary-parallel cross-entropy: the global maximum, the sum of
+            # exponentials and the target's logit each all-reduced over the group.
+            m = logits.detach().amax(dim=-1, keepdim=True)
+            torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX, group=group)
+            z = logits - m
+            total = reduce(z.exp().sum(dim=-1))
+            t = targets - lo
+            outside = (t < 0) | (t >= vocab_shard)
+            picked = z.gather(-1, t.masked_fill(outside, 0).unsqueeze(-1)).squeeze(-1)
+            picked = reduce(picked.masked_fill(outside, 0.0))
+            return (total.log() - picked).mean()
 
-    emb = nn.Embedding(vocab, h)
-    return [m.to(device=device, dtype=dtype) for m in (emb, Block(), Head())]
+    return [m.to(device=device, dtype=dtype) for m in (Embedding(), Block(), Head())]
 
 
 class _Timer:
@@ -127,38 +219,22 @@ class _Timer:
         return time.perf_counter() - t0
 
 
-def profile(
-    model: "hetplan.Model",
-    gpu: str,
-    seq_len: Optional[int] = None,
-    mbs: Sequence[int] = (1, 2, 4),
-    precision: str = "bf16",
-    device: Optional[str] = None,
-    warmup: int = 2,
-    repeats: int = 5,
-) -> dict:
-    """The profile database (a dict in hetplan's format) of `model` measured here, labelled
-    as GPU type `gpu` (a catalog name, `hetplan gpus`)."""
-    torch = _torch()
-    shape_json = model._h.transformer
-    if shape_json is None:
-        raise hetplan.HetplanError(
-            f"{model.name} is not a transformer hetplan can build (a layer list); profile a "
-            "catalog model or a HuggingFace config"
-        )
-    shape = json.loads(shape_json)
-    seq = seq_len or model.default_seq_len
-    if repeats < 1 or warmup < 0 or not mbs or min(mbs) < 1:
-        raise hetplan.HetplanError("repeats ≥ 1, warmup ≥ 0 and micro-batch sizes ≥ 1")
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-    if precision not in dtypes:
-        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32")
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = dtypes[precision]
+_DTYPES = ("bf16", "fp16", "fp32")
+
+
+def _dtype(torch, precision: str):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+
+
+def _measure_layers(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp=1,
+                    rank=0, group=None):
+    """The layer samples of one sequence length at one TP degree, measured on `dev` (rank
+    `rank`'s shard under TP), and the spreads (slowest over fastest run) seen."""
+    dtype = _dtype(torch, precision)
     torch.manual_seed(0)
-    emb, block, head = _modules(shape, torch, dtype, dev)
-    kinds = model._h.layer_kinds
+    emb, block, head = _modules(shape, torch, dtype, dev, tp, rank, group)
     timer = _Timer(torch, dev)
+    cuda = dev.type == "cuda"
     h, vocab = shape["hidden"], shape["vocab"]
     samples: List[Dict] = []
     spreads: List[float] = []
@@ -176,6 +252,32 @@ def profile(
             spreads.append(max(xs) / max(min(xs), 1e-12))
         return statistics.median(fwd), statistics.median(bwd)
 
+    def memory(module, run_fwd, grad_of) -> Dict:
+        """Bytes autograd keeps for backward (the tensors the forward saves, each storage
+        once, the module's weights not counted), and on a GPU the most allocated above what
+        was allocated before the forward, over forward and backward."""
+        weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        kept: Dict[int, int] = {}
+
+        def pack(t):
+            st = t.untyped_storage()
+            if st.data_ptr() not in weights:
+                kept[st.data_ptr()] = st.nbytes()
+            return t
+
+        if cuda:
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+            before = torch.cuda.memory_allocated(dev)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = run_fwd()
+        grad_of(y)
+        out = {"activation_memory": float(sum(kept.values()))}
+        if cuda:
+            torch.cuda.synchronize(dev)
+            out["peak_memory"] = float(torch.cuda.max_memory_allocated(dev) - before)
+        return out
+
     def optimizer_time(module) -> float:
         params = [p for p in module.parameters()]
         for p in params:
@@ -186,42 +288,168 @@ def profile(
 
     layers = {
         "embedding": next(i for i, k in enumerate(kinds) if k == "embedding"),
+        "transformer": "transformer",
         "head": max(i for i, k in enumerate(kinds) if k == "head"),
     }
     opt = {name: optimizer_time(m) for name, m in (("embedding", emb), ("transformer", block), ("head", head))}
     for b in mbs:
-        tokens = torch.randint(0, vocab, (b, seq), device=dev)
-        x = torch.randn(b, seq, h, device=dev, dtype=dtype, requires_grad=True)
-        dy = torch.randn(b, seq, h, device=dev, dtype=dtype)
-        # Embedding: gather rows; backward scatters into its table's gradient.
-        f, g = measure(lambda: emb(tokens), lambda y: y.backward(dy))
-        samples.append({"layer": layers["embedding"], "tp": 1, "mbs": b, "forward": f, "backward": g, "optimizer": opt["embedding"]})
-        # One decoder block, keyed by its kind: hetplan uses it for every block.
-        f, g = measure(lambda: block(x), lambda y: y.backward(dy))
-        samples.append({"layer": "transformer", "tp": 1, "mbs": b, "forward": f, "backward": g, "optimizer": opt["transformer"]})
-        # The head and its loss.
-        f, g = measure(lambda: head(x, tokens), lambda y: y.backward())
-        samples.append({"layer": layers["head"], "tp": 1, "mbs": b, "forward": f, "backward": g, "optimizer": opt["head"]})
-        x.grad = None
-    source = (
-        f"hetplan.profile on {dev.type}"
-        + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "")
-        + f", torch {torch.__version__}, {precision}, medians of {repeats} runs after {warmup} "
-        f"warm-up; slowest over fastest run at most {max(spreads):.2f}"
-    )
-    return {
-        "format_version": 1,
-        "profiles": [
-            {
-                "gpu": gpu,
-                "model": model.name,
-                "seq_len": seq,
-                "precision": precision,
-                "source": source,
-                "layers": samples,
-            }
-        ],
-    }
+        gen = torch.Generator(device="cpu").manual_seed(b)
+        tokens = torch.randint(0, vocab, (b, seq), generator=gen).to(dev)
+        x = torch.randn(b, seq, h, generator=gen).to(device=dev, dtype=dtype).requires_grad_()
+        dy = torch.randn(b, seq, h, generator=gen).to(device=dev, dtype=dtype)
+        runs = {
+            # Embedding: gather rows; backward scatters into its table's gradient.
+            "embedding": (emb, lambda: emb(tokens), lambda y: y.backward(dy)),
+            # One decoder block, keyed by its kind: hetplan uses it for every block.
+            "transformer": (block, lambda: block(x), lambda y: y.backward(dy)),
+            # The head and its loss.
+            "head": (head, lambda: head(x, tokens), lambda y: y.backward()),
+        }
+        for name, (module, fwd, grad_of) in runs.items():
+            f, g = measure(fwd, grad_of)
+            sample = {"layer": layers[name], "tp": tp, "mbs": b, "forward": f, "backward": g,
+                      "optimizer": opt[name]}
+            sample.update(memory(module, fwd, grad_of))
+            samples.append(sample)
+            x.grad = None
+    return samples, spreads
+
+
+def _tp_worker(rank, tp, port, backend, shape, kinds, seq, mbs, precision, warmup, repeats, out):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp)
+    dev = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    try:
+        samples, spreads = _measure_layers(
+            torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp, rank,
+            dist.group.WORLD,
+        )
+        # The group moves in lock step: rank 0's clock stands for it.
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump({"samples": samples, "spreads": spreads}, f)
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _spawn(fn, args: tuple, nprocs: int, what: str):
+    """Runs `fn(rank, *args, out)` in `nprocs` fresh processes and returns the JSON rank 0
+    wrote to `out`. Rank 0 writes its results before the group is torn down, so a crash in
+    the backend's teardown (gloo has aborted there on a loaded machine) loses nothing; a
+    process that fails before writing is an error saying so."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as d:
+        out = f"{d}/out.json"
+        try:
+            mp.spawn(fn, args=args + (out,), nprocs=nprocs, join=True)
+        except mp.ProcessException as e:
+            try:
+                with open(out) as f:
+                    return json.load(f)
+            except (OSError, ValueError):
+                raise hetplan.HetplanError(f"{what} failed in a worker process: {e}") from e
+        with open(out) as f:
+            return json.load(f)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _measure_tp(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp):
+    """`_measure_layers` at TP degree `tp` > 1: `tp` local processes, one per GPU with NCCL
+    (where `dev` is a GPU) or on the CPU with gloo."""
+    if dev.type == "cuda":
+        gpus = torch.cuda.device_count()
+        if gpus < tp:
+            raise hetplan.HetplanError(
+                f"TP degree {tp} needs {tp} GPUs on this machine; it has {gpus}. Profile the "
+                f"TP degrees up to {gpus} here, or --device cpu to test the profiler"
+            )
+        backend = "nccl"
+    else:
+        backend = "gloo"
+    args = (tp, _free_port(), backend, shape, kinds, seq, list(mbs), precision, warmup, repeats)
+    r = _spawn(_tp_worker, args, tp, f"profiling at TP degree {tp}")
+    return r["samples"], r["spreads"]
+
+
+def profile(
+    model: "hetplan.Model",
+    gpu: str,
+    seq_len: Union[None, int, Sequence[int]] = None,
+    mbs: Sequence[int] = (1, 2, 4),
+    precision: str = "bf16",
+    device: Optional[str] = None,
+    warmup: int = 2,
+    repeats: int = 5,
+    tp: Sequence[int] = (1,),
+) -> dict:
+    """The profile database (a dict in hetplan's format) of `model` measured here, labelled
+    as GPU type `gpu` (a catalog name, `hetplan gpus`): one profile per sequence length in
+    `seq_len` (the model's default when None), each with every layer kind at every
+    micro-batch size in `mbs` and TP degree in `tp` (a degree above 1 runs that many local
+    processes, one GPU each)."""
+    torch = _torch()
+    shape_json = model._h.transformer
+    if shape_json is None:
+        raise hetplan.HetplanError(
+            f"{model.name} is not a transformer hetplan can build (a layer list); profile a "
+            "catalog model or a HuggingFace config"
+        )
+    shape = json.loads(shape_json)
+    seqs = [seq_len] if isinstance(seq_len, int) else list(seq_len or [model.default_seq_len])
+    tps = list(tp)
+    if repeats < 1 or warmup < 0 or not mbs or min(mbs) < 1:
+        raise hetplan.HetplanError("repeats ≥ 1, warmup ≥ 0 and micro-batch sizes ≥ 1")
+    if not seqs or min(seqs) < 1 or not tps:
+        raise hetplan.HetplanError("sequence lengths ≥ 1 and at least one TP degree")
+    if precision not in _DTYPES:
+        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32")
+    _check_dense(shape)
+    for t in tps:
+        _check_tp(shape, t)
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    kinds = model._h.layer_kinds
+    profiles = []
+    for seq in seqs:
+        samples: List[Dict] = []
+        spreads: List[float] = []
+        for t in tps:
+            args = (torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats)
+            got, spread = _measure_tp(*args, t) if t > 1 else _measure_layers(*args)
+            samples += got
+            spreads += spread
+        source = (
+            f"hetplan.profile on {dev.type}"
+            + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "")
+            + f", torch {torch.__version__}, {precision}, TP {','.join(map(str, tps))}"
+            + (f" ({'NCCL' if dev.type == 'cuda' else 'gloo'} between local processes)" if max(tps) > 1 else "")
+            + f", medians of {repeats} runs after {warmup} warm-up; slowest over fastest run at "
+            f"most {max(spreads):.2f}; activation_memory: bytes autograd saves for backward"
+            + ("; peak_memory: most allocated above the allocation before the forward" if dev.type == "cuda" else "")
+        )
+        profiles.append({
+            "gpu": gpu,
+            "model": model.name,
+            "seq_len": seq,
+            "precision": precision,
+            "source": source,
+            "layers": samples,
+        })
+    return {"format_version": 1, "profiles": profiles}
 
 
 #: What each collective's `message` is: the per-GPU buffer of an all-reduce, the gathered
@@ -303,11 +531,7 @@ def collectives(
     among `world_size` local processes (NCCL on GPUs, one per process, where there are
     enough; gloo on the CPU otherwise) over message `sizes` in bytes. Returns (samples in the
     profile database's `collectives` format, the ops the backend lacks)."""
-    import socket
-    import tempfile
-
     torch = _torch()
-    import torch.multiprocessing as mp
 
     if world_size < 2 or not sizes or min(sizes) < 1 or repeats < 1:
         raise hetplan.HetplanError("world_size ≥ 2, message sizes ≥ 1 byte, repeats ≥ 1")
@@ -316,19 +540,8 @@ def collectives(
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     backend = backend or ("nccl" if gpus >= world_size else "gloo")
     device_type = "cuda" if backend == "nccl" else "cpu"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as d:
-        out = f"{d}/collectives.json"
-        mp.spawn(
-            _collective_worker,
-            args=(world_size, port, backend, device_type, list(sizes), warmup, repeats, out),
-            nprocs=world_size,
-            join=True,
-        )
-        with open(out) as f:
-            results = json.load(f)
+    args = (world_size, _free_port(), backend, device_type, list(sizes), warmup, repeats)
+    results = _spawn(_collective_worker, args, world_size, "measuring collectives")
     samples = [dict(r, link=link) for r in results if "skipped" not in r]
     skipped = {r["op"]: r["skipped"] for r in results if "skipped" in r}
     return samples, skipped
@@ -338,8 +551,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hetplan.profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="catalog name, config.json path or model directory")
     p.add_argument("--gpu", required=True, help="the catalog GPU type the measurements stand for (hetplan gpus)")
-    p.add_argument("--seq-len", type=int, default=None)
+    p.add_argument("--seq-len", default=None,
+                   help="sequence lengths, comma-separated (default: the model's)")
     p.add_argument("--mbs", default="1,2,4", help="micro-batch sizes, comma-separated")
+    p.add_argument("--tp", default="1",
+                   help="TP degrees, comma-separated; a degree above 1 runs that many local processes")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if there is one)")
     p.add_argument("--warmup", type=int, default=2)
@@ -352,15 +568,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--link", default="intra-node", choices=["intra-node", "inter-node"])
     a = p.parse_args(argv)
     try:
-        mbs = [int(x) for x in a.mbs.split(",") if x]
+        ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+        seqs = ints(a.seq_len) if a.seq_len else None
         db = profile(
-            hetplan.model(a.model), a.gpu, a.seq_len, mbs, a.precision, a.device, a.warmup, a.repeats
+            hetplan.model(a.model), a.gpu, seqs, ints(a.mbs), a.precision, a.device, a.warmup,
+            a.repeats, ints(a.tp),
         )
         if a.collectives:
             samples, skipped = collectives(
                 a.world_size, a.backend, link=a.link, warmup=a.warmup, repeats=a.repeats
             )
-            db["profiles"][0]["collectives"] = samples
+            for p in db["profiles"]:
+                p["collectives"] = samples
             for op, why in skipped.items():
                 print(f"note: {op} not measured: {why}", file=sys.stderr)
     except (hetplan.HetplanError, ValueError) as e:

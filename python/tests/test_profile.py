@@ -49,6 +49,23 @@ def test_the_database_has_hetplans_structure_and_units(tiny, db):
             assert 0 < s[k] < 5, (k, s)
 
 
+def test_activation_memory_is_what_autograd_keeps_and_scales_with_the_micro_batch(db):
+    t = {(s["layer"], s["mbs"]): s for s in db["profiles"][0]["layers"]}
+    for (layer, mbs), s in t.items():
+        assert s["activation_memory"] > 0, s
+        # No peak on the CPU: only a GPU's allocator reports one.
+        assert "peak_memory" not in s
+    # Every saved tensor has the micro-batch as a dimension: eight times the samples, eight
+    # times the bytes.
+    for layer in {k for k, _ in t}:
+        ratio = t[(layer, 8)]["activation_memory"] / t[(layer, 1)]["activation_memory"]
+        assert abs(ratio - 8) < 0.01, (layer, ratio)
+    # The block keeps at least its input, its attention output and its MLP input and
+    # activation (64 wide, 172 wide twice): hidden · 4 + ffn · 3 floats per token, FP32.
+    per_token = t[("transformer", 1)]["activation_memory"] / 64
+    assert per_token >= 4 * (4 * 64 + 3 * 172), per_token
+
+
 def test_times_grow_with_the_micro_batch(db):
     t = {(s["layer"], s["mbs"]): s for s in db["profiles"][0]["layers"]}
     # Eight times the tokens: at least twice the time in the block and the head.
@@ -108,3 +125,44 @@ def test_collectives_on_two_cpu_processes(tiny, db):
     assert plan.estimate(profile=full).fits
     with pytest.raises(hetplan.HetplanError):
         prof.collectives(1)
+
+
+@pytest.fixture(scope="module")
+def db_tp(tiny):
+    # Two sequence lengths, TP 1 and 2 (two processes on gloo).
+    return prof.profile(
+        tiny, "a100-sxm4-80gb", seq_len=[32, 64], mbs=(2,), precision="fp32", device="cpu",
+        warmup=1, repeats=2, tp=(1, 2),
+    )
+
+
+def test_tensor_parallel_degrees_and_sequence_lengths(tiny, db_tp):
+    assert [p["seq_len"] for p in db_tp["profiles"]] == [32, 64]
+    for p in db_tp["profiles"]:
+        assert "TP 1,2 (gloo" in p["source"]
+        t = {(s["layer"], s["tp"]): s for s in p["layers"]}
+        assert {tp for _, tp in t} == {1, 2}
+        for s in p["layers"]:
+            assert s["forward"] > 0 and s["backward"] > 0 and s["activation_memory"] > 0
+        # Half the heads and half the MLP on each rank: less kept for backward, though the
+        # input and the norms stay whole.
+        one, two = t[("transformer", 1)], t[("transformer", 2)]
+        assert 0.4 * one["activation_memory"] < two["activation_memory"] < 0.9 * one["activation_memory"]
+        # Half the parameters in the optimizer step's state... and the same model's layers.
+        assert {k for k, _ in t} == {0, "transformer", tiny.layers - 1}
+    # Twice the sequence, twice the tokens kept (attention's scores, quadratic, on the CPU's
+    # math kernel make it more).
+    a32 = {(s["layer"], s["tp"]): s["activation_memory"] for s in db_tp["profiles"][0]["layers"]}
+    a64 = {(s["layer"], s["tp"]): s["activation_memory"] for s in db_tp["profiles"][1]["layers"]}
+    assert a64[("transformer", 1)] >= 2 * a32[("transformer", 1)]
+    # hetplan takes the TP 2 samples for a TP 2 plan at the profile's sequence length.
+    cluster = hetplan.cluster("1x2xa100-80gb")
+    plan = hetplan.load_plan(tiny, cluster, "tp=2,mbs=2,gbs=8,precision=fp32", seq_len=64)
+    assert plan.estimate(profile=db_tp).stages[0].compute_source in ("measured", "interpolated")
+    other = hetplan.load_plan(tiny, cluster, "tp=2,mbs=2,gbs=8,precision=fp32", seq_len=128)
+    assert other.estimate(profile=db_tp).stages[0].compute_source == "analytic"
+
+
+def test_a_tensor_parallel_degree_must_divide_the_heads(tiny):
+    with pytest.raises(hetplan.HetplanError, match="TP degree 3 does not divide"):
+        prof.profile(tiny, "a100-sxm4-80gb", seq_len=32, mbs=(1,), device="cpu", tp=(1, 3))

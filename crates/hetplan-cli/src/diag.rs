@@ -77,6 +77,8 @@ pub enum CliError {
     },
     /// Anything else.
     Failure(String),
+    /// A child process (the Python profiler) failed with this status and said why itself.
+    Exit(i32),
 }
 
 pub type Result<T> = std::result::Result<T, CliError>;
@@ -99,6 +101,7 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Failure(_) => EXIT_FAILURE,
+            CliError::Exit(code) => *code,
             _ => EXIT_INPUT,
         }
     }
@@ -131,6 +134,7 @@ impl CliError {
                 vec![Diag::plain(format!("cannot read {path}: {reason}"))]
             }
             CliError::Usage(m) | CliError::Failure(m) => vec![Diag::plain(m.clone())],
+            CliError::Exit(_) => Vec::new(),
             CliError::Input { origin, error } => vec![input_diag(origin.as_deref(), error)],
             CliError::Refused { reasons, help } => {
                 let mut d: Vec<Diag> = reasons.iter().map(|r| Diag::plain(r.clone())).collect();

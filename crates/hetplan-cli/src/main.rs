@@ -260,6 +260,44 @@ enum ProfileCommand {
         hetplan profile import --from sailor sailor/profiling -o sailor.json\n  \
         hetplan profile import --from metis metis/profile_data_samples -o metis.json")]
     Import(ImportArgs),
+    /// Measure a model's layers (and collectives) with PyTorch: runs `python -m
+    /// hetplan.profile` with the arguments given (pip install ./python torch).
+    #[command(after_help = "Examples:\n  \
+        hetplan profile run --model llama3-8b --gpu h100-sxm5-80gb --seq-len 4096 --mbs 1,2,4 \
+        --tp 1,2 --out profile.json\n  \
+        hetplan profile run --help\n\n\
+        The interpreter is $HETPLAN_PYTHON, else python3.")]
+    Run(RunArgs),
+    /// Set each measured layer sample of a profile database beside hetplan's analytic
+    /// model: forward and backward time, and the activations kept for backward.
+    #[command(after_help = "Examples:\n  \
+        hetplan profile compare --profile profile.json --model llama3-8b\n  \
+        hetplan profile compare --profile profile.json --model config.json --json")]
+    Compare(CompareArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Arguments for `python -m hetplan.profile`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<String>,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// The profile database.
+    #[arg(long, value_name = "PROFILE.json")]
+    profile: String,
+    /// The model the profiles measured: a catalog name or a HuggingFace config.
+    #[arg(long)]
+    model: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -374,6 +412,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Clusters(a) => clusters(a),
         Command::Validate(a) => validate(a),
         Command::Profile(ProfileCommand::Import(a)) => profile_import(a),
+        Command::Profile(ProfileCommand::Run(a)) => profile_run(a),
+        Command::Profile(ProfileCommand::Compare(a)) => profile_compare(a),
         Command::Calibrate(a) => calibrate(a),
         Command::Plan(a) => planning::plan(a),
         Command::Compare(a) => planning::compare(a),
@@ -987,6 +1027,62 @@ fn profile_import(a: ImportArgs) -> Result<()> {
         samples
     );
     Ok(())
+}
+
+/// `python -m hetplan.profile ARGS`, its output passed through; its exit status is ours.
+fn profile_run(a: RunArgs) -> Result<()> {
+    let python = std::env::var("HETPLAN_PYTHON").unwrap_or_else(|_| "python3".into());
+    // Ask first whether the package and PyTorch import, to say what to install.
+    let probe = std::process::Command::new(&python)
+        .args(["-c", "import hetplan.profile, torch"])
+        .output()
+        .map_err(|e| {
+            CliError::Failure(format!(
+                "cannot run {python}: {}; set HETPLAN_PYTHON to a Python with the hetplan \
+                 package and PyTorch",
+                diag::io_reason(&e)
+            ))
+        })?;
+    if !probe.status.success() {
+        let why = String::from_utf8_lossy(&probe.stderr);
+        let last = why.lines().last().unwrap_or("").trim();
+        return Err(CliError::Failure(format!(
+            "{python} cannot import the profiler ({last}); install it with `pip install ./python \
+             torch` from hetplan's repository, or set HETPLAN_PYTHON to a Python that has both"
+        )));
+    }
+    let status = std::process::Command::new(&python)
+        .args(["-m", "hetplan.profile"])
+        .args(&a.args)
+        .status()
+        .map_err(|e| CliError::Failure(format!("cannot run {python}: {}", diag::io_reason(&e))))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => Err(CliError::Exit(code)),
+        None => Err(CliError::Failure(format!(
+            "{python} -m hetplan.profile was killed by a signal"
+        ))),
+    }
+}
+
+fn profile_compare(a: CompareArgs) -> Result<()> {
+    let db = inputs::load_profile(&a.profile)?;
+    let model = inputs::load_model(&a.model)?;
+    let checks = hetplan::cost::profiled::compare_with_model(&db, &model).map_err(|e| {
+        CliError::Refused {
+            reasons: vec![format!("{}: {e}", a.profile)],
+            help: Some(
+                "--model names the model the profile measured (the name in its `model` field), \
+                 and its GPUs must be catalog types (hetplan gpus)"
+                    .into(),
+            ),
+        }
+    })?;
+    if a.json {
+        emit_json(&checks)
+    } else {
+        emit(&render::profile_checks(&checks))
+    }
 }
 
 // ------------------------------------------------------------------------------------ calibrate

@@ -865,6 +865,69 @@ pub fn calibration(r: &Report) -> String {
     o
 }
 
+/// `hetplan profile compare`: each sample, measured beside the model, and the median error.
+pub fn profile_checks(checks: &[hetplan::cost::profiled::SampleCheck]) -> String {
+    let ms = |s: Seconds| format!("{:.3}", s.get() * 1e3);
+    let mib = |b: Bytes| format!("{:.1}", b.get() / (1u64 << 20) as f64);
+    let signed = |x: f64| format!("{:+.1}%", 100.0 * x);
+    let mut t = Table::new(&[
+        ("gpu", Align::Left),
+        ("seq", Align::Right),
+        ("layer", Align::Left),
+        ("tp", Align::Right),
+        ("mbs", Align::Right),
+        ("fwd ms", Align::Right),
+        ("model", Align::Right),
+        ("bwd ms", Align::Right),
+        ("model", Align::Right),
+        ("time err", Align::Right),
+        ("act MiB", Align::Right),
+        ("model", Align::Right),
+        ("act err", Align::Right),
+        ("peak MiB", Align::Right),
+    ]);
+    for c in checks {
+        t.row(vec![
+            c.gpu.clone(),
+            c.seq_len.to_string(),
+            c.layer.clone(),
+            c.tp.to_string(),
+            c.mbs.to_string(),
+            ms(c.measured_forward),
+            ms(c.model_forward),
+            ms(c.measured_backward),
+            ms(c.model_backward),
+            signed(c.time_error()),
+            c.measured_activations.map_or("-".into(), mib),
+            mib(c.model_activations),
+            c.activation_error().map_or("-".into(), signed),
+            c.measured_peak.map_or("-".into(), mib),
+        ]);
+    }
+    let median = |mut xs: Vec<f64>| -> Option<f64> {
+        xs.sort_by(f64::total_cmp);
+        (!xs.is_empty()).then(|| xs[xs.len() / 2])
+    };
+    let mut out = t.render();
+    let time = median(checks.iter().map(|c| c.time_error().abs()).collect());
+    let act = median(
+        checks
+            .iter()
+            .filter_map(|c| c.activation_error())
+            .map(f64::abs)
+            .collect(),
+    );
+    let _ = writeln!(
+        out,
+        "\n{} samples; median |time error| {}, median |activation error| {} \
+         (error: model over measured, minus one; forward + backward)",
+        checks.len(),
+        time.map_or("-".into(), pct),
+        act.map_or("-".into(), pct),
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -625,6 +625,75 @@ fn profile_import_metis_and_sailor() {
 }
 
 #[test]
+fn profile_compare_sets_each_sample_beside_the_model() {
+    let out = ok(&[
+        "profile",
+        "compare",
+        "--profile",
+        "profile.json",
+        "--model",
+        "gpt3-125m",
+    ]);
+    // The fixture's block at mbs 1: 4 ms forward, 8 ms backward.
+    let block = (out.lines())
+        .find(|l| l.contains(" transformer ") && l.split_whitespace().nth(4) == Some("1"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(block.starts_with("a100-sxm4-80gb"), "{block}");
+    assert!(
+        block.contains(" 4.000 ") && block.contains(" 8.000 "),
+        "{block}"
+    );
+    assert!(out.contains("median |time error|"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&ok(&[
+        "profile",
+        "compare",
+        "--profile",
+        "profile.json",
+        "--model",
+        "gpt3-125m",
+        "--json",
+    ]))
+    .unwrap();
+    let rows = v.as_array().unwrap();
+    assert!(rows.len() >= 4);
+    for r in rows {
+        assert!(r["model_forward"].as_f64().unwrap() > 0.0, "{r}");
+        // The embedding keeps only its token ids, which the model does not count.
+        if r["layer"] == "transformer" {
+            assert!(r["model_activations"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    // A profile of another model is refused, with what it holds and what to do.
+    let err = bad(&[
+        "profile",
+        "compare",
+        "--profile",
+        "profile.json",
+        "--model",
+        "gpt3-1.3b",
+    ]);
+    assert_contains(
+        &err,
+        &["no profile of model gpt3-1.3b", "gpt3-125m", "--model"],
+    );
+}
+
+#[test]
+fn profile_run_says_what_to_install() {
+    let o = Command::new(env!("CARGO_BIN_EXE_hetplan"))
+        .args(["profile", "run", "--model", "gpt3-125m"])
+        .env("HETPLAN_PYTHON", "/nonexistent/python")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cannot run /nonexistent/python") && err.contains("HETPLAN_PYTHON"),
+        "{err}"
+    );
+}
+
+#[test]
 fn help_has_examples() {
     for cmd in [
         "estimate",
@@ -638,8 +707,10 @@ fn help_has_examples() {
         let out = ok(&[cmd, "--help"]);
         assert!(out.contains("Examples:"), "{cmd} --help:\n{out}");
     }
-    let out = ok(&["profile", "import", "--help"]);
-    assert!(out.contains("Examples:"), "{out}");
+    for sub in ["import", "run", "compare"] {
+        let out = ok(&["profile", sub, "--help"]);
+        assert!(out.contains("Examples:"), "{out}");
+    }
 }
 
 // ----------------------------------------------------------------------------------- bad input

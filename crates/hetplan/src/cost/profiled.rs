@@ -3,8 +3,9 @@
 use super::compute::{Analytic, ComputeTimes, LayerShape, LayerTime, TimeSource};
 use crate::gpu::GpuSpec;
 use crate::model::Model;
+use crate::plan::Precision;
 use crate::profile::{Interpolation, ProfileIndex, Provenance};
-use crate::units::Seconds;
+use crate::units::{Bytes, Seconds};
 
 /// Measured times where the profile has them, the analytic model elsewhere.
 pub struct Profiled<'a> {
@@ -105,4 +106,176 @@ fn measured(
             Provenance::Extrapolated { .. } => TimeSource::Extrapolated,
         },
     }
+}
+
+/// One measured layer sample beside what the analytic model predicts for the same layer,
+/// shape, GPU type and precision (`hetplan profile compare`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SampleCheck {
+    pub gpu: String,
+    pub seq_len: u64,
+    pub precision: Precision,
+    /// The sample's key as the database writes it: a layer index, or a kind.
+    pub layer: String,
+    /// The model layer the analytic side is computed for (the first of its kind for a kind).
+    pub layer_index: usize,
+    pub tp: u32,
+    pub mbs: u64,
+    pub measured_forward: Seconds,
+    pub model_forward: Seconds,
+    pub measured_backward: Seconds,
+    pub model_backward: Seconds,
+    /// Bytes kept for backward, where the profile measured them.
+    pub measured_activations: Option<Bytes>,
+    /// `memory::layer_saved_bytes` for the layer (no recomputation, no sequence parallelism;
+    /// Megatron's loss buffer).
+    pub model_activations: Bytes,
+    /// Peak allocated over forward and backward, where measured (no model counterpart: it
+    /// includes the kernels' workspaces).
+    pub measured_peak: Option<Bytes>,
+}
+
+impl SampleCheck {
+    /// Model over measured forward + backward time, minus one.
+    pub fn time_error(&self) -> f64 {
+        let m = (self.measured_forward + self.measured_backward).get();
+        let p = (self.model_forward + self.model_backward).get();
+        if m > 0.0 {
+            p / m - 1.0
+        } else {
+            0.0
+        }
+    }
+
+    /// Model over measured activation bytes, minus one, where measured.
+    pub fn activation_error(&self) -> Option<f64> {
+        let m = self.measured_activations?.get();
+        (m > 0.0).then(|| self.model_activations.get() / m - 1.0)
+    }
+}
+
+/// Why a profile cannot be compared with the model.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CompareError {
+    #[error("the database has no profile of model {model} (it has {found})")]
+    NoProfileOfModel { model: String, found: String },
+    #[error("GPU {gpu} of profile {profile} is not in hetplan's catalog, so the model has nothing to predict it with")]
+    UnknownGpu { profile: usize, gpu: String },
+    #[error(
+        "profile {profile}, sample {sample}: layer {layer} is beyond the model's {layers} layers"
+    )]
+    LayerOutOfRange {
+        profile: usize,
+        sample: usize,
+        layer: usize,
+        layers: usize,
+    },
+    #[error("profile {profile}, sample {sample}: the model has no {kind} layer")]
+    NoLayerOfKind {
+        profile: usize,
+        sample: usize,
+        kind: String,
+    },
+}
+
+/// Every layer sample of `db`'s profiles of `model` beside the analytic model's prediction:
+/// the profile's sequence length (the model's default where it names none) and precision
+/// (BF16 where it names none), the sample's TP degree and micro-batch size. Profiles of other
+/// models are left out; none of `model` is an error.
+pub fn compare_with_model(
+    db: &crate::profile::ProfileDb,
+    model: &Model,
+) -> Result<Vec<SampleCheck>, CompareError> {
+    use crate::plan::Engine;
+    use crate::profile::LayerKey;
+    let mut out = Vec::new();
+    let mut any = false;
+    for (pi, p) in db.profiles.iter().enumerate() {
+        if !crate::profile::same_name(&p.model, &model.name) {
+            continue;
+        }
+        any = true;
+        let gpu = crate::gpu::lookup(&p.gpu).map_err(|_| CompareError::UnknownGpu {
+            profile: pi,
+            gpu: p.gpu.clone(),
+        })?;
+        let seq = p.seq_len.unwrap_or(model.default_seq_len);
+        let precision = p.precision.unwrap_or(Precision::Bf16);
+        for (si, s) in p.layers.iter().enumerate() {
+            let index =
+                match s.layer {
+                    LayerKey::Index(i) if i < model.layers.len() => i,
+                    LayerKey::Index(i) => {
+                        return Err(CompareError::LayerOutOfRange {
+                            profile: pi,
+                            sample: si,
+                            layer: i,
+                            layers: model.layers.len(),
+                        })
+                    }
+                    LayerKey::Kind(k) => (model.layers.iter().position(|l| l.kind == k))
+                        .ok_or_else(|| CompareError::NoLayerOfKind {
+                            profile: pi,
+                            sample: si,
+                            kind: crate::model::layerlist::layer_kind_name(k).to_string(),
+                        })?,
+                };
+            let shape = LayerShape {
+                mbs: s.mbs,
+                seq,
+                tp: s.tp,
+                sequence_parallel: false,
+                precision,
+                ep: 1,
+                etp: None,
+                cp: 1,
+                cp_all_to_all: false,
+            };
+            let predicted = Analytic.layer_time(&gpu, model, index, shape);
+            let tokens = s.mbs as f64 * model.tokens_per_sample(seq) as f64;
+            let saved = super::memory::layer_saved_bytes(
+                &model.layers[index],
+                tokens,
+                seq,
+                s.tp,
+                false,
+                false,
+                precision,
+                Engine::Megatron,
+            );
+            out.push(SampleCheck {
+                gpu: gpu.name.clone(),
+                seq_len: seq,
+                precision,
+                layer: match s.layer {
+                    LayerKey::Index(i) => i.to_string(),
+                    LayerKey::Kind(k) => crate::model::layerlist::layer_kind_name(k).to_string(),
+                },
+                layer_index: index,
+                tp: s.tp,
+                mbs: s.mbs,
+                measured_forward: s.forward,
+                model_forward: predicted.forward,
+                measured_backward: s.backward,
+                model_backward: predicted.backward,
+                measured_activations: s.activation_memory,
+                model_activations: Bytes(saved),
+                measured_peak: s.peak_memory,
+            });
+        }
+    }
+    if !any {
+        let mut found: Vec<&str> = db.profiles.iter().map(|p| p.model.as_str()).collect();
+        found.sort_unstable();
+        found.dedup();
+        return Err(CompareError::NoProfileOfModel {
+            model: model.name.clone(),
+            found: if found.is_empty() {
+                "no profiles".into()
+            } else {
+                found.join(", ")
+            },
+        });
+    }
+    Ok(out)
 }

@@ -244,6 +244,7 @@ pub fn import_metis(files: &[(String, String)]) -> Result<ProfileDb, InputError>
                 backward: Seconds(tidy(total * 2.0 / 3.0)),
                 optimizer: optimizer.map(|o| Seconds(tidy(o * share))),
                 activation_memory: None,
+                peak_memory: None,
                 total_memory,
                 params: None,
             });

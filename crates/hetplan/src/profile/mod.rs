@@ -130,6 +130,16 @@ pub struct LayerSample {
         deserialize_with = "opt_bytes"
     )]
     pub activation_memory: Option<Bytes>,
+    /// Most GPU memory allocated over the layer's forward and backward above what was
+    /// allocated before its forward (activations, temporaries, gradients created), per GPU of
+    /// the TP group, bytes (`python -m hetplan.profile` on a GPU: `torch.cuda`'s peak).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser_opt",
+        deserialize_with = "opt_bytes"
+    )]
+    pub peak_memory: Option<Bytes>,
     /// All GPU memory attributed to the layer (weights, gradients, optimizer states and
     /// activations), bytes, when the profiler only reports that total (Metis).
     #[serde(
@@ -574,6 +584,7 @@ impl ProfileDb {
                     ("backward", Some(s.backward.get())),
                     ("optimizer", s.optimizer.map(Seconds::get)),
                     ("activation_memory", s.activation_memory.map(Bytes::get)),
+                    ("peak_memory", s.peak_memory.map(Bytes::get)),
                     ("total_memory", s.total_memory.map(Bytes::get)),
                 ];
                 for (k, v) in values {

@@ -142,6 +142,7 @@ pub fn import_oobleck(
                 backward: Seconds(tidy(bwd * 1e-3)),
                 optimizer: None,
                 activation_memory: act,
+                peak_memory: None,
                 total_memory: None,
                 params: None,
             });

@@ -309,6 +309,7 @@ fn import_one(
                             finite(a * mbs as f64, "activation memory").map(|a| Bytes(tidy(a)))
                         })
                         .transpose()?,
+                    peak_memory: None,
                     total_memory: None,
                     // Whole and at most LIMITS.layer_params each (check_llm_info), so at most
                     // a few times that summed: exact in u64.

@@ -10,6 +10,7 @@ fn sample(layer: LayerKey, tp: u32, mbs: u64, fwd: f64) -> LayerSample {
         backward: Seconds(2.0 * fwd),
         optimizer: Some(Seconds(1e-4)),
         activation_memory: Some(Bytes(1e6 * mbs as f64)),
+        peak_memory: None,
         total_memory: None,
         params: Some(12_596_224),
     }
