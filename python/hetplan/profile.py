@@ -26,7 +26,10 @@ include its collectives, as hetplan's profile database expects. Each sample also
 bytes autograd keeps for backward (`activation_memory`) and, on a GPU, the peak allocated over
 forward and backward (`peak_memory`); `hetplan profile compare` sets both beside the model's.
 
-What it does not measure yet: mixture-of-experts layers.
+A mixture-of-experts block is measured at each EP degree of `--ep` as one GPU of the group
+runs it: its `1/ep` of the experts, each token's choices folded onto them (the load under
+balanced routing), the experts as a loop of GEMMs (as transformers' eager implementation runs
+them; the engines' grouped GEMMs are faster), without the all-to-alls, which hetplan prices.
 """
 
 from __future__ import annotations
@@ -87,40 +90,58 @@ def _tp_regions(torch, group):
     return Reduce.apply, Copy.apply
 
 
-def _check_dense(shape: dict) -> None:
-    if shape.get("moe"):
+def _check_ep(shape: dict, ep: int) -> None:
+    moe = shape.get("moe")
+    if ep < 1:
+        raise hetplan.HetplanError(f"EP degree {ep}: it must be at least 1")
+    if ep > 1 and not moe:
         raise hetplan.HetplanError(
-            "the profiler builds dense decoders; this model has mixture-of-experts layers "
-            "(hetplan's analytic model prices them)"
+            f"EP degree {ep} for a model without mixture-of-experts layers; leave --ep out"
+        )
+    if moe and moe["experts"] % ep:
+        raise hetplan.HetplanError(
+            f"EP degree {ep} does not divide the model's {moe['experts']} experts; pick a divisor"
         )
 
 
 def _check_tp(shape: dict, tp: int) -> None:
-    """Megatron's divisibility rules for a TP degree."""
+    """Megatron's divisibility rules for a TP degree (experts split at the same degree)."""
     if tp < 1:
         raise hetplan.HetplanError(f"TP degree {tp}: it must be at least 1")
-    for what, n in (("attention heads", shape["heads"]), ("key-value heads", shape["kv_heads"]),
-                    ("MLP width", shape["ffn"])):
+    sizes = [("attention heads", shape["heads"]), ("key-value heads", shape["kv_heads"]),
+             ("MLP width", shape["ffn"])]
+    if shape.get("moe"):
+        sizes.append(("expert MLP width", shape["moe"]["expert_ffn"]))
+        if shape["moe"].get("shared_ffn"):
+            sizes.append(("shared expert width", shape["moe"]["shared_ffn"]))
+    for what, n in sizes:
         if n % tp:
             raise hetplan.HetplanError(
                 f"TP degree {tp} does not divide the model's {what} ({n}); pick a divisor"
             )
 
 
-def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, group=None):
-    """The embedding, one decoder block and the head of a transformer of `shape` (hetplan's
-    `TransformerConfig`), as PyTorch modules — at TP degree `tp`, rank `rank`'s shard as
-    Megatron splits it: attention heads and the MLP's width column- then row-parallel, the
-    vocabulary split over the embedding and the head (with a vocabulary-parallel loss), and
-    an all-reduce over `group` where Megatron has one."""
+def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, group=None,
+             ep: int = 1):
+    """The embedding, a dense decoder block, a mixture-of-experts block (None for a dense
+    model) and the head of a transformer of `shape` (hetplan's `TransformerConfig`), as
+    PyTorch modules — at TP degree `tp`, rank `rank`'s shard as Megatron splits it: attention
+    heads and the MLP's width (and each expert's) column- then row-parallel, the vocabulary
+    split over the embedding and the head (with a vocabulary-parallel loss), and an all-reduce
+    over `group` where Megatron has one. At EP degree `ep` the MoE block holds `1/ep` of the
+    experts and every token's choices are folded onto them (expert `e` → `e mod
+    experts/ep`): the load one GPU of an EP group carries when routing is balanced, without
+    the all-to-alls (hetplan prices those from the collective curves)."""
     nn = torch.nn
     F = torch.nn.functional
     h, heads, kv, hd = shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"]
     ffn, vocab = shape["ffn"], shape["vocab"]
-    _check_dense(shape)
     _check_tp(shape, tp)
+    _check_ep(shape, ep)
     reduce, copy = _tp_regions(torch, group)
     heads, kv, ffn = heads // tp, kv // tp, ffn // tp
+    moe = shape.get("moe")
+    quirks = shape.get("quirks", {})
     # Megatron pads the vocabulary to a multiple of the TP degree (and more); each rank holds
     # an equal slice.
     vocab_shard = -(-vocab // tp)
@@ -131,17 +152,59 @@ def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, grou
             return nn.RMSNorm(h, eps=1e-5)
         return nn.LayerNorm(h, bias=shape.get("norm_bias", True))
 
-    class Block(nn.Module):
+    gated = shape["mlp"] == "swi-glu"
+
+    def act(u):
+        if gated:
+            g, u = u.chunk(2, dim=-1)
+            return F.silu(g) * u
+        return F.gelu(u)
+
+    class Mlp(nn.Module):
+        def __init__(self, width, bias):
+            super().__init__()
+            self.up = nn.Linear(h, width * (2 if gated else 1), bias=bias)
+            self.down = nn.Linear(width, h, bias=bias)
+
+        def forward(self, x):  # x: the normed input, replicated over the TP group
+            return reduce(self.down(act(self.up(copy(x)))))
+
+    class Experts(nn.Module):
+        """A router over every expert, this GPU's `experts/ep` experts (each `1/tp` wide)
+        as batched weights, and the shared expert if the model has one."""
+
         def __init__(self):
+            super().__init__()
+            n, width = moe["experts"] // ep, moe["expert_ffn"] // tp
+            self.router = nn.Linear(h, moe["experts"], bias=quirks.get("router_bias", False))
+            self.up = nn.Parameter(0.02 * torch.randn(n, h, width * (2 if gated else 1)))
+            self.down = nn.Parameter(0.02 * torch.randn(n, width, h))
+            self.local = n
+            shared = moe.get("shared_ffn")
+            self.shared = Mlp(shared // tp, shape.get("mlp_bias", False)) if shared else None
+
+        def forward(self, x):
+            t = x.reshape(-1, h)
+            probs = F.softmax(self.router(t).float(), dim=-1)
+            weight, chosen = probs.topk(moe["top_k"], dim=-1)
+            local = (chosen % self.local).flatten()
+            order = local.argsort()
+            counts = torch.bincount(local, minlength=self.local).tolist()
+            token = (torch.arange(local.numel(), device=t.device) // moe["top_k"])[order]
+            xs = copy(t)[token].split(counts)
+            ys = [act(xe @ self.up[e]) @ self.down[e] for e, xe in enumerate(xs)]
+            y = torch.cat(ys) * weight.flatten()[order].unsqueeze(-1).to(t.dtype)
+            out = reduce(torch.zeros_like(t).index_add(0, token, y)).view_as(x)
+            return out + self.shared(x) if self.shared is not None else out
+
+    class Block(nn.Module):
+        def __init__(self, experts: bool):
             super().__init__()
             self.norm1 = norm()
             self.qkv = nn.Linear(h, (heads + 2 * kv) * hd, bias=shape.get("attn_bias", False))
             self.out = nn.Linear(heads * hd, h, bias=shape.get("mlp_bias", False))
             self.norm2 = norm()
-            gated = shape["mlp"] == "swi-glu"
-            self.up = nn.Linear(h, ffn * (2 if gated else 1), bias=shape.get("mlp_bias", False))
-            self.down = nn.Linear(ffn, h, bias=shape.get("mlp_bias", False))
-            self.gated = gated
+            self.mlp = Experts() if experts else Mlp(ffn, shape.get("mlp_bias", False))
 
         def forward(self, x):
             b, s, _ = x.shape
@@ -152,13 +215,7 @@ def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, grou
             v = v.view(b, s, kv, hd).transpose(1, 2).repeat_interleave(heads // kv, dim=1)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=shape.get("causal", True))
             x = x + reduce(self.out(a.transpose(1, 2).reshape(b, s, heads * hd)))
-            u = self.up(copy(self.norm2(x)))
-            if self.gated:
-                g, u = u.chunk(2, dim=-1)
-                u = F.silu(g) * u
-            else:
-                u = F.gelu(u)
-            return x + reduce(self.down(u))
+            return x + self.mlp(self.norm2(x))
 
     class Embedding(nn.Module):
         def __init__(self):
@@ -196,7 +253,11 @@ def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, grou
             picked = reduce(picked.masked_fill(outside, 0.0))
             return (total.log() - picked).mean()
 
-    return [m.to(device=device, dtype=dtype) for m in (Embedding(), Block(), Head())]
+    # A dense block where the model has one (every block of a dense model, DeepSeek's first
+    # ones), a MoE block where it has experts.
+    dense = not moe or any(quirks.get("dense_layers", []))
+    modules = (Embedding(), Block(False) if dense else None, Block(True) if moe else None, Head())
+    return [m.to(device=device, dtype=dtype) if m is not None else None for m in modules]
 
 
 class _Timer:
@@ -226,13 +287,27 @@ def _dtype(torch, precision: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
 
 
+def _block_keys(shape: dict, kinds: List[str]) -> Dict[str, List]:
+    """The database keys the dense and the MoE block's samples go under: the kind
+    `"transformer"` for the more common of the two, every layer index of the other."""
+    blocks = [i for i, k in enumerate(kinds) if k == "transformer"]
+    moe = shape.get("moe")
+    flags = shape.get("quirks", {}).get("dense_layers", [])
+    dense = [i for j, i in enumerate(blocks) if not moe or (j < len(flags) and flags[j])]
+    sparse = [i for i in blocks if i not in dense]
+    if len(dense) >= len(sparse):
+        return {"dense": ["transformer"] if dense else [], "moe": sparse}
+    return {"dense": dense, "moe": ["transformer"]}
+
+
 def _measure_layers(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp=1,
-                    rank=0, group=None):
+                    rank=0, group=None, ep=1):
     """The layer samples of one sequence length at one TP degree, measured on `dev` (rank
-    `rank`'s shard under TP), and the spreads (slowest over fastest run) seen."""
+    `rank`'s shard under TP), and the spreads (slowest over fastest run) seen. At an EP
+    degree above 1 only the MoE block, the one layer it changes."""
     dtype = _dtype(torch, precision)
     torch.manual_seed(0)
-    emb, block, head = _modules(shape, torch, dtype, dev, tp, rank, group)
+    emb, block, moe_block, head = _modules(shape, torch, dtype, dev, tp, rank, group, ep)
     timer = _Timer(torch, dev)
     cuda = dev.type == "cuda"
     h, vocab = shape["hidden"], shape["vocab"]
@@ -286,12 +361,18 @@ def _measure_layers(torch, dev, shape, kinds, seq, mbs, precision, warmup, repea
         times = [timer(opt.step) for _ in range(warmup + repeats)][warmup:]
         return statistics.median(times)
 
-    layers = {
-        "embedding": next(i for i, k in enumerate(kinds) if k == "embedding"),
-        "transformer": "transformer",
-        "head": max(i for i, k in enumerate(kinds) if k == "head"),
+    blocks = _block_keys(shape, kinds)
+    keys = {
+        "embedding": [next(i for i, k in enumerate(kinds) if k == "embedding")],
+        "dense": blocks["dense"],
+        "moe": blocks["moe"],
+        "head": [max(i for i, k in enumerate(kinds) if k == "head")],
     }
-    opt = {name: optimizer_time(m) for name, m in (("embedding", emb), ("transformer", block), ("head", head))}
+    modules = {"embedding": emb, "dense": block, "moe": moe_block, "head": head}
+    if ep > 1:
+        modules = {"moe": moe_block}
+    modules = {k: m for k, m in modules.items() if m is not None and keys[k]}
+    opt = {name: optimizer_time(m) for name, m in modules.items()}
     for b in mbs:
         gen = torch.Generator(device="cpu").manual_seed(b)
         tokens = torch.randint(0, vocab, (b, seq), generator=gen).to(dev)
@@ -299,23 +380,28 @@ def _measure_layers(torch, dev, shape, kinds, seq, mbs, precision, warmup, repea
         dy = torch.randn(b, seq, h, generator=gen).to(device=dev, dtype=dtype)
         runs = {
             # Embedding: gather rows; backward scatters into its table's gradient.
-            "embedding": (emb, lambda: emb(tokens), lambda y: y.backward(dy)),
-            # One decoder block, keyed by its kind: hetplan uses it for every block.
-            "transformer": (block, lambda: block(x), lambda y: y.backward(dy)),
+            "embedding": (lambda: emb(tokens), lambda y: y.backward(dy)),
+            # A decoder block (dense, or with experts), keyed by its kind where most blocks
+            # are like it, else by the indices of the blocks that are.
+            "dense": (lambda: block(x), lambda y: y.backward(dy)),
+            "moe": (lambda: moe_block(x), lambda y: y.backward(dy)),
             # The head and its loss.
-            "head": (head, lambda: head(x, tokens), lambda y: y.backward()),
+            "head": (lambda: head(x, tokens), lambda y: y.backward()),
         }
-        for name, (module, fwd, grad_of) in runs.items():
+        for name, module in modules.items():
+            fwd, grad_of = runs[name]
             f, g = measure(fwd, grad_of)
-            sample = {"layer": layers[name], "tp": tp, "mbs": b, "forward": f, "backward": g,
-                      "optimizer": opt[name]}
+            sample = {"tp": tp, "mbs": b, "forward": f, "backward": g, "optimizer": opt[name]}
+            if name == "moe":
+                sample["ep"] = ep
             sample.update(memory(module, fwd, grad_of))
-            samples.append(sample)
+            samples += [dict(layer=key, **sample) for key in keys[name]]
             x.grad = None
     return samples, spreads
 
 
-def _tp_worker(rank, tp, port, backend, shape, kinds, seq, mbs, precision, warmup, repeats, out):
+def _tp_worker(rank, tp, port, backend, shape, kinds, seq, mbs, precision, warmup, repeats, ep,
+               out):
     import torch
     import torch.distributed as dist
 
@@ -326,7 +412,7 @@ def _tp_worker(rank, tp, port, backend, shape, kinds, seq, mbs, precision, warmu
     try:
         samples, spreads = _measure_layers(
             torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp, rank,
-            dist.group.WORLD,
+            dist.group.WORLD, ep,
         )
         # The group moves in lock step: rank 0's clock stands for it.
         if rank == 0:
@@ -368,7 +454,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _measure_tp(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp):
+def _measure_tp(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp, ep=1):
     """`_measure_layers` at TP degree `tp` > 1: `tp` local processes, one per GPU with NCCL
     (where `dev` is a GPU) or on the CPU with gloo."""
     if dev.type == "cuda":
@@ -381,7 +467,8 @@ def _measure_tp(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, 
         backend = "nccl"
     else:
         backend = "gloo"
-    args = (tp, _free_port(), backend, shape, kinds, seq, list(mbs), precision, warmup, repeats)
+    args = (tp, _free_port(), backend, shape, kinds, seq, list(mbs), precision, warmup, repeats,
+            ep)
     r = _spawn(_tp_worker, args, tp, f"profiling at TP degree {tp}")
     return r["samples"], r["spreads"]
 
@@ -396,12 +483,14 @@ def profile(
     warmup: int = 2,
     repeats: int = 5,
     tp: Sequence[int] = (1,),
+    ep: Sequence[int] = (1,),
 ) -> dict:
     """The profile database (a dict in hetplan's format) of `model` measured here, labelled
     as GPU type `gpu` (a catalog name, `hetplan gpus`): one profile per sequence length in
     `seq_len` (the model's default when None), each with every layer kind at every
     micro-batch size in `mbs` and TP degree in `tp` (a degree above 1 runs that many local
-    processes, one GPU each)."""
+    processes, one GPU each); a mixture-of-experts block also at every EP degree in `ep`
+    (one GPU's share of the experts, `_modules`)."""
     torch = _torch()
     shape_json = model._h.transformer
     if shape_json is None:
@@ -411,31 +500,39 @@ def profile(
         )
     shape = json.loads(shape_json)
     seqs = [seq_len] if isinstance(seq_len, int) else list(seq_len or [model.default_seq_len])
-    tps = list(tp)
+    tps, eps = list(tp), list(ep)
     if repeats < 1 or warmup < 0 or not mbs or min(mbs) < 1:
         raise hetplan.HetplanError("repeats ≥ 1, warmup ≥ 0 and micro-batch sizes ≥ 1")
-    if not seqs or min(seqs) < 1 or not tps:
-        raise hetplan.HetplanError("sequence lengths ≥ 1 and at least one TP degree")
+    if not seqs or min(seqs) < 1 or not tps or not eps:
+        raise hetplan.HetplanError("sequence lengths ≥ 1 and at least one TP and EP degree")
     if precision not in _DTYPES:
         raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32")
-    _check_dense(shape)
     for t in tps:
         _check_tp(shape, t)
+    for e in eps:
+        _check_ep(shape, e)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     kinds = model._h.layer_kinds
     profiles = []
     for seq in seqs:
         samples: List[Dict] = []
         spreads: List[float] = []
-        for t in tps:
-            args = (torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats)
-            got, spread = _measure_tp(*args, t) if t > 1 else _measure_layers(*args)
-            samples += got
-            spreads += spread
+        # Every layer at EP 1 first; then the MoE block alone at each higher EP degree.
+        for e in sorted(set(eps) | {1}):
+            for t in tps:
+                args = (torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats)
+                if t > 1:
+                    got, spread = _measure_tp(*args, t, e)
+                else:
+                    got, spread = _measure_layers(*args, ep=e)
+                samples += got
+                spreads += spread
         source = (
             f"hetplan.profile on {dev.type}"
             + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "")
             + f", torch {torch.__version__}, {precision}, TP {','.join(map(str, tps))}"
+            + (f", EP {','.join(map(str, sorted(set(eps) | {1})))} (one GPU's experts, "
+               "routing folded onto them, all-to-alls not included)" if shape.get("moe") else "")
             + (f" ({'NCCL' if dev.type == 'cuda' else 'gloo'} between local processes)" if max(tps) > 1 else "")
             + f", medians of {repeats} runs after {warmup} warm-up; slowest over fastest run at "
             f"most {max(spreads):.2f}; activation_memory: bytes autograd saves for backward"
@@ -556,6 +653,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--mbs", default="1,2,4", help="micro-batch sizes, comma-separated")
     p.add_argument("--tp", default="1",
                    help="TP degrees, comma-separated; a degree above 1 runs that many local processes")
+    p.add_argument("--ep", default="1",
+                   help="EP degrees for a mixture-of-experts model, comma-separated: one GPU's "
+                   "share of the experts at each")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if there is one)")
     p.add_argument("--warmup", type=int, default=2)
@@ -572,7 +672,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         seqs = ints(a.seq_len) if a.seq_len else None
         db = profile(
             hetplan.model(a.model), a.gpu, seqs, ints(a.mbs), a.precision, a.device, a.warmup,
-            a.repeats, ints(a.tp),
+            a.repeats, ints(a.tp), ints(a.ep),
         )
         if a.collectives:
             samples, skipped = collectives(

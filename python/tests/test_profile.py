@@ -98,9 +98,11 @@ def test_hetplan_reads_the_database_back(tiny, db, tmp_path):
 def test_bad_requests_are_errors(tiny):
     with pytest.raises(hetplan.HetplanError):
         prof.profile(tiny, "a100-sxm4-80gb", seq_len=32, mbs=(0,), device="cpu")
+    with pytest.raises(hetplan.HetplanError, match="without mixture-of-experts"):
+        prof.profile(tiny, "a100-sxm4-80gb", seq_len=32, mbs=(1,), device="cpu", ep=(2,))
     moe = hetplan.model("mixtral-8x7b")
-    with pytest.raises(hetplan.HetplanError, match="mixture-of-experts"):
-        prof.profile(moe, "a100-sxm4-80gb", seq_len=32, mbs=(1,), device="cpu")
+    with pytest.raises(hetplan.HetplanError, match="EP degree 3 does not divide"):
+        prof.profile(moe, "a100-sxm4-80gb", seq_len=32, mbs=(1,), device="cpu", ep=(3,))
     assert prof.main(["--model", "no-such-model", "--gpu", "a100-sxm4-80gb"]) == 2
 
 
@@ -166,3 +168,51 @@ def test_tensor_parallel_degrees_and_sequence_lengths(tiny, db_tp):
 def test_a_tensor_parallel_degree_must_divide_the_heads(tiny):
     with pytest.raises(hetplan.HetplanError, match="TP degree 3 does not divide"):
         prof.profile(tiny, "a100-sxm4-80gb", seq_len=32, mbs=(1,), device="cpu", tp=(1, 3))
+
+
+TINY_MOE = {
+    "model_type": "qwen2_moe",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 64,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+    "mlp_only_layers": [0],
+}
+
+
+def test_mixture_of_experts_blocks_at_each_expert_parallel_degree():
+    moe = hetplan.model(TINY_MOE, name="tiny-moe")
+    db = prof.profile(
+        moe, "a100-sxm4-80gb", seq_len=32, mbs=(2,), precision="fp32", device="cpu",
+        warmup=1, repeats=2, ep=(1, 4),
+    )
+    (p,) = db["profiles"]
+    assert "EP 1,4" in p["source"]
+    keys = sorted((str(s["layer"]), s.get("ep", 1)) for s in p["layers"])
+    # Block 0 (layer 1) keeps a dense MLP: keyed by its index; the two MoE blocks by kind, at
+    # EP 1 and 4; the embedding and head once.
+    assert keys == [("0", 1), ("1", 1), ("4", 1), ("transformer", 1), ("transformer", 4)], keys
+    t = {(str(s["layer"]), s.get("ep", 1)): s for s in p["layers"]}
+    # The same tokens go through a quarter of the experts: as many FLOPs, kept activations
+    # alike (the routed tokens' inputs and outputs), and the router's probabilities over all.
+    for k in ("forward", "backward", "activation_memory"):
+        assert t[("transformer", 4)][k] > 0
+    assert t[("transformer", 4)]["activation_memory"] == t[("transformer", 1)]["activation_memory"]
+    # hetplan reads the MoE block at the plan's EP degree, and knows none was measured at 2.
+    cluster = hetplan.cluster("1x4xa100-80gb")
+    at4 = hetplan.load_plan(moe, cluster, "dp=4,ep=4,mbs=2,gbs=8,precision=fp32", seq_len=32)
+    at2 = hetplan.load_plan(moe, cluster, "dp=4,ep=2,mbs=2,gbs=8,precision=fp32", seq_len=32)
+    slow = json.loads(json.dumps(db))
+    for s in slow["profiles"][0]["layers"]:
+        if s.get("ep") == 4:
+            s["forward"] *= 100
+            s["backward"] *= 100
+    assert at4.estimate(profile=slow).iteration_time_s > 10 * at4.estimate(profile=db).iteration_time_s
+    assert at2.estimate(profile=slow).iteration_time_s == at2.estimate(profile=db).iteration_time_s

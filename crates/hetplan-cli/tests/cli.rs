@@ -636,7 +636,7 @@ fn profile_compare_sets_each_sample_beside_the_model() {
     ]);
     // The fixture's block at mbs 1: 4 ms forward, 8 ms backward.
     let block = (out.lines())
-        .find(|l| l.contains(" transformer ") && l.split_whitespace().nth(4) == Some("1"))
+        .find(|l| l.contains(" transformer ") && l.split_whitespace().nth(5) == Some("1"))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(block.starts_with("a100-sxm4-80gb"), "{block}");
     assert!(

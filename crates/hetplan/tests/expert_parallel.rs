@@ -365,3 +365,62 @@ fn expert_tensor_parallelism_folds_the_tp_ranks_into_expert_ranks() {
         .iter()
         .any(|s| matches!(s.label, Label::EpAllToAll { .. })));
 }
+
+/// A profile's mixture-of-experts samples are read at the stage's expert-parallel degree
+/// (`python -m hetplan.profile --ep`); dense layers of the same stage at EP 1; an expert TP
+/// other than the TP degree was not measured, so the analytic model prices it.
+#[test]
+fn measured_moe_layers_are_read_at_the_stages_ep_degree() {
+    use hetplan::cost::{Analytic, ComputeTimes, LayerShape, Profiled};
+    use hetplan::plan::Precision;
+    use hetplan::profile::{ProfileDb, ProfileIndex};
+    let model = hetplan::model::catalog::catalog_model("mixtral-8x7b").unwrap();
+    let gpu = hetplan::gpu::lookup("a100-sxm4-80gb").unwrap();
+    let db = ProfileDb::parse(
+        r#"{"format_version": 1, "profiles": [{"gpu": "a100-80gb", "model": "mixtral-8x7b",
+            "layers": [
+              {"layer": 0, "tp": 1, "mbs": 1, "forward": 0.001, "backward": 0.002},
+              {"layer": "transformer", "tp": 1, "mbs": 1, "forward": 1.0, "backward": 2.0},
+              {"layer": "transformer", "tp": 1, "ep": 4, "mbs": 1, "forward": 0.5, "backward": 1.0}
+            ]}]}"#,
+    )
+    .unwrap();
+    let index = ProfileIndex::new(&db);
+    let profiled = Profiled {
+        index: &index,
+        interpolation: Default::default(),
+    };
+    let shape = |ep, etp| LayerShape {
+        mbs: 1,
+        seq: 4096,
+        tp: 1,
+        sequence_parallel: false,
+        precision: Precision::Bf16,
+        ep,
+        etp,
+        cp: 1,
+        cp_all_to_all: false,
+    };
+    let fwd = |layer, ep, etp| {
+        profiled
+            .layer_time(&gpu, &model, layer, shape(ep, etp))
+            .forward
+            .get()
+    };
+    assert_eq!(fwd(1, 1, None), 1.0);
+    assert_eq!(fwd(1, 4, None), 0.5);
+    // The embedding has no experts: its EP 1 sample, whatever the stage's degree.
+    assert_eq!(fwd(0, 4, None), 0.001);
+    // Not measured at EP 2, nor at expert TP 2 under TP 1: the analytic model's times.
+    let analytic = |ep, etp| {
+        Analytic
+            .layer_time(&gpu, &model, 1, shape(ep, etp))
+            .forward
+            .get()
+    };
+    assert_eq!(fwd(1, 2, None), analytic(2, None));
+    assert_eq!(fwd(1, 4, Some(2)), analytic(4, Some(2)));
+    // The database writes `ep` only where it is not 1.
+    let json = db.to_json();
+    assert_eq!(json.matches("\"ep\"").count(), 1, "{json}");
+}

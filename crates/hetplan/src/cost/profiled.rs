@@ -40,12 +40,21 @@ impl ComputeTimes for Profiled<'_> {
     ) -> LayerTime {
         let analytic = Analytic.layer_time(gpu, model, layer, shape);
         let l = &model.layers[layer];
-        match self.index.layer_time(
+        // A mixture-of-experts layer is read at the stage's expert-parallel degree (the
+        // profiler measures a GPU's share of the experts at each); its experts split at the TP
+        // degree, as measured, or the analytic model prices it.
+        let moe = l.ops.iter().any(|op| op.is_expert());
+        if moe && shape.etp.is_some_and(|e| e != shape.tp) {
+            return analytic;
+        }
+        let ep = if moe { shape.ep.max(1) } else { 1 };
+        match self.index.layer_time_ep(
             &gpu.name,
             &model.name,
             layer,
             l.kind,
             shape.tp,
+            ep,
             shape.mbs,
             self.interpolation,
         ) {
@@ -120,6 +129,8 @@ pub struct SampleCheck {
     /// The model layer the analytic side is computed for (the first of its kind for a kind).
     pub layer_index: usize,
     pub tp: u32,
+    /// Expert-parallel degree of a mixture-of-experts sample (1 for dense layers).
+    pub ep: u32,
     pub mbs: u64,
     pub measured_forward: Seconds,
     pub model_forward: Seconds,
@@ -226,7 +237,7 @@ pub fn compare_with_model(
                 tp: s.tp,
                 sequence_parallel: false,
                 precision,
-                ep: 1,
+                ep: s.ep,
                 etp: None,
                 cp: 1,
                 cp_all_to_all: false,
@@ -253,6 +264,7 @@ pub fn compare_with_model(
                 },
                 layer_index: index,
                 tp: s.tp,
+                ep: s.ep,
                 mbs: s.mbs,
                 measured_forward: s.forward,
                 model_forward: predicted.forward,

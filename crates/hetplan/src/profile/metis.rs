@@ -239,6 +239,7 @@ pub fn import_metis(files: &[(String, String)]) -> Result<ProfileDb, InputError>
             profile.layers.push(LayerSample {
                 layer: LayerKey::Index(i),
                 tp,
+                ep: 1,
                 mbs,
                 forward: Seconds(tidy(total / 3.0)),
                 backward: Seconds(tidy(total * 2.0 / 3.0)),

@@ -2,8 +2,9 @@
 //!
 //! A [`ProfileDb`] is a versioned JSON document (`"format_version": 1`) of [`ModelProfile`]s, one
 //! per (GPU type, model, sequence length, precision): the forward, backward and optimizer time of
-//! each layer at the measured tensor-parallel degrees and micro-batch sizes, and optionally
-//! measured collective bandwidths. All quantities are in base units: seconds, bytes, bytes per
+//! each layer at the measured tensor-parallel degrees (and, for mixture-of-experts layers,
+//! expert-parallel degrees: `ep`) and micro-batch sizes, and optionally measured collective
+//! bandwidths. All quantities are in base units: seconds, bytes, bytes per
 //! second. Times are per GPU of a TP group for one micro-batch, tensor-parallel collectives
 //! included (that is what a profiler running the layer under TP measures).
 //!
@@ -105,6 +106,14 @@ pub struct LayerSample {
     pub layer: LayerKey,
     #[serde(deserialize_with = "positive_u32")]
     pub tp: u32,
+    /// Expert-parallel degree a mixture-of-experts layer was measured at (its GPU's `1/ep` of
+    /// the experts, on the tokens `ep` ranks route to them); 1, and left out, for dense layers.
+    #[serde(
+        default = "one",
+        skip_serializing_if = "is_one",
+        deserialize_with = "positive_u32"
+    )]
+    pub ep: u32,
     /// Micro-batch size (samples) of the measurement.
     #[serde(deserialize_with = "positive_u64")]
     pub mbs: u64,
@@ -320,6 +329,14 @@ impl<'de> Deserialize<'de> for LayerKey {
         }
         d.deserialize_any(V)
     }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 fn positive_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
@@ -614,15 +631,20 @@ impl ProfileDb {
                     }
                 }
             }
-            let mut seen: BTreeMap<((u8, usize), u32, u64), usize> = BTreeMap::new();
+            let mut seen: BTreeMap<((u8, usize), u32, u32, u64), usize> = BTreeMap::new();
             for (j, s) in p.layers.iter().enumerate() {
-                if let Some(first) = seen.insert((s.layer.rank(), s.tp, s.mbs), j) {
+                if let Some(first) = seen.insert((s.layer.rank(), s.tp, s.ep, s.mbs), j) {
+                    let ep = if s.ep > 1 {
+                        format!(", ep {}", s.ep)
+                    } else {
+                        String::new()
+                    };
                     return Err(InputError::new(format!(
-                        "a second sample for {}, tp {}, mbs {} (the first is layers[{first}])",
+                        "a second sample for {}, tp {}{ep}, mbs {} (the first is layers[{first}])",
                         s.layer, s.tp, s.mbs
                     ))
                     .field(format!("profiles[{i}].layers[{j}]"))
-                    .hint(Some("keep one sample per layer, tp and mbs".into())));
+                    .hint(Some("keep one sample per layer, tp, ep and mbs".into())));
                 }
             }
         }
@@ -656,8 +678,8 @@ impl ProfileDb {
     }
 
     /// The times of layer `layer` (of kind `kind`) of `model` on `gpu` at TP degree `tp` and
-    /// micro-batch size `mbs`; `None` when nothing was measured for that layer (by index, else
-    /// by kind) at that TP degree. Scans the matching profiles on each call (a few small
+    /// micro-batch size `mbs`, from samples without expert parallelism (`ep = 1`); `None` when
+    /// nothing was measured for that layer (by index, else by kind) at that TP degree. Scans the matching profiles on each call (a few small
     /// allocations for the one curve it builds, catalog look-ups memoised); for many lookups a
     /// [`ProfileIndex`] built once is faster.
     ///
@@ -682,7 +704,7 @@ impl ProfileDb {
             profiles
                 .iter()
                 .flat_map(|p| p.layers.iter())
-                .filter(|s| s.tp == tp && s.layer == key)
+                .filter(|s| s.tp == tp && s.ep == 1 && s.layer == key)
                 .map(LayerSample::point)
                 .collect()
         };
@@ -743,7 +765,8 @@ impl ModelProfile {
     /// Sorts the samples: layers by (index, then kind), tp, mbs; collectives by op, link,
     /// group size, message.
     pub fn sort(&mut self) {
-        self.layers.sort_by_key(|s| (s.layer.rank(), s.tp, s.mbs));
+        self.layers
+            .sort_by_key(|s| (s.layer.rank(), s.tp, s.ep, s.mbs));
         self.collectives.sort_by(|a, b| {
             (a.op, a.link, a.group_size)
                 .cmp(&(b.op, b.link, b.group_size))
@@ -756,7 +779,7 @@ impl ModelProfile {
             match self
                 .layers
                 .iter_mut()
-                .find(|m| m.layer == s.layer && m.tp == s.tp && m.mbs == s.mbs)
+                .find(|m| m.layer == s.layer && m.tp == s.tp && m.ep == s.ep && m.mbs == s.mbs)
             {
                 Some(m) => *m = s,
                 None => self.layers.push(s),
@@ -800,8 +823,8 @@ pub struct ProfileIndex {
 
 /// The points of one model on one GPU, by (layer index, tp) and by (kind rank, tp).
 type ModelPoints = (
-    BTreeMap<(usize, u32), Vec<Point>>,
-    BTreeMap<(u8, u32), Vec<Point>>,
+    BTreeMap<(usize, u32, u32), Vec<Point>>,
+    BTreeMap<(u8, u32, u32), Vec<Point>>,
 );
 
 /// The measured bandwidth among `samples` for (op, group size, link), interpolated linearly in
@@ -840,8 +863,10 @@ fn bandwidth_at(
 /// The curves of one model on one GPU type.
 #[derive(Clone, Debug, Default)]
 pub struct ProfiledModel {
-    by_index: BTreeMap<(usize, u32), Curve>,
-    by_kind: BTreeMap<(u8, u32), Curve>,
+    /// (layer, tp, ep) → curve over micro-batch size.
+    by_index: BTreeMap<(usize, u32, u32), Curve>,
+    /// (kind, tp, ep) → curve.
+    by_kind: BTreeMap<(u8, u32, u32), Curve>,
 }
 
 impl ProfileIndex {
@@ -886,10 +911,12 @@ impl ProfileIndex {
                 .or_default();
             for s in &p.layers {
                 match s.layer {
-                    LayerKey::Index(i) => entry.0.entry((i, s.tp)).or_default().push(s.point()),
+                    LayerKey::Index(i) => {
+                        entry.0.entry((i, s.tp, s.ep)).or_default().push(s.point())
+                    }
                     LayerKey::Kind(k) => entry
                         .1
-                        .entry((kind_rank(k), s.tp))
+                        .entry((kind_rank(k), s.tp, s.ep))
                         .or_default()
                         .push(s.point()),
                 }
@@ -951,13 +978,30 @@ impl ProfileIndex {
         mbs: u64,
         how: Interpolation,
     ) -> Option<ProfiledTime> {
+        self.layer_time_ep(gpu, model, layer, kind, tp, 1, mbs, how)
+    }
+
+    /// [`ProfileIndex::layer_time`] from samples measured at expert-parallel degree `ep`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_time_ep(
+        &self,
+        gpu: &str,
+        model: &str,
+        layer: usize,
+        kind: LayerKind,
+        tp: u32,
+        ep: u32,
+        mbs: u64,
+        how: Interpolation,
+    ) -> Option<ProfiledTime> {
         self.model(gpu, model)?
-            .layer_time(layer, kind, tp, mbs, how)
+            .layer_time_ep(layer, kind, tp, ep, mbs, how)
     }
 }
 
 impl ProfiledModel {
-    /// The times of layer `layer` (of kind `kind`) at `tp` and `mbs`: by index, else by kind.
+    /// The times of layer `layer` (of kind `kind`) at `tp` and `mbs`: by index, else by kind
+    /// (samples without expert parallelism).
     pub fn layer_time(
         &self,
         layer: usize,
@@ -966,9 +1010,22 @@ impl ProfiledModel {
         mbs: u64,
         how: Interpolation,
     ) -> Option<ProfiledTime> {
+        self.layer_time_ep(layer, kind, tp, 1, mbs, how)
+    }
+
+    /// [`ProfiledModel::layer_time`] from samples measured at expert-parallel degree `ep`.
+    pub fn layer_time_ep(
+        &self,
+        layer: usize,
+        kind: LayerKind,
+        tp: u32,
+        ep: u32,
+        mbs: u64,
+        how: Interpolation,
+    ) -> Option<ProfiledTime> {
         self.by_index
-            .get(&(layer, tp))
-            .or_else(|| self.by_kind.get(&(kind_rank(kind), tp)))
+            .get(&(layer, tp, ep))
+            .or_else(|| self.by_kind.get(&(kind_rank(kind), tp, ep)))
             .map(|c| c.eval(mbs, how))
     }
 
@@ -976,16 +1033,18 @@ impl ProfiledModel {
     pub fn tp_degrees(&self, layer: usize, kind: LayerKind) -> Vec<u32> {
         let by_index: Vec<u32> = self
             .by_index
-            .range((layer, 0)..=(layer, u32::MAX))
-            .map(|((_, tp), _)| *tp)
+            .range((layer, 0, 0)..=(layer, u32::MAX, u32::MAX))
+            .filter(|((_, _, ep), _)| *ep == 1)
+            .map(|((_, tp, _), _)| *tp)
             .collect();
         if !by_index.is_empty() {
             return by_index;
         }
         let r = kind_rank(kind);
         self.by_kind
-            .range((r, 0)..=(r, u32::MAX))
-            .map(|((_, tp), _)| *tp)
+            .range((r, 0, 0)..=(r, u32::MAX, u32::MAX))
+            .filter(|((_, _, ep), _)| *ep == 1)
+            .map(|((_, tp, _), _)| *tp)
             .collect()
     }
 }

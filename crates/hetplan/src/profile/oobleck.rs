@@ -137,6 +137,7 @@ pub fn import_oobleck(
             layers.push(LayerSample {
                 layer: LayerKey::Index(i),
                 tp: 1,
+                ep: 1,
                 mbs,
                 forward: Seconds(tidy(fwd * 1e-3)),
                 backward: Seconds(tidy(bwd * 1e-3)),

@@ -298,6 +298,7 @@ fn import_one(
                 layers.push(LayerSample {
                     layer: LayerKey::Index(j),
                     tp,
+                    ep: 1,
                     mbs,
                     forward: Seconds(tidy(finite(fwd, "forward time")?)),
                     backward: Seconds(tidy(finite(bwd, "backward time")?)),

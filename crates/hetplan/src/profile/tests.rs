@@ -5,6 +5,7 @@ fn sample(layer: LayerKey, tp: u32, mbs: u64, fwd: f64) -> LayerSample {
     LayerSample {
         layer,
         tp,
+        ep: 1,
         mbs,
         forward: Seconds(fwd),
         backward: Seconds(2.0 * fwd),
