@@ -122,7 +122,7 @@ def _check_tp(shape: dict, tp: int) -> None:
 
 
 def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, group=None,
-             ep: int = 1):
+             ep: int = 1, blocks: Optional[List[bool]] = None):
     """The embedding, a dense decoder block, a mixture-of-experts block (None for a dense
     model) and the head of a transformer of `shape` (hetplan's `TransformerConfig`), as
     PyTorch modules — at TP degree `tp`, rank `rank`'s shard as Megatron splits it: attention
@@ -131,7 +131,8 @@ def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, grou
     over `group` where Megatron has one. At EP degree `ep` the MoE block holds `1/ep` of the
     experts and every token's choices are folded onto them (expert `e` → `e mod
     experts/ep`): the load one GPU of an EP group carries when routing is balanced, without
-    the all-to-alls (hetplan prices those from the collective curves)."""
+    the all-to-alls (hetplan prices those from the collective curves). With `blocks` (one
+    flag per block: has experts), the whole model instead: (embedding, [blocks], head)."""
     nn = torch.nn
     F = torch.nn.functional
     h, heads, kv, hd = shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"]
@@ -253,6 +254,11 @@ def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, grou
             picked = reduce(picked.masked_fill(outside, 0.0))
             return (total.log() - picked).mean()
 
+    if blocks is not None:
+        whole = (Embedding(), nn.ModuleList(Block(e) for e in blocks), Head())
+        if shape.get("tied_embeddings"):
+            whole[2].proj.weight = whole[0].table.weight  # one matrix, as the model has
+        return [m.to(device=device, dtype=dtype) for m in whole]
     # A dense block where the model has one (every block of a dense model, DeepSeek's first
     # ones), a MoE block where it has experts.
     dense = not moe or any(quirks.get("dense_layers", []))

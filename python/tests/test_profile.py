@@ -216,3 +216,24 @@ def test_mixture_of_experts_blocks_at_each_expert_parallel_degree():
             s["backward"] *= 100
     assert at4.estimate(profile=slow).iteration_time_s > 10 * at4.estimate(profile=db).iteration_time_s
     assert at2.estimate(profile=slow).iteration_time_s == at2.estimate(profile=db).iteration_time_s
+
+
+def test_a_measured_training_step_beside_the_estimate(tiny, db, tmp_path):
+    from hetplan import step
+
+    r = step.compare(tiny, "a100-sxm4-80gb", seq_len=64, mbs=2, accumulation=2,
+                     precision="fp32", device="cpu", warmup=1, repeats=2, profile=db)
+    m = r["measured"]
+    assert m["device"] == "cpu" and 0 < m["step_s"] < 5 and m["spread"] >= 1
+    # Every parameter of the model is built: hetplan's count, exactly.
+    assert m["parameters"] == tiny.parameters
+    assert r["analytic"]["compute_source"] == "analytic"
+    assert r["profiled"]["compute_source"] in ("measured", "interpolated")
+    for k in ("analytic", "profiled"):
+        est = r[k]
+        assert est["fits"] and est["step_s"] > 0
+        assert abs(est["error"] - (est["step_s"] / m["step_s"] - 1)) < 1e-12
+    # The command line prints the same object.
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    assert step.main(["--model", str(config), "--gpu", "no-such-gpu", "--device", "cpu"]) == 2
