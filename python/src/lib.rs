@@ -397,6 +397,7 @@ fn precision_of(py: Python<'_>, precision: &str) -> PyResult<Precision> {
         "bf16" => Ok(Precision::Bf16),
         "fp16" => Ok(Precision::Fp16),
         "fp32" => Ok(Precision::Fp32),
+        "fp8" => Ok(Precision::Fp8),
         other => Err(error(
             py,
             format!("precision {other:?} is not one hetplan knows"),

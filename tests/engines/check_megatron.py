@@ -41,7 +41,7 @@ INT_FIELDS = {
 }
 FLOAT_FIELDS = {"attention-dropout", "hidden-dropout", "moe-expert-capacity-factor"}
 STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",
-              "pipeline-model-parallel-layout", "cp-comm-type"}
+              "pipeline-model-parallel-layout", "cp-comm-type", "fp8-format"}
 BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias", "qk-layernorm",
                "multi-latent-attention"}
 # Flags of the training script, not of the model config (checked for shape only).
@@ -89,6 +89,10 @@ def config_kwargs(a):
     for name in INT_FIELDS | FLOAT_FIELDS | STR_FIELDS | BOOL_FIELDS:
         if name in a:
             kw[name.replace("-", "_")] = a[name]
+    # arguments.py: `--fp8-format` has `dest='fp8'`, TransformerConfig's `fp8` ("e4m3",
+    # "hybrid").
+    if "fp8_format" in kw:
+        kw["fp8"] = kw.pop("fp8_format")
     if "num-experts" in a:
         kw["num_moe_experts"] = a["num-experts"]
     # arguments.py: `--window-size` is `tuple_type` ("L,R"), `--window-attn-skip-freq`

@@ -150,6 +150,9 @@ pub enum PrecisionArg {
     Fp16,
     /// FP32 throughout.
     Fp32,
+    /// FP8 matrix products in the transformer blocks (Transformer Engine, torchao Float8),
+    /// BF16 elsewhere; needs Ada, Hopper or Blackwell GPUs.
+    Fp8,
 }
 
 impl From<PrecisionArg> for Precision {
@@ -158,6 +161,7 @@ impl From<PrecisionArg> for Precision {
             PrecisionArg::Bf16 => Precision::Bf16,
             PrecisionArg::Fp16 => Precision::Fp16,
             PrecisionArg::Fp32 => Precision::Fp32,
+            PrecisionArg::Fp8 => Precision::Fp8,
         }
     }
 }

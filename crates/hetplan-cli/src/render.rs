@@ -182,11 +182,7 @@ fn engine_name(e: Engine) -> &'static str {
 }
 
 fn precision_name(p: Precision) -> &'static str {
-    match p {
-        Precision::Bf16 => "bf16",
-        Precision::Fp16 => "fp16",
-        Precision::Fp32 => "fp32",
-    }
+    p.name()
 }
 
 fn layer_span(start: usize, end: usize) -> String {

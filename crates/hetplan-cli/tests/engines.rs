@@ -238,6 +238,12 @@ fn megatron_core_accepts_every_export() {
             "tp=2,pp=2,cp=2,cp_comm=a2a,mbs=1,gbs=16,sp=on",
         ),
         ("mistral-7b-v0.1", "2x8xa100-80gb", "tp=4,pp=2,mbs=1,gbs=32"),
+        // FP8 (`--bf16 --fp8-format hybrid`: Transformer Engine's linears).
+        (
+            "qwen3-0.6b",
+            "1x8xh100-80gb",
+            "tp=2,pp=2,mbs=1,gbs=16,precision=fp8",
+        ),
         ("gpt-neo-1.3b", "1x8xa100-80gb", "tp=2,pp=2,mbs=2,gbs=32"),
         // MoE with dense first blocks (`--moe-layer-freq`) and expert parallelism.
         (

@@ -146,7 +146,16 @@ struct OpCost {
     selective: f64,
 }
 
-fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
+/// Whether `op` of a layer of kind `kind` runs in FP8 at precision `p`: the matrix products of
+/// the transformer blocks (Transformer Engine's and torchao's FP8 linears); the embedding, the
+/// output layer and attention stay BF16.
+pub fn fp8_gemm(op: &Op, kind: crate::model::LayerKind, p: Precision) -> bool {
+    p == Precision::Fp8
+        && kind == crate::model::LayerKind::Transformer
+        && matches!(op.kind, OpKind::Gemm { .. })
+}
+
+fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -> OpCost {
     let tp = s.tp.max(1) as f64;
     let elem = s.precision.element_bytes();
     let act_scale = elem / 2.0;
@@ -190,6 +199,24 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape) -> OpCost {
             let shape_eff = saturate(mt, k::GEMM_HALF_DIM)
                 * saturate(kl, k::GEMM_HALF_DIM)
                 * saturate(nl, k::GEMM_HALF_DIM);
+            if let (true, Some(fp8_peak)) = (fp8, crate::gpu::fp8_peak(gpu)) {
+                // FP8: 1-byte operands at the FP8 peak, BF16 output; before each product its
+                // BF16 operands are cast (and transposed for the backward's products), the
+                // gradient of the output in backward: memory-bound kernels of their own.
+                let compute = flop / (fp8_peak.get() * eff * shape_eff);
+                let bytes = (mt * kl + kl * nl + 2.0 * mt * nl) * cnt;
+                let gemm = compute.max(hbm_time(gpu, bytes)) + ovh * cnt;
+                let cast = |elements: f64| {
+                    hbm_time(gpu, k::FP8_CAST_BYTES_PER_ELEMENT * elements * cnt) + ovh * cnt
+                };
+                return OpCost {
+                    fwd: gemm + cast(mt * kl) + cast(kl * nl),
+                    bwd: 2.0 * gemm + cast(mt * nl),
+                    fwd_flop: flop,
+                    bwd_flop: 2.0 * flop,
+                    selective: 0.0,
+                };
+            }
             let compute = flop / (peak * eff * shape_eff);
             let bytes = elem * (mt * kl + kl * nl + mt * nl) * cnt;
             let fwd = compute.max(hbm_time(gpu, bytes)) + ovh * cnt;
@@ -345,7 +372,8 @@ impl Analytic {
             source: TimeSource::Analytic,
         };
         for op in &layer.ops {
-            let c = op_cost(op, gpu, model.per_sample, shape);
+            let fp8 = fp8_gemm(op, layer.kind, shape.precision);
+            let c = op_cost(op, gpu, model.per_sample, shape, fp8);
             t.forward += Seconds(c.fwd);
             t.backward += Seconds(c.bwd);
             t.selective_forward += Seconds(c.selective);

@@ -173,3 +173,11 @@ pub fn grad_bucket_params(engine: Engine, dp: u32) -> Option<f64> {
         Engine::Fsdp => None,
     }
 }
+
+/// HBM bytes per element of casting a BF16 tensor to FP8 for an FP8 matrix product: read 2 B,
+/// write the 1-byte FP8 tensor and its 1-byte transpose (Hopper's FP8 tensor cores take only
+/// the TN layout, so the backward's products need the transposed operand). Transformer
+/// Engine's `cast_transpose` kernel does exactly this in one pass, with the amax for the
+/// per-tensor scale fused (transformer_engine/common/transpose/cast_transpose.cu); torchao's
+/// Float8 casts likewise. A byte count, not a fitted number.
+pub const FP8_CAST_BYTES_PER_ELEMENT: f64 = 4.0;

@@ -113,6 +113,46 @@ pub fn sharded_states_ep(
     (w + we, g + ge, o + oe)
 }
 
+/// Bytes one GPU of `stage` (at TP degree `tp`) keeps beside its weights when training in FP8:
+/// Transformer Engine (Megatron) casts each FP8 linear's weight once per iteration and keeps
+/// the FP8 copy and its transpose for the remaining micro-batches (`is_first_microbatch`, TE's
+/// weight workspaces): 2 B per parameter of the blocks' matrix products. torchao's Float8
+/// (torchtitan, FSDP) casts the weight at every call and keeps nothing (its transient copy is
+/// one layer's, within the temporaries). 0 for other precisions.
+pub fn fp8_weight_copy_bytes(
+    model: &Model,
+    stage: &Stage,
+    tp: u32,
+    precision: Precision,
+    engine: Engine,
+) -> f64 {
+    let per_param = match (precision, engine) {
+        (Precision::Fp8, Engine::Megatron | Engine::Deepspeed) => 2.0,
+        _ => return 0.0,
+    };
+    let mut params = 0.0;
+    for i in stage.layers.iter() {
+        let layer = &model.layers[i];
+        for op in &layer.ops {
+            if !super::compute::fp8_gemm(op, layer.kind, precision) {
+                continue;
+            }
+            let shard = if op.params_sharded {
+                tp.max(1) as f64
+            } else {
+                1.0
+            };
+            let experts = if op.is_expert() {
+                stage.expert_shards()
+            } else {
+                1.0
+            };
+            params += op.params as f64 / shard / experts;
+        }
+    }
+    per_param * params
+}
+
 /// Bytes per vocabulary entry and token that the loss keeps for backward.
 /// - Megatron and DeepSpeed (Megatron's vocab-parallel cross-entropy, PyTorch's under autocast):
 ///   the fp32 softmax, 4 B (Korthikanti et al. 2022 §4.1, 4sbv/t) — the model's default.

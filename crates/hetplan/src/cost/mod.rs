@@ -1489,7 +1489,10 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
         memory::sharded_states_ep(dense, expert / ep, plan.precision, st.zero, dp, ep);
     let offloaded_states =
         weights * off.weights + gradients * off.gradients + optimizer * off.optimizer;
-    let weights = weights * (1.0 - off.weights);
+    let fp8_copies: f64 = (chunks.iter())
+        .map(|c| memory::fp8_weight_copy_bytes(model, c, c.tp_of(r), plan.precision, plan.engine))
+        .sum();
+    let weights = weights * (1.0 - off.weights) + fp8_copies;
     let gradients = gradients * (1.0 - off.gradients);
     let optimizer = optimizer * (1.0 - off.optimizer);
     let mut act_per_mb = 0.0;

@@ -143,7 +143,8 @@ fn ds_config(plan: &Plan) -> serde_json::Value {
     match plan.precision {
         Precision::Bf16 => c["bf16"] = json!({ "enabled": true }),
         Precision::Fp16 => c["fp16"] = json!({ "enabled": true }),
-        Precision::Fp32 => {}
+        // Refused before export (`Target::precisions`).
+        Precision::Fp32 | Precision::Fp8 => {}
     }
     if st.recompute != Recompute::None {
         // The settings of deepspeed.checkpointing (runtime/activation_checkpointing/config.py);

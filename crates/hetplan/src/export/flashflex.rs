@@ -469,7 +469,8 @@ pub fn args(model: &Model, plan: &Plan, layout: &RankLayout) -> Vec<String> {
     let (mp, flag) = match plan.precision {
         Precision::Bf16 => ("bf16", Some("--bf16")),
         Precision::Fp16 => ("fp16", Some("--fp16")),
-        Precision::Fp32 => ("fp32", None),
+        // FP8 is refused before export (`Target::precisions`).
+        Precision::Fp32 | Precision::Fp8 => ("fp32", None),
     };
     push(&mut a, "--mixed_precision", mp.into());
     push(

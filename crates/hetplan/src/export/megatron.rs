@@ -466,6 +466,11 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
         Precision::Bf16 => flag("bf16", None),
         Precision::Fp16 => flag("fp16", None),
         Precision::Fp32 => {}
+        // Transformer Engine's FP8 linears in BF16 training: E4M3 forward, E5M2 gradients.
+        Precision::Fp8 => {
+            flag("bf16", None);
+            flag("fp8-format", Some("hybrid".into()));
+        }
     }
     a
 }

@@ -390,7 +390,8 @@ fn dtype(p: Precision) -> &'static str {
     match p {
         Precision::Bf16 => "bfloat16",
         Precision::Fp16 => "float16",
-        Precision::Fp32 => "float32",
+        // FP8 is refused before export (`Target::precisions`).
+        Precision::Fp32 | Precision::Fp8 => "float32",
     }
 }
 

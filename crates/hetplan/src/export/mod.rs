@@ -64,7 +64,13 @@ impl Target {
     /// `bfloat16` or `float32`, `config/configs.py:85`).
     pub fn precisions(self) -> &'static [Precision] {
         match self {
-            Target::Megatron => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            // `--fp8-format hybrid` beside `--bf16`: Transformer Engine's FP8 linears.
+            Target::Megatron => &[
+                Precision::Bf16,
+                Precision::Fp16,
+                Precision::Fp32,
+                Precision::Fp8,
+            ],
             Target::Deepspeed => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
             Target::Torchtitan => &[Precision::Bf16, Precision::Fp32],
             // Megatron-DeepSpeed's --fp16/--bf16 or neither (Sailor's default is FP32).
@@ -146,18 +152,56 @@ pub fn why_not(
     plan: &crate::plan::Plan,
     seq_len: u64,
 ) -> Vec<String> {
-    match target {
+    let mut why: Vec<String> = precision_reason(target, plan).into_iter().collect();
+    why.extend(match target {
         Target::Megatron => megatron::reasons(model, plan, seq_len),
         Target::Deepspeed => deepspeed::reasons(plan),
         Target::Torchtitan => torchtitan::reasons(model, plan, seq_len),
         Target::Sailor => sailor::reasons(model, plan),
         Target::Mist => mist::reasons(model, plan),
         Target::Flashflex => flashflex::reasons(model, plan, seq_len),
+    });
+    why
+}
+
+/// Why `target` cannot run `plan`'s precision, if it cannot.
+fn precision_reason(target: Target, plan: &crate::plan::Plan) -> Option<String> {
+    if target.precisions().contains(&plan.precision) {
+        return None;
+    }
+    let names: Vec<String> = (target.precisions().iter())
+        .map(|p| p.name().to_uppercase())
+        .collect();
+    Some(format!(
+        "hetplan's {} export trains in {}; the plan is {}{}",
+        target.name(),
+        names.join(", "),
+        plan.precision.name().to_uppercase(),
+        if plan.precision == Precision::Fp8 {
+            " (Megatron-LM runs FP8 through Transformer Engine)"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The files that start `job` on `target`: every reason it cannot, the precision's first.
+pub fn export(target: Target, job: Job<'_>) -> Result<Export, ExportError> {
+    let precision = precision_reason(target, job.plan);
+    match (export_to(target, job), precision) {
+        (Ok(e), None) => Ok(e),
+        (Ok(_), Some(why)) => Err(ExportError::Unsupported {
+            target,
+            reasons: vec![why],
+        }),
+        (Err(ExportError::Unsupported { target, reasons }), why) => Err(ExportError::Unsupported {
+            target,
+            reasons: why.into_iter().chain(reasons).collect(),
+        }),
     }
 }
 
-/// The files that start `job` on `target`.
-pub fn export(target: Target, job: Job<'_>) -> Result<Export, ExportError> {
+fn export_to(target: Target, job: Job<'_>) -> Result<Export, ExportError> {
     match target {
         Target::Megatron => megatron::export(job),
         Target::Deepspeed => deepspeed::export(job),

@@ -339,7 +339,8 @@ fn ds_config(plan: &Plan) -> serde_json::Value {
     match plan.precision {
         Precision::Bf16 => c["bf16"] = json!({ "enabled": true }),
         Precision::Fp16 => c["fp16"] = json!({ "enabled": true }),
-        Precision::Fp32 => {}
+        // Refused before export (`Target::precisions`).
+        Precision::Fp32 | Precision::Fp8 => {}
     }
     c
 }
@@ -395,7 +396,8 @@ pub fn args(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
     match plan.precision {
         Precision::Bf16 => a.push("--bf16".into()),
         Precision::Fp16 => a.push("--fp16".into()),
-        Precision::Fp32 => {}
+        // FP8 is refused before export (`Target::precisions`).
+        Precision::Fp32 | Precision::Fp8 => {}
     }
     if st.recompute == Recompute::Full {
         a.extend([

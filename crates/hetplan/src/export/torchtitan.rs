@@ -325,13 +325,6 @@ fn plan_reasons(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
     let pp = plan.pipeline_depth().max(1);
     let tp = first.tp as u64;
     let mbs = first.micro_batch_sizes.first().copied().unwrap_or(0);
-    if !Target::Torchtitan.precisions().contains(&plan.precision) {
-        why.push(format!(
-            "torchtitan trains in BF16 or FP32 (training.mixed_precision_param: bfloat16, \
-             float32); the plan is {}",
-            format!("{:?}", plan.precision).to_uppercase()
-        ));
-    }
     let per_step = mbs * first.dp as u64;
     if per_step == 0 || per_step * plan.micro_batches != plan.global_batch {
         why.push(format!(
@@ -795,12 +788,15 @@ mod tests {
         let cluster = cluster(8, nodes);
         let plan = crate::plan::inline::parse_inline_plan(spec, &model, &cluster).unwrap();
         let plan = valid(plan, &model, &cluster);
-        export(Job {
-            model: &model,
-            cluster: &cluster,
-            plan: &plan,
-            seq_len: 4096,
-        })
+        crate::export::export(
+            Target::Torchtitan,
+            Job {
+                model: &model,
+                cluster: &cluster,
+                plan: &plan,
+                seq_len: 4096,
+            },
+        )
     }
 
     fn module(e: &Export) -> &str {

@@ -521,6 +521,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
                 ("bf16", Precision::Bf16),
                 ("fp16", Precision::Fp16),
                 ("fp32", Precision::Fp32),
+                ("fp8", Precision::Fp8),
             ],
         )?
         .unwrap_or_default();
@@ -602,6 +603,13 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     if let Err(errs) = validate(&plan, model, cluster) {
         let all: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
         let key = errs.first().map_or("gbs", key_of);
+        // The JSON plan's hints name its fields; where an inline key says the same, its own.
+        let hint = match errs.first() {
+            Some(PlanError::Fp8Unsupported { .. }) => {
+                Some("train in BF16 (precision=bf16), or on a cluster of FP8 GPUs".to_string())
+            }
+            _ => None,
+        };
         return Err(s.err(
             key,
             format!(
@@ -609,7 +617,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
                 spec.trim(),
                 all.join("; ")
             ),
-            None,
+            hint,
         ));
     }
     Ok(plan)
@@ -632,6 +640,7 @@ fn key_of(e: &PlanError) -> &'static str {
         | PlanError::ContextParallelHeads { .. } => "cp",
         PlanError::ZeroStage { .. } => "zero",
         PlanError::RecomputeLayers { .. } => "ckpt",
+        PlanError::Fp8Unsupported { .. } => "precision",
         PlanError::OffloadRatio { which, .. } => match *which {
             "weights" => "offload_w",
             "gradients" => "offload_g",

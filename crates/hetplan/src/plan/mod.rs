@@ -85,14 +85,31 @@ pub enum Precision {
     Fp16,
     /// Everything in FP32 (Sailor's default).
     Fp32,
+    /// FP8 matrix products in the transformer blocks with per-tensor scaling (Transformer
+    /// Engine's `--fp8-format hybrid`: E4M3 forward, E5M2 gradients; torchao's Float8 linears),
+    /// BF16 everywhere else — activations, the embedding and the output layer, attention —
+    /// FP32 master weights and Adam states as BF16 training. Needs FP8 tensor cores (Ada,
+    /// Hopper, Blackwell).
+    Fp8,
 }
 
 impl Precision {
-    /// Bytes of one activation or 16/32-bit weight element.
+    /// Bytes of one activation or 16/32-bit weight element (FP8 keeps BF16 activations and
+    /// weights; its FP8 copies are `memory::fp8_weight_copy_bytes`).
     pub fn element_bytes(self) -> f64 {
         match self {
-            Precision::Bf16 | Precision::Fp16 => 2.0,
+            Precision::Bf16 | Precision::Fp16 | Precision::Fp8 => 2.0,
             Precision::Fp32 => 4.0,
+        }
+    }
+
+    /// The name plans and command lines use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::Fp32 => "fp32",
+            Precision::Fp8 => "fp8",
         }
     }
 }

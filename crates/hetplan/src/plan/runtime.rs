@@ -82,6 +82,13 @@ impl Runtime {
             return vec!["the plan has no stages".into()];
         };
         let same = |f: &dyn Fn(&Stage) -> String| plan.stages.iter().all(|s| f(s) == f(first));
+        // DeepSpeed's engine trains in FP32, FP16 or BF16 (its config has no FP8 section);
+        // Megatron (Transformer Engine), torchtitan and FSDP2 (torchao's Float8) run FP8.
+        if self == Runtime::Deepspeed && plan.precision == super::Precision::Fp8 {
+            why.push(format!(
+                "{name} trains in FP32, FP16 or BF16; the plan's matrix products are FP8"
+            ));
+        }
         if self == Runtime::Fsdp && pp > 1 {
             why.push(format!(
                 "{name} has no pipeline parallelism; the plan has {pp} stages"

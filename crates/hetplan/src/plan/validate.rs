@@ -416,6 +416,15 @@ pub enum PlanError {
     )]
     ContextParallelModel { stage: usize, cp: u32 },
     #[error(
+        "the plan trains in FP8, but stage {stage} runs on {gpu} ({arch}), which has no FP8 \
+         tensor cores (Ada, Hopper and Blackwell GPUs have them)"
+    )]
+    Fp8Unsupported {
+        stage: usize,
+        gpu: String,
+        arch: String,
+    },
+    #[error(
         "stage {stage} has cp = {cp} with tp = {tp} and cp_comm all-to-all, but layer {layer}'s \
          {heads} attention heads do not split over tp × cp = {} GPUs",
         *.tp as u64 * *.cp as u64
@@ -485,6 +494,7 @@ impl PlanError {
             | PlanError::ContextParallelReplicas { stage, .. }
             | PlanError::ContextParallelModel { stage, .. }
             | PlanError::ContextParallelHeads { stage, .. } => st(stage, "cp"),
+            PlanError::Fp8Unsupported { stage, .. } => st(stage, "devices"),
         }
     }
 
@@ -625,6 +635,10 @@ impl PlanError {
                     .into()
             }
             PlanError::ContextParallelModel { .. } => "set cp to 1".into(),
+            PlanError::Fp8Unsupported { .. } => {
+                "train in BF16 (precision \"bf16\"), or keep FP8 and place the stage on FP8 GPUs"
+                    .into()
+            }
             PlanError::ContextParallelHeads { .. } => {
                 "use the ring (cp_comm \"ring\"), whose GPUs keep every head, or a cp that \
                  divides the heads per TP rank"
@@ -756,6 +770,21 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
 
     for i in 0..stages.len() {
         check_stage(plan, model, cluster, i, &mut errs);
+    }
+    if plan.precision == super::Precision::Fp8 {
+        for (i, s) in stages.iter().enumerate() {
+            let lacking = (s.devices.iter())
+                .filter(|g| cluster.contains(**g))
+                .map(|g| &cluster.gpu_types[cluster.gpu_type_of(*g).0])
+                .find(|t| crate::gpu::fp8_peak(t).is_none());
+            if let Some(t) = lacking {
+                errs.push(PlanError::Fp8Unsupported {
+                    stage: i,
+                    gpu: t.name.clone(),
+                    arch: format!("{:?}", t.arch),
+                });
+            }
+        }
     }
     check_layers(plan, model, &mut errs);
     if let Some(c) = plan.moe_capacity_factor {

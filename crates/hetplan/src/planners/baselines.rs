@@ -105,6 +105,7 @@ fn precision_key(p: Precision) -> &'static str {
         Precision::Bf16 => "bf16",
         Precision::Fp16 => "fp16",
         Precision::Fp32 => "fp32",
+        Precision::Fp8 => "fp8",
     }
 }
 

@@ -473,7 +473,9 @@ fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Ve
         let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
             .par_iter()
             .map(|spec| {
-                let plan = crate::plan::inline::parse_inline_plan(spec, model, cluster).ok()?;
+                let mut plan = crate::plan::inline::parse_inline_plan(spec, model, cluster).ok()?;
+                // The problem's engine and precision, as every seed's plans have them.
+                (plan.engine, plan.precision) = (problem.options.engine, problem.options.precision);
                 let plan = match problem.options.runtime {
                     Some(_) => refine::conformed(problem, plan)?,
                     None => plan,

@@ -1,0 +1,148 @@
+//! FP8 training (`precision: "fp8"`): the blocks' matrix products at the FP8 peak with their
+//! casts, BF16 elsewhere; Transformer Engine's weight copies in memory under Megatron; refused
+//! on GPUs without FP8 tensor cores and by engines that do not run it.
+
+use hetplan::cluster::spec::catalog_cluster;
+use hetplan::cost::{estimate, Analytic, ComputeTimes, LayerShape, Workload};
+use hetplan::export::{why_not, Target};
+use hetplan::model::catalog::catalog_model;
+use hetplan::plan::inline::parse_inline_plan;
+use hetplan::plan::validate::PlanError;
+use hetplan::plan::Precision;
+
+fn shape(precision: Precision) -> LayerShape {
+    LayerShape {
+        mbs: 2,
+        seq: 8192,
+        tp: 1,
+        sequence_parallel: false,
+        precision,
+        ep: 1,
+        etp: None,
+        cp: 1,
+        cp_all_to_all: false,
+    }
+}
+
+#[test]
+fn fp8_speeds_up_the_blocks_matrix_products_only() {
+    let model = catalog_model("llama3-8b").unwrap();
+    let h100 = hetplan::gpu::lookup("h100-sxm5-80gb").unwrap();
+    let t = |layer, p| Analytic.layer_time(&h100, &model, layer, shape(p));
+    let (bf16, fp8) = (t(1, Precision::Bf16), t(1, Precision::Fp8));
+    // A block: faster, but not twice (attention, norms and the casts stay), same FLOPs.
+    let speedup = (bf16.forward + bf16.backward) / (fp8.forward + fp8.backward);
+    assert!(speedup > 1.2 && speedup < 1.8, "{speedup}");
+    assert_eq!(bf16.forward_flop, fp8.forward_flop);
+    assert_eq!(bf16.attention_forward, fp8.attention_forward);
+    // The embedding and the output layer stay BF16.
+    let head = model.layers.len() - 1;
+    for l in [0, head] {
+        assert_eq!(t(l, Precision::Bf16), t(l, Precision::Fp8), "layer {l}");
+    }
+}
+
+#[test]
+fn fp8_plans_estimate_faster_and_keep_te_weight_copies_under_megatron() {
+    let model = catalog_model("llama3-8b").unwrap();
+    let cluster = catalog_cluster("1x8xh100-sxm5-80gb").unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let run = |plan: &str| {
+        let p = parse_inline_plan(plan, &model, &cluster).unwrap();
+        estimate(w, &w.validate(&p).unwrap(), &Analytic)
+    };
+    let base = "tp=2,pp=2,dp=2,mbs=1,gbs=16,ckpt=full";
+    let (bf16, fp8) = (run(base), run(&format!("{base},precision=fp8")));
+    let speedup = bf16.iteration_time_s / fp8.iteration_time_s;
+    assert!(speedup > 1.1 && speedup < 1.8, "{speedup}");
+    // Megatron (Transformer Engine) keeps 2 bytes per parameter of the blocks' products.
+    let extra = fp8.stages[0].memory.weights.get() - bf16.stages[0].memory.weights.get();
+    let block_params = 218_103_808.0; // llama3-8b block: 4096·(4096 + 2·1024 + 4096) + 3·4096·14336
+    let blocks = (fp8.stages[0].layers.end - fp8.stages[0].layers.start - 1) as f64;
+    let expect = 2.0 * block_params * blocks / 2.0; // tp 2
+    assert!(
+        (extra - expect).abs() / expect < 1e-9,
+        "{extra} vs {expect}"
+    );
+    // torchtitan/FSDP (torchao Float8) casts at each call and keeps none.
+    let fsdp = "dp=8,mbs=1,gbs=16,zero=3,ckpt=full,engine=fsdp";
+    let (a, b) = (run(fsdp), run(&format!("{fsdp},precision=fp8")));
+    assert_eq!(a.stages[0].memory.weights, b.stages[0].memory.weights);
+}
+
+#[test]
+fn fp8_is_refused_on_gpus_without_it_and_by_engines_that_do_not_run_it() {
+    let model = catalog_model("llama3-8b").unwrap();
+    let mixed = catalog_cluster("1x8xh100-sxm5-80gb@400Gbps+1x8xa100-sxm4-80gb@200Gbps").unwrap();
+    let err =
+        parse_inline_plan("pp=2,dp=8,mbs=1,gbs=16,precision=fp8", &model, &mixed).unwrap_err();
+    assert!(
+        err.message
+            .contains("stage 1 runs on a100-sxm4-80gb (Ampere), which has no FP8"),
+        "{err:?}"
+    );
+    // The same plan from JSON: the typed error, at the stage's devices.
+    let mut p = parse_inline_plan("pp=2,dp=8,mbs=1,gbs=16", &model, &mixed).unwrap();
+    p.precision = Precision::Fp8;
+    let errs = hetplan::plan::validate::validate(&p, &model, &mixed).unwrap_err();
+    let e = errs
+        .iter()
+        .find(|e| matches!(e, PlanError::Fp8Unsupported { stage: 1, .. }))
+        .unwrap_or_else(|| panic!("{errs:?}"));
+    assert_eq!(e.path(), "stages[1].devices");
+    assert!(e.hint().unwrap().contains("bf16"));
+    let h100 = catalog_cluster("1x8xh100-sxm5-80gb").unwrap();
+    let p = parse_inline_plan("tp=2,pp=2,dp=2,mbs=1,gbs=16,precision=fp8", &model, &h100).unwrap();
+    assert!(why_not(Target::Megatron, &model, &p, 4096).is_empty());
+    for t in [Target::Deepspeed, Target::Torchtitan] {
+        let why = why_not(t, &model, &p, 4096);
+        assert!(
+            why.iter().any(|r| r.contains("the plan is FP8")),
+            "{t:?}: {why:?}"
+        );
+    }
+}
+
+/// Every plan hetplan's planner answers, ranks or offers per engine is in the problem's
+/// precision (or, per engine, in what that engine's exporter trains in): the uniform
+/// context-parallel starting points once came from an inline spec in BF16 and won the
+/// DeepSpeed and torchtitan rows of an FP8 problem.
+#[test]
+fn the_planner_keeps_the_problems_precision() {
+    use hetplan::planners::{self, Limits, PlanOptions, Problem, Search};
+    let model = catalog_model("llama3-8b").unwrap();
+    let cluster = catalog_cluster("1x8xh100-sxm5-80gb").unwrap();
+    for precision in [Precision::Fp8, Precision::Fp16] {
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 64,
+            seq_len: 2048,
+            compute: &Analytic,
+            options: PlanOptions {
+                precision,
+                ..PlanOptions::default()
+            },
+        };
+        let limits = Limits {
+            max_nodes: Some(20_000),
+            time: None,
+        };
+        let mut search = Search::new(limits, &planners::NoClock, &planners::NoProgress);
+        let out = planners::by_name("hetplan")
+            .unwrap()
+            .plan(&problem, &mut search)
+            .unwrap();
+        assert_eq!(out.plan.precision, precision);
+        assert!(out.ranked.iter().all(|r| r.plan.precision == precision));
+        for e in &out.per_engine {
+            if let Some(p) = &e.plan {
+                assert_eq!(p.precision, precision, "{:?}", e.engine);
+            }
+        }
+    }
+}
