@@ -432,24 +432,30 @@ def _tp_worker(rank, tp, port, backend, shape, kinds, seq, mbs, precision, warmu
 def _spawn(fn, args: tuple, nprocs: int, what: str):
     """Runs `fn(rank, *args, out)` in `nprocs` fresh processes and returns the JSON rank 0
     wrote to `out`. Rank 0 writes its results before the group is torn down, so a crash in
-    the backend's teardown (gloo has aborted there on a loaded machine) loses nothing; a
-    process that fails before writing is an error saying so."""
+    the backend's teardown (gloo has aborted there, "terminate called without an active
+    exception", on a loaded machine) loses nothing. A run that fails before rank 0 wrote is
+    tried once more on a fresh port (`args[1]`), then is an error saying so."""
     import tempfile
 
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
 
-    with tempfile.TemporaryDirectory() as d:
-        out = f"{d}/out.json"
-        try:
-            mp.spawn(fn, args=args + (out,), nprocs=nprocs, join=True)
-        except mp.ProcessException as e:
+    failure: object = "no results written"
+    for attempt in range(2):
+        if attempt:
+            args = (args[0], _free_port()) + args[2:]
+        with tempfile.TemporaryDirectory() as d:
+            out = f"{d}/out.json"
+            try:
+                mp.spawn(fn, args=args + (out,), nprocs=nprocs, join=True)
+            except ProcessException as e:
+                failure = e
             try:
                 with open(out) as f:
                     return json.load(f)
             except (OSError, ValueError):
-                raise hetplan.HetplanError(f"{what} failed in a worker process: {e}") from e
-        with open(out) as f:
-            return json.load(f)
+                pass
+    raise hetplan.HetplanError(f"{what} failed in a worker process: {failure}")
 
 
 def _free_port() -> int:
