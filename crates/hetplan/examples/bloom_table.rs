@@ -79,7 +79,12 @@ fn main() {
             int("micro_batch"),
             int("global_batch")
         );
-        let plan = parse_inline_plan(&spec, &model, &cluster).expect("the row's plan");
+        let mut plan = parse_inline_plan(&spec, &model, &cluster).expect("the row's plan");
+        // After "Rebalancing layers": DeepSpeed's BF16_Optimizer, whose gradient accumulation
+        // buffer is FP32 (`data_types.grad_accum_dtype: fp32`), 4 B per parameter.
+        if f["precision"].contains("fp32 grad") {
+            plan.collective_dtypes.gradients = Some(hetplan::plan::Precision::Fp32);
+        }
         let w = Workload {
             model: &model,
             cluster: &cluster,

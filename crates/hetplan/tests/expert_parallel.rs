@@ -112,8 +112,10 @@ fn expert_states_shrink_by_the_expert_parallel_degree() {
     );
     // ZeRO-1 shards the experts' optimizer states over the dp / ep replicas that hold them:
     // per GPU the same as without expert parallelism.
-    let (_, _, o1) = memory::sharded_states_ep(0.0, expert / 4.0, p.precision, 1, 8.0, 4.0);
-    let (_, _, o0) = memory::sharded_states_ep(0.0, expert, p.precision, 1, 8.0, 1.0);
+    let (_, _, o1) =
+        memory::sharded_states_ep(0.0, expert / 4.0, memory::plan_state_bytes(&p), 1, 8.0, 4.0);
+    let (_, _, o0) =
+        memory::sharded_states_ep(0.0, expert, memory::plan_state_bytes(&p), 1, 8.0, 1.0);
     assert!((o1 - o0).abs() / o0 < 1e-12);
 }
 

@@ -103,13 +103,13 @@ pub fn gpu_params(
 pub fn sharded_states_ep(
     dense: f64,
     expert: f64,
-    precision: Precision,
+    bytes: (f64, f64, f64),
     zero: u8,
     dp: f64,
     ep: f64,
 ) -> (f64, f64, f64) {
-    let (w, g, o) = sharded_states(dense, precision, zero, dp);
-    let (we, ge, oe) = sharded_states(expert, precision, zero, (dp / ep.max(1.0)).max(1.0));
+    let (w, g, o) = sharded_states_of(dense, bytes, zero, dp);
+    let (we, ge, oe) = sharded_states_of(expert, bytes, zero, (dp / ep.max(1.0)).max(1.0));
     (w + we, g + ge, o + oe)
 }
 
@@ -304,7 +304,18 @@ pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, tp: u32, seq: u64
 /// under ZeRO `zero` over `dp` replicas (before any offloading): ZeRO-1 shards the optimizer
 /// state, ZeRO-2 also the gradients, ZeRO-3 also the weights (Rajbhandari et al. 2020 §5).
 pub fn sharded_states(params: f64, precision: Precision, zero: u8, dp: f64) -> (f64, f64, f64) {
-    let (w, g, o) = state_bytes(precision);
+    sharded_states_of(params, state_bytes(precision), zero, dp)
+}
+
+/// [`sharded_states`] with the bytes per parameter given, `(weights, gradients, optimizer)`:
+/// [`state_bytes`], or [`plan_state_bytes`] for a plan.
+pub fn sharded_states_of(
+    params: f64,
+    bytes: (f64, f64, f64),
+    zero: u8,
+    dp: f64,
+) -> (f64, f64, f64) {
+    let (w, g, o) = bytes;
     let shard = |from: u8| if zero >= from { dp.max(1.0) } else { 1.0 };
     (
         params * w / shard(3),
@@ -313,7 +324,20 @@ pub fn sharded_states(params: f64, precision: Precision, zero: u8, dp: f64) -> (
     )
 }
 
-/// Bytes per parameter of weights, gradients and optimizer state for a precision.
+/// Bytes per parameter of weights, gradients and optimizer state a plan keeps: as
+/// [`state_bytes`], with the gradients in the element type the plan accumulates and reduces
+/// them in where it names one (`collective_dtypes.gradients`): Megatron's
+/// `--accumulate-allreduce-grads-in-fp32` keeps an FP32 `main_grad` buffer, DeepSpeed's
+/// `grad_accum_dtype: fp32` selects its `BF16_Optimizer` with an FP32 accumulation buffer
+/// (engine.py, `_do_optimizer_sanity_check`): 4 B per parameter instead of 2.
+pub fn plan_state_bytes(plan: &crate::plan::Plan) -> (f64, f64, f64) {
+    let (w, g, o) = state_bytes(plan.precision);
+    let g = (plan.collective_dtypes.gradients).map_or(g, |p| g.max(p.element_bytes()));
+    (w, g, o)
+}
+
+/// Bytes per parameter of weights, gradients and optimizer state for a precision (the ZeRO
+/// paper's 16 B of mixed precision, with 16-bit gradients).
 pub fn state_bytes(p: Precision) -> (f64, f64, f64) {
     match p {
         Precision::Fp32 => (4.0, 4.0, k::OPTIMIZER_BYTES_FP32),

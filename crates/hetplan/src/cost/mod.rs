@@ -893,7 +893,7 @@ pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f
     let (model, cluster) = (w.model, w.cluster);
     let st = &plan.stages[si];
     let devs = st.replica(r);
-    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
+    let (w_bytes, g_bytes, _) = memory::plan_state_bytes(plan);
     let (dense, expert) = memory::stage_params_split(model, st.layers.iter(), st.tp_of(r));
     let ep = st.expert_shards();
     // ZeRO-1+: the dense states sharded over dp, the experts' (1/ep of them here) over dp/ep,
@@ -1037,7 +1037,7 @@ fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
 /// forward and up in backward, gradients go down in backward.
 pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64, f64) {
     let st = &plan.stages[si];
-    let (w_bytes, g_bytes, _) = memory::state_bytes(plan.precision);
+    let (w_bytes, g_bytes, _) = memory::plan_state_bytes(plan);
     let params = memory::gpu_params(w.model, st.layers.iter(), st.tp_of(r), st.expert_shards());
     let dp = st.dp.max(1) as f64;
     let off = st.offload;
@@ -1485,8 +1485,14 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
         .map(|c| memory::stage_params_split(model, c.layers.iter(), c.tp_of(r)))
         .fold((0.0, 0.0), |(d, e), (cd, ce)| (d + cd, e + ce));
     let ep = st.expert_shards();
-    let (weights, gradients, optimizer) =
-        memory::sharded_states_ep(dense, expert / ep, plan.precision, st.zero, dp, ep);
+    let (weights, gradients, optimizer) = memory::sharded_states_ep(
+        dense,
+        expert / ep,
+        memory::plan_state_bytes(plan),
+        st.zero,
+        dp,
+        ep,
+    );
     let offloaded_states =
         weights * off.weights + gradients * off.gradients + optimizer * off.optimizer;
     let fp8_copies: f64 = (chunks.iter())
