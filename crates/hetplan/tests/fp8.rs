@@ -146,3 +146,52 @@ fn the_planner_keeps_the_problems_precision() {
         }
     }
 }
+
+#[test]
+fn planning_in_fp8_says_at_once_what_cannot_run_it() {
+    use hetplan::plan::runtime::Runtime;
+    use hetplan::planners::{self, Limits, PlanOptions, PlannerError, Problem, Search};
+    let model = catalog_model("llama3-8b").unwrap();
+    let run = |cluster: &str, runtime: Option<Runtime>| {
+        let cluster = catalog_cluster(cluster).unwrap();
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 16,
+            seq_len: 2048,
+            compute: &Analytic,
+            options: PlanOptions {
+                precision: Precision::Fp8,
+                runtime,
+                ..PlanOptions::default()
+            },
+        };
+        let limits = Limits {
+            max_nodes: Some(2_000),
+            time: None,
+        };
+        let mut search = Search::new(limits, &planners::NoClock, &planners::NoProgress);
+        planners::by_name("hetplan")
+            .unwrap()
+            .plan(&problem, &mut search)
+    };
+    match run("1x8xa100-sxm4-80gb", None) {
+        Err(PlannerError::Infeasible(m)) => assert!(m.contains("FP8 tensor cores"), "{m}"),
+        other => panic!("{:?}", other.map(|o| o.plan.summary())),
+    }
+    match run("1x8xh100-sxm5-80gb", Some(Runtime::Deepspeed)) {
+        Err(PlannerError::Infeasible(m)) => assert!(m.contains("does not train in FP8"), "{m}"),
+        other => panic!("{:?}", other.map(|o| o.plan.summary())),
+    }
+    // A mixed cluster plans on its FP8 GPUs.
+    let out = run(
+        "1x8xh100-sxm5-80gb@400Gbps+1x8xa100-sxm4-80gb@200Gbps",
+        None,
+    )
+    .unwrap();
+    assert!(
+        out.plan.devices().iter().all(|g| g.node == 0),
+        "{}",
+        out.plan.summary()
+    );
+}

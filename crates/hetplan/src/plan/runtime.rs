@@ -74,6 +74,13 @@ impl Runtime {
     }
 
     /// Every reason `plan` cannot run on this engine; empty when it can.
+    /// Whether the engine trains in precision `p`: DeepSpeed's engine has no FP8 (its config
+    /// has no FP8 section); Megatron (Transformer Engine), torchtitan and FSDP2 (torchao's
+    /// Float8) run it; every engine runs FP32, FP16 and BF16.
+    pub fn trains_in(self, p: super::Precision) -> bool {
+        !(self == Runtime::Deepspeed && p == super::Precision::Fp8)
+    }
+
     pub fn why_not(self, plan: &Plan) -> Vec<String> {
         let mut why = Vec::new();
         let name = self.name();
@@ -82,9 +89,7 @@ impl Runtime {
             return vec!["the plan has no stages".into()];
         };
         let same = |f: &dyn Fn(&Stage) -> String| plan.stages.iter().all(|s| f(s) == f(first));
-        // DeepSpeed's engine trains in FP32, FP16 or BF16 (its config has no FP8 section);
-        // Megatron (Transformer Engine), torchtitan and FSDP2 (torchao's Float8) run FP8.
-        if self == Runtime::Deepspeed && plan.precision == super::Precision::Fp8 {
+        if !self.trains_in(plan.precision) {
             why.push(format!(
                 "{name} trains in FP32, FP16 or BF16; the plan's matrix products are FP8"
             ));

@@ -86,6 +86,34 @@ pub fn workload<'a>(problem: &Problem<'a>) -> Workload<'a> {
 /// `Infeasible` when there is nothing to plan: a model without layers, a cluster without GPUs,
 /// a global batch of 0 samples. Every planner's answer goes through it (`Planner::plan`), and
 /// a `find` that cannot start without these calls it first.
+/// The problem's precision against its GPUs and engine, before any search: FP8 needs at
+/// least one GPU with FP8 tensor cores (the plan then uses only those), and the engine asked
+/// for (`--engine`) must train in it.
+pub fn precision_runs(problem: &Problem<'_>) -> Result<(), PlannerError> {
+    use crate::plan::Precision;
+    let p = problem.options.precision;
+    if p == Precision::Fp8 {
+        let types = &problem.cluster.gpu_types;
+        if types.iter().all(|t| crate::gpu::fp8_peak(t).is_none()) {
+            let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
+            return Err(PlannerError::Infeasible(format!(
+                "FP8 training needs GPUs with FP8 tensor cores (Ada, Hopper, Blackwell); the \
+                 cluster has {}; plan in BF16 (--precision bf16)",
+                names.join(", ")
+            )));
+        }
+    }
+    match problem.options.runtime {
+        Some(rt) if !rt.trains_in(p) => Err(PlannerError::Infeasible(format!(
+            "{} does not train in {}; plan for it in BF16 (--precision bf16), or for an engine \
+             that runs it (--engine megatron)",
+            rt.name(),
+            p.name().to_uppercase()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub fn nothing_to_plan(problem: &Problem<'_>) -> Result<(), PlannerError> {
     let mut missing = Vec::new();
     if problem.model.layers.is_empty() {

@@ -390,6 +390,7 @@ pub trait Planner {
         search: &mut Search<'_>,
     ) -> Result<Outcome, PlannerError> {
         common::nothing_to_plan(problem)?;
+        common::precision_runs(problem)?;
         only_plans_that_fit(self.find(problem, search)?, problem)
     }
 }
