@@ -481,16 +481,20 @@ impl<'a> Builder<'a> {
         } else {
             cl.intra_latency
         };
-        // Each message: one round's chunk, to the next replica; rounds·(n − 1) of them.
-        let message = chunk_rounds / rounds as f64;
-        let pair = [st.replica(r)[0], st.replica(next)[0]];
-        let messages = (rounds as usize * (n - 1)) as f64;
+        // A round moves what an all-gather of the group's chunks moves; the estimate prices
+        // it with the same measured curve.
+        let members: Vec<GpuId> = group.clone().map(|q| st.replica(q)[0]).collect();
+        let round = self.measured(
+            &members,
+            CollectiveOp::AllGather,
+            chunk_rounds / rounds as f64 * n as f64,
+        );
         let work = Work::Flow {
             edges,
-            latency: messages * alpha.get(),
+            latency: (rounds as usize * (n - 1)) as f64 * alpha.get(),
             efficiency: k::COLLECTIVE_EFFICIENCY,
             execs: vec![e],
-            floor: messages * self.measured(&pair, CollectiveOp::P2p, message),
+            floor: rounds as f64 * round,
         };
         let t = self.task(work, vec![after], label);
         self.pending_sends[e].push(t);
