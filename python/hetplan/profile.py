@@ -415,18 +415,17 @@ def _tp_worker(rank, tp, port, backend, shape, kinds, seq, mbs, precision, warmu
     dev = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    try:
-        samples, spreads = _measure_layers(
-            torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp, rank,
-            dist.group.WORLD, ep,
-        )
-        # The group moves in lock step: rank 0's clock stands for it.
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump({"samples": samples, "spreads": spreads}, f)
-    finally:
-        dist.barrier()
-        dist.destroy_process_group()
+    samples, spreads = _measure_layers(
+        torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp, rank,
+        dist.group.WORLD, ep,
+    )
+    # The group moves in lock step: rank 0's clock stands for it. A rank that raised above
+    # exits, and mp.spawn stops the others (a barrier here would wait for it forever).
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"samples": samples, "spreads": spreads}, f)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _spawn(fn, args: tuple, nprocs: int, what: str):
