@@ -198,5 +198,9 @@ fn a_measured_all_gather_sets_the_context_parallel_ring_in_both() {
     assert!(e1.iteration_time_s > 1.5 * e0.iteration_time_s);
     assert!(s1.iteration_time_s > 1.5 * s0.iteration_time_s);
     let d = disagreement(&e1, &s1);
-    assert!(d.abs() < 0.05, "simulated against estimated: {:+.1}%", 100.0 * d);
+    assert!(
+        d.abs() < 0.05,
+        "simulated against estimated: {:+.1}%",
+        100.0 * d
+    );
 }
