@@ -153,6 +153,23 @@ pub fn fp8_weight_copy_bytes(
     per_param * params
 }
 
+/// Bytes of DeepSpeed's gradient-reduction bucket under ZeRO-1 and -2: with
+/// `contiguous_gradients` (on by default) its optimizer allocates one buffer of
+/// `reduce_bucket_size` elements (5·10⁸ by default, `constants::grad_bucket_params`) in the
+/// gradients' element type, two with `overlap_comm` (off by default below ZeRO-3)
+/// (deepspeed/runtime/zero/stage_1_and_2.py, `setup_buckets` and, under pipeline
+/// parallelism, `reduce_gradients`; defaults in zero/config.py). 0 for other engines and
+/// stages (ZeRO-3 and FSDP reduce-scatter layer by layer; Megatron's buckets are views of its
+/// gradient buffer).
+pub fn reduce_bucket_bytes(engine: Engine, zero: u8, dp: u32, gradient_bytes: f64) -> f64 {
+    match (engine, zero) {
+        (Engine::Deepspeed, 1 | 2) => {
+            super::constants::grad_bucket_params(engine, dp).unwrap_or(0.0) * gradient_bytes
+        }
+        _ => 0.0,
+    }
+}
+
 /// Bytes per vocabulary entry and token that the loss keeps for backward.
 /// - Megatron and DeepSpeed (Megatron's vocab-parallel cross-entropy, PyTorch's under autocast):
 ///   the fp32 softmax, 4 B (Korthikanti et al. 2022 §4.1, 4sbv/t) — the model's default.

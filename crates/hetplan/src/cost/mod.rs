@@ -1523,7 +1523,8 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     }
     // Offloaded activations leave the GPU except for the micro-batch in progress.
     let activations = act_per_mb * (1.0 + (inflight - 1.0).max(0.0) * (1.0 - off.activations));
-    let temporary = working + transient + gathered;
+    let bucket = memory::reduce_bucket_bytes(plan.engine, st.zero, st.dp, ctx.gg_bytes);
+    let temporary = working + transient + gathered + bucket;
     let allocated = weights + gradients + optimizer + activations + temporary;
     let overhead = memory::overhead_bytes(allocated);
     MemoryBreakdown {
