@@ -726,12 +726,11 @@ impl ProfileDb {
         link: LinkKind,
         message: Bytes,
     ) -> Option<BytesPerSec> {
-        let samples: Vec<&CollectiveSample> = self
-            .gpu_profiles(gpu)
-            .into_iter()
-            .flat_map(|p| p.collectives.iter())
-            .collect();
-        bandwidth_at(&samples, op, group_size, link, message)
+        let samples = (self.gpu_profiles(gpu).into_iter()).flat_map(|p| p.collectives.iter());
+        let pts = curve_points(
+            samples.filter(|c| (c.op, c.group_size, c.link) == (op, group_size, link)),
+        );
+        bandwidth_at(&pts, message)
     }
 
     /// The profiles of `model` on `gpu`: names compare normalised, the GPU also by catalog alias.
@@ -817,11 +816,15 @@ pub struct ProfileIndex {
     gpus: BTreeMap<String, usize>,
     /// (GPU slot, normalised model name) → curves.
     models: BTreeMap<(usize, String), ProfiledModel>,
-    /// GPU slot → its measured collectives (any model's profile).
-    collectives: BTreeMap<usize, Vec<CollectiveSample>>,
+    /// (GPU slot, op, group size, link) → its measured curve (any model's profile), as
+    /// `curve_points` gives it: built once, so a lookup is a map search and a bisection.
+    collectives: BTreeMap<CurveKey, Vec<(f64, f64)>>,
 }
 
-/// The points of one model on one GPU, by (layer index, tp) and by (kind rank, tp).
+/// A measured collective curve's key: (GPU slot, op, group size, link).
+type CurveKey = (usize, CollectiveOp, u32, LinkKind);
+
+/// The points of one model on one GPU, by (layer index, tp, ep) and by (kind rank, tp, ep).
 type ModelPoints = (
     BTreeMap<(usize, u32, u32), Vec<Point>>,
     BTreeMap<(u8, u32, u32), Vec<Point>>,
@@ -830,23 +833,23 @@ type ModelPoints = (
 /// The measured bandwidth among `samples` for (op, group size, link), interpolated linearly in
 /// log₂(message size) between measured sizes and held at the nearest one outside (the first of
 /// equal sizes kept); `None` without such a sample.
-fn bandwidth_at(
-    samples: &[&CollectiveSample],
-    op: CollectiveOp,
-    group_size: u32,
-    link: LinkKind,
-    message: Bytes,
-) -> Option<BytesPerSec> {
+/// A collective's measured points, (log₂ message, bandwidth), sorted by size, one per size
+/// (the first sample's).
+fn curve_points<'a>(samples: impl Iterator<Item = &'a CollectiveSample>) -> Vec<(f64, f64)> {
     let mut pts: Vec<(f64, f64)> = samples
-        .iter()
-        .filter(|c| c.op == op && c.group_size == group_size && c.link == link)
         .map(|c| (c.message.get().log2(), c.bandwidth.get()))
         .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.dedup_by(|a, b| a.0 == b.0);
+    pts
+}
+
+/// The bandwidth at `message` on a curve of `curve_points`: linear in log₂ size between the
+/// measured sizes, held at the nearest one outside; `None` without a point.
+fn bandwidth_at(pts: &[(f64, f64)], message: Bytes) -> Option<BytesPerSec> {
     if pts.is_empty() {
         return None;
     }
-    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    pts.dedup_by(|a, b| a.0 == b.0);
     let x = message.get().max(1.0).log2();
     let k = pts.partition_point(|p| p.0 <= x);
     let bw = if k == 0 {
@@ -871,7 +874,7 @@ pub struct ProfiledModel {
 
 impl ProfileIndex {
     /// Indexes every profile. Of samples for the same GPU, model, layer key, tp and mbs the
-    /// first one in database order is kept.
+    /// first one in database order is kept (ep counts too).
     pub fn new(db: &ProfileDb) -> ProfileIndex {
         Self::build(db, |_| true)
     }
@@ -889,7 +892,7 @@ impl ProfileIndex {
         let mut gpus: BTreeMap<String, usize> = BTreeMap::new();
         let mut slots: BTreeMap<String, usize> = BTreeMap::new(); // canonical → slot
         let mut points: BTreeMap<(usize, String), ModelPoints> = BTreeMap::new();
-        let mut collectives: BTreeMap<usize, Vec<CollectiveSample>> = BTreeMap::new();
+        let mut samples: BTreeMap<CurveKey, Vec<&CollectiveSample>> = BTreeMap::new();
         for p in db.profiles.iter().filter(|p| keep(p)) {
             let spec = gpu::lookup(&p.gpu).ok();
             let canonical = match &spec {
@@ -905,7 +908,12 @@ impl ProfileIndex {
                     gpus.entry(names::normalize(a)).or_insert(slot);
                 }
             }
-            (collectives.entry(slot).or_default()).extend(p.collectives.iter().cloned());
+            for c in &p.collectives {
+                (samples
+                    .entry((slot, c.op, c.group_size, c.link))
+                    .or_default())
+                .push(c);
+            }
             let entry = points
                 .entry((slot, names::normalize(&p.model)))
                 .or_default();
@@ -938,6 +946,9 @@ impl ProfileIndex {
                 (key, m)
             })
             .collect();
+        let collectives = (samples.into_iter())
+            .map(|(k, v)| (k, curve_points(v.into_iter())))
+            .collect();
         ProfileIndex {
             gpus,
             models,
@@ -954,9 +965,11 @@ impl ProfileIndex {
         link: LinkKind,
         message: Bytes,
     ) -> Option<BytesPerSec> {
-        let slot = self.gpus.get(&names::normalize(gpu))?;
-        let samples: Vec<&CollectiveSample> = self.collectives.get(slot)?.iter().collect();
-        bandwidth_at(&samples, op, group_size, link, message)
+        let slot = *self.gpus.get(&names::normalize(gpu))?;
+        bandwidth_at(
+            self.collectives.get(&(slot, op, group_size, link))?,
+            message,
+        )
     }
 
     /// The curves of `model` on `gpu` (names normalised; the GPU by any catalog alias of a

@@ -976,50 +976,23 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                     last_compute = b.compute(e, overlap, vec![], label(None));
                     b.cp_ring(e, t, chunk_rounds, rounds, cp_label(None));
                 }
-                // One all-reduce flow for the pass: the layers' buffers (equal within a stage
-                // of one kind of layer) as their total, with every message's latency.
-                let count: u32 = lc.iter().map(|c| tp_count(c, op.pass)).sum();
-                let bytes: f64 = lc
-                    .iter()
-                    .map(|c| c.tp_allreduce_bytes.get() * tp_count(c, op.pass) as f64)
-                    .sum();
-                let per_message = if count > 0 { bytes / count as f64 } else { 0.0 };
-                let tp_end = b.tp_allreduces(e, last_compute, per_message, count, tp_label(None));
-                // The MoE layers' all-to-alls likewise, as one flow after the pass.
-                let ep_n: u32 = lc.iter().map(|c| ep_count(c, op.pass)).sum();
-                let ep_bytes: f64 = lc
-                    .iter()
-                    .map(|c| c.ep_alltoall_bytes.get() * ep_count(c, op.pass) as f64)
-                    .sum();
-                let ep_per = if ep_n > 0 {
-                    ep_bytes / ep_n as f64
-                } else {
-                    0.0
-                };
-                // Expert ranks' all-reduces likewise.
-                let etp_n: u32 = lc.iter().map(|c| etp_count(c, op.pass)).sum();
-                let etp_bytes: f64 = lc
-                    .iter()
-                    .map(|c| c.tp_allreduce_bytes.get() * etp_count(c, op.pass) as f64)
-                    .sum();
-                let etp_per = if etp_n > 0 {
-                    etp_bytes / etp_n as f64
-                } else {
-                    0.0
-                };
+                // One flow per kind of collective for the pass: the layers' messages, each of
+                // their mean size, with every message's latency.
+                let pass = op.pass;
+                let (tp_per, tp_n) =
+                    messages(lc, |c| (tp_count(c, pass), c.tp_allreduce_bytes.get()));
+                let tp_end = b.tp_allreduces(e, last_compute, tp_per, tp_n, tp_label(None));
+                // Expert ranks' all-reduces and the MoE layers' all-to-alls likewise.
+                let (etp_per, etp_n) =
+                    messages(lc, |c| (etp_count(c, pass), c.tp_allreduce_bytes.get()));
+                let (ep_per, ep_n) =
+                    messages(lc, |c| (ep_count(c, pass), c.ep_alltoall_bytes.get()));
                 let tp_end = b.etp_allreduces(e, tp_end, etp_per, etp_n, tp_label(None));
                 let ep_end = b.ep_alltoalls(e, tp_end, ep_per, ep_n, ep_label(None));
                 // Ulysses' all-to-alls likewise (each layer's forward buffer covers two).
-                let cp_n: u32 = lc.iter().map(|c| cp_a2a_count(c, op.pass)).sum();
-                let cp_bytes: f64 = lc
-                    .iter()
-                    .map(|c| c.cp_alltoall_bytes.get() / 2.0 * cp_a2a_count(c, op.pass) as f64)
-                    .sum();
-                let cp_per = if cp_n > 0 {
-                    cp_bytes / cp_n as f64
-                } else {
-                    0.0
-                };
+                let (cp_per, cp_n) = messages(lc, |c| {
+                    (cp_a2a_count(c, pass), c.cp_alltoall_bytes.get() / 2.0)
+                });
                 let end = b.cp_alltoalls(e, ep_end, cp_per, cp_n, cp_label(None));
                 PassTasks {
                     first: t,
@@ -1400,6 +1373,17 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
 }
 
 /// Whether a stage's ZeRO-1/2 parameter gather runs ahead of its first forward, layer by layer.
+/// The mean size of a pass's messages of one kind and their number, from each layer's
+/// (messages, bytes per message): the layers' buffers (equal within a stage of one kind of
+/// layer) sent as one flow.
+fn messages(lc: &[LayerCost], of: impl Fn(&LayerCost) -> (u32, f64)) -> (f64, u32) {
+    let (n, bytes) = lc
+        .iter()
+        .map(&of)
+        .fold((0u32, 0.0), |(n, b), (k, per)| (n + k, b + per * k as f64));
+    (if n > 0 { bytes / n as f64 } else { 0.0 }, n)
+}
+
 fn gathers_during_forward(plan: &Plan, st: &Stage) -> bool {
     (st.zero == 1 || st.zero == 2) && plan.engine.gathers_params_during_forward()
 }
