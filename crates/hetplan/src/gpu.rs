@@ -760,7 +760,7 @@ pub fn resolve(name: &str) -> Result<Resolved, UnknownGpu> {
 /// Dense FP8 tensor-core peak (E4M3/E5M2 inputs, FP32 accumulation), where the GPU has FP8
 /// tensor cores: twice its 16-bit tensor peak on every generation that has them — H100 SXM
 /// 1,979 vs 989 TFLOP/s (NVIDIA H100 datasheet, 2023), L4 242 vs 121 and L40S 733 vs 366
-/// (NVIDIA L4 and L40S datasheets), RTX 4090 165 vs 82.6 with FP32 accumulation (NVIDIA Ada
+/// (NVIDIA L4 and L40S datasheets), RTX 4090 330.3 vs 165.2, both with FP32 accumulation (NVIDIA Ada
 /// Lovelace architecture whitepaper, appendix A), B200 4.5 vs 2.25 PFLOP/s (NVIDIA DGX B200
 /// datasheet). `None` before Ada (Ampere, Volta, ... have no FP8) and on AMD's CDNA 2; CDNA 3
 /// (MI300X) has FP8 at twice its BF16 rate too (AMD Instinct MI300X data sheet).
