@@ -773,6 +773,70 @@ pub fn fp8_peak(gpu: &GpuSpec) -> Option<FlopPerSec> {
     }
 }
 
+/// Maximum board power (TDP) of a catalog GPU in watts, from the same vendor datasheets the
+/// catalog cites (NVIDIA V100, P100, T4, L4, A10, A100, H100, H200, HGX B200, RTX A6000, L40S
+/// datasheets; GeForce/TITAN product pages for the total graphics power; AMD's MI300X data
+/// sheet). `None` where the part's power is configurable or not published per GPU (A10G, an
+/// MI250X die, GH200's module).
+pub fn board_power_w(gpu_name: &str) -> Option<f64> {
+    Some(match gpu_name {
+        "v100-sxm2-16gb" | "v100-sxm2-32gb" => 300.0,
+        "v100-pcie-16gb" | "v100-pcie-32gb" | "p100-pcie-16gb" | "a100-pcie-40gb" => 250.0,
+        "t4" => 70.0,
+        "l4" => 72.0,
+        "a10" => 150.0,
+        "a100-sxm4-40gb" | "a100-sxm4-80gb" | "a800-sxm4-80gb" => 400.0,
+        "a100-pcie-80gb" | "rtx-a6000" => 300.0,
+        "h100-sxm5-80gb" | "h200-sxm-141gb" | "h800-sxm5-80gb" => 700.0,
+        "h100-pcie-80gb" | "l40s" | "rtx-3090" => 350.0,
+        "b200-sxm-180gb" => 1000.0,
+        "rtx-4090" => 450.0,
+        "mi300x" => 750.0,
+        "titan-rtx" => 280.0,
+        "rtx-2080" => 215.0,
+        _ => return None,
+    })
+}
+
+/// How a power cap below the board power slows the compute units: clock ∝ (cap / TDP)^(1/3).
+/// Dynamic CMOS power is C·V²·f and, over a GPU's DVFS range, the voltage tracks the clock, so
+/// a tensor-core-bound kernel that holds its board at the TDP draws ∝ f³ (Rabaey et al.,
+/// "Digital Integrated Circuits", §5.5; static power neglected, which makes this the mildest
+/// slow-down the cap can cause). Memory clocks do not follow the cap.
+pub const POWER_CLOCK_EXPONENT: f64 = 1.0 / 3.0;
+
+/// Why a power cap cannot be applied.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PowerCapError {
+    #[error("no board power on record for `{0}`")]
+    UnknownBoardPower(String),
+    #[error("a power cap of {cap} W is not in (0, {tdp}] W, the board power of `{gpu}`")]
+    OutOfRange { gpu: String, cap: f64, tdp: f64 },
+}
+
+/// `gpu` run under a power cap of `watts`: its tensor and FP32 peaks scaled by the clock the
+/// cap leaves ([`POWER_CLOCK_EXPONENT`]); memory and links unchanged.
+pub fn power_capped(gpu: &GpuSpec, watts: f64) -> Result<GpuSpec, PowerCapError> {
+    let tdp = board_power_w(&gpu.name)
+        .ok_or_else(|| PowerCapError::UnknownBoardPower(gpu.name.clone()))?;
+    if !(watts.is_finite() && watts > 0.0 && watts <= tdp) {
+        return Err(PowerCapError::OutOfRange {
+            gpu: gpu.name.clone(),
+            cap: watts,
+            tdp,
+        });
+    }
+    let clock = (watts / tdp).powf(POWER_CLOCK_EXPONENT);
+    let mut out = gpu.clone();
+    out.peak_tensor = FlopPerSec(gpu.peak_tensor.get() * clock);
+    out.peak_fp32 = FlopPerSec(gpu.peak_fp32.get() * clock);
+    out.source = format!(
+        "{}; capped at {watts} W of {tdp} W: compute clock ×{clock:.3}",
+        gpu.source
+    );
+    Ok(out)
+}
+
 pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
     resolve(name).map(|r| r.spec)
 }
@@ -781,6 +845,33 @@ pub fn lookup(name: &str) -> Result<GpuSpec, UnknownGpu> {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_power_cap_slows_compute_by_the_cube_root_and_leaves_memory() {
+        let h100 = lookup("h100").unwrap();
+        let capped = power_capped(&h100, 500.0).unwrap();
+        let f = capped.peak_tensor.get() / h100.peak_tensor.get();
+        assert!((f - (500.0f64 / 700.0).cbrt()).abs() < 1e-12, "{f}");
+        assert_eq!(capped.hbm_bandwidth, h100.hbm_bandwidth);
+        assert_eq!(capped.memory, h100.memory);
+        assert_eq!(power_capped(&h100, 700.0).unwrap().peak_tensor, h100.peak_tensor);
+        assert!(matches!(
+            power_capped(&h100, 800.0),
+            Err(PowerCapError::OutOfRange { .. })
+        ));
+        assert!(power_capped(&h100, 0.0).is_err());
+        let gh = lookup("gh200").unwrap();
+        assert!(matches!(
+            power_capped(&gh, 500.0),
+            Err(PowerCapError::UnknownBoardPower(_))
+        ));
+        // Every catalog part but the documented exceptions has a board power.
+        for g in catalog() {
+            let known = board_power_w(&g.name).is_some();
+            let exception = ["a10g", "mi250x-gcd", "gh200-96gb"].contains(&g.name.as_str());
+            assert_eq!(known, !exception, "{}", g.name);
+        }
+    }
 
     #[test]
     fn aliases_resolve() {

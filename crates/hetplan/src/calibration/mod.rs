@@ -7,6 +7,7 @@
 //! `grad_accum` micro-batches, full checkpointing when `ckpt` — checked with
 //! `plan::validate::validate`, and estimated with the analytic model.
 
+pub mod published;
 pub mod sailor;
 
 use crate::cluster::spec::uniform_cluster;

@@ -22,7 +22,8 @@
 //! inter_node_bandwidth = "16 Gbps"
 //!
 //! [gpu_overrides."v100-sxm2-16gb"]  # per GPU type: memory, peak_tensor, peak_fp32,
-//! memory = "15 GiB"                 # hbm_bandwidth, nvlink_bandwidth, pcie_bandwidth
+//! memory = "15 GiB"                 # hbm_bandwidth, nvlink_bandwidth, pcie_bandwidth,
+//!                                   # power_limit ("250 W": compute clock × (cap/TDP)^⅓)
 //!
 //! [[bandwidth]]                     # per node-pair override (AMP's bandwidth matrix)
 //! nodes = [0, 2]                    # node indices: file order, group 0's nodes first
@@ -129,6 +130,7 @@ struct RawOverride {
     hbm_bandwidth: Leaf,
     nvlink_bandwidth: Leaf,
     pcie_bandwidth: Leaf,
+    power_limit: Leaf,
 }
 
 #[derive(Deserialize)]
@@ -521,6 +523,28 @@ impl<'a> Resolver<'a> {
                     "GB/s",
                 )?;
                 changed.push("pcie_bandwidth");
+            }
+            // Last: the cap scales the (possibly overridden) peaks.
+            if let Some(v) = &ov.power_limit {
+                let at = Some(v.span().start);
+                let field = f("power_limit");
+                let watts = match v.get_ref() {
+                    Value::String(t) => t
+                        .trim()
+                        .strip_suffix('W')
+                        .and_then(|n| n.trim().parse::<f64>().ok()),
+                    _ => None,
+                }
+                .ok_or_else(|| {
+                    self.err(at, field.clone(), "expected a power in watts, e.g. \"500 W\"")
+                        .hint(Some("write `power_limit = \"500 W\"`".into()))
+                })?;
+                spec = gpu::power_capped(&spec, watts).map_err(|e| {
+                    self.err(at, field.clone(), e.to_string()).hint(Some(
+                        "set `peak_tensor` and `peak_fp32` to the capped rates instead".into(),
+                    ))
+                })?;
+                changed.push("power_limit");
             }
             if !changed.is_empty() {
                 spec.source = format!(
@@ -1195,6 +1219,27 @@ bandwidth = "10 Gbps"
         assert_eq!(c.link_bandwidth(a, b), BytesPerSec(10e9 / 8.0));
         assert!((c.intra_latency.get() - 5e-6).abs() < 1e-15);
         assert!((c.inter_latency.get() - 20e-6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn a_power_limit_scales_the_peaks_and_bad_ones_are_located() {
+        let src = |v: &str| {
+            format!(
+                "name = \"p\"\n[[node_group]]\ngpu = \"h100\"\ngpus_per_node = 8\nnodes = 1\n\
+                 [gpu_overrides.h100]\npower_limit = {v}\n"
+            )
+        };
+        let c = parse_cluster_toml(&src("\"500 W\"")).unwrap();
+        let h100 = crate::gpu::lookup("h100").unwrap();
+        let f = c.gpu_types[0].peak_tensor.get() / h100.peak_tensor.get();
+        assert!((f - (500.0f64 / 700.0).cbrt()).abs() < 1e-12);
+        assert!(c.gpu_types[0].source.contains("capped at 500 W"));
+        for (bad, want) in [("\"900 W\"", "not in (0, 700]"), ("500", "expected a power")] {
+            let e = parse_cluster_toml(&src(bad)).unwrap_err();
+            assert!(e.message.contains(want), "{}", e.message);
+            assert_eq!(e.line, Some(7), "{e:?}");
+            assert_eq!(e.field.as_deref(), Some("gpu_overrides.\"h100\".power_limit"));
+        }
     }
 
     #[test]
