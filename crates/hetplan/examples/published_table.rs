@@ -34,12 +34,16 @@ fn main() {
             let mem = c.measured_memory.map_or(
                 if c.oom { "OOM".into() } else { "-".into() },
                 |m| match m.quantity {
-                    MemoryQuantity::TorchReserved => format!("{:.1} GiB reserved", m.bytes.as_gib()),
+                    MemoryQuantity::TorchReserved => {
+                        format!("{:.1} GiB reserved", m.bytes.as_gib())
+                    }
                     MemoryQuantity::NvidiaSmi => format!("{:.0} GB smi", m.bytes.get() / 1e9),
                 },
             );
             let est_mem = match c.measured_memory.map(|m| m.quantity) {
-                Some(MemoryQuantity::NvidiaSmi) => format!("{:.1} GB", c.estimated_memory.get() / 1e9),
+                Some(MemoryQuantity::NvidiaSmi) => {
+                    format!("{:.1} GB", c.estimated_memory.get() / 1e9)
+                }
                 _ => format!("{:.1} GiB", c.estimated_memory.as_gib()),
             };
             let verdict = match (c.oom, c.fits) {
@@ -55,10 +59,12 @@ fn main() {
                 c.precision,
                 c.spec,
                 c.seq,
-                c.measured_tokens_per_s_per_gpu.map_or("-".into(), |m| format!("{m:.0}")),
+                c.measured_tokens_per_s_per_gpu
+                    .map_or("-".into(), |m| format!("{m:.0}")),
                 c.estimated_tokens_per_s_per_gpu,
                 pct(c.time_error()),
-                c.simulated_tokens_per_s_per_gpu.map_or("-".into(), |m| format!("{m:.0}")),
+                c.simulated_tokens_per_s_per_gpu
+                    .map_or("-".into(), |m| format!("{m:.0}")),
                 pct(c.sim_error()),
                 mem,
                 est_mem,
@@ -66,24 +72,37 @@ fn main() {
                 verdict,
             );
             let gen = c.gpu.split('-').next().unwrap_or("").to_string();
-            let prec = if c.precision == Precision::Fp8 { "fp8" } else { "16-bit" };
+            let prec = if c.precision == Precision::Fp8 {
+                "fp8"
+            } else {
+                "16-bit"
+            };
             let src = source.split('_').next().unwrap_or(source);
-            groups.entry(format!("{gen} {prec} {src}")).or_default().push(c);
+            groups
+                .entry(format!("{gen} {prec} {src}"))
+                .or_default()
+                .push(c);
         }
     }
     println!("\n| GPU, precision, source | rows | time median \\|error\\| | p90 | mean error | simulation median | p90 | memory rows | memory median | OOM rows predicted |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     let all: Vec<&Checked> = groups.values().flatten().collect();
-    let mut summary = |name: &str, rows: &[&Checked]| {
+    let summary = |name: &str, rows: &[&Checked]| {
         let t: Vec<f64> = rows.iter().filter_map(|c| c.time_error()).collect();
         let s: Vec<f64> = rows.iter().filter_map(|c| c.sim_error()).collect();
         let m: Vec<f64> = rows.iter().filter_map(|c| c.memory_error()).collect();
         let ooms = rows.iter().filter(|c| c.oom).count();
         let caught = rows.iter().filter(|c| c.oom && !c.fits).count();
         let f = |x: Option<(f64, f64)>, i: usize| {
-            x.map_or("-".into(), |p| format!("{:.1}%", 100.0 * if i == 0 { p.0 } else { p.1 }))
+            x.map_or("-".into(), |p| {
+                format!("{:.1}%", 100.0 * if i == 0 { p.0 } else { p.1 })
+            })
         };
-        let mean = if t.is_empty() { 0.0 } else { t.iter().sum::<f64>() / t.len() as f64 };
+        let mean = if t.is_empty() {
+            0.0
+        } else {
+            t.iter().sum::<f64>() / t.len() as f64
+        };
         println!(
             "| {name} | {} | {} | {} | {:+.1}% | {} | {} | {} | {} | {} |",
             t.len(),
@@ -94,7 +113,11 @@ fn main() {
             f(median_p90(&s), 1),
             m.len(),
             f(median_p90(&m), 0),
-            if ooms == 0 { "-".into() } else { format!("{caught} of {ooms}") },
+            if ooms == 0 {
+                "-".into()
+            } else {
+                format!("{caught} of {ooms}")
+            },
         );
     };
     for (name, rows) in &groups {

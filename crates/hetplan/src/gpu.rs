@@ -854,7 +854,10 @@ mod tests {
         assert!((f - (500.0f64 / 700.0).cbrt()).abs() < 1e-12, "{f}");
         assert_eq!(capped.hbm_bandwidth, h100.hbm_bandwidth);
         assert_eq!(capped.memory, h100.memory);
-        assert_eq!(power_capped(&h100, 700.0).unwrap().peak_tensor, h100.peak_tensor);
+        assert_eq!(
+            power_capped(&h100, 700.0).unwrap().peak_tensor,
+            h100.peak_tensor
+        );
         assert!(matches!(
             power_capped(&h100, 800.0),
             Err(PowerCapError::OutOfRange { .. })

@@ -38,7 +38,9 @@ fn every_row_is_a_problem_or_says_why_not() {
     assert_eq!(all.len(), 43 + 9 + 56, "{skipped:?}");
     // The Selene rows of Megatron's 2021 table publish neither heads nor layout.
     assert_eq!(skipped.len(), 10, "{skipped:?}");
-    assert!(skipped.iter().all(|s| s.starts_with("megatron_lm_readme-0")));
+    assert!(skipped
+        .iter()
+        .all(|s| s.starts_with("megatron_lm_readme-0")));
     // The generator of problems is varied: engines, precisions, GPUs, layouts.
     let specs: Vec<&str> = all.iter().map(|(_, c)| c.spec.as_str()).collect();
     for needle in [
@@ -53,15 +55,24 @@ fn every_row_is_a_problem_or_says_why_not() {
         "zero=3",
         "zero=1",
     ] {
-        assert!(specs.iter().any(|s| s.contains(needle)), "no row with {needle}");
+        assert!(
+            specs.iter().any(|s| s.contains(needle)),
+            "no row with {needle}"
+        );
     }
     for gpu in ["a100", "h100", "h200"] {
         assert!(all.iter().any(|(_, c)| c.gpu.starts_with(gpu)), "no {gpu}");
     }
     // Both memory quantities are read, and each row says what it assumed.
-    let q = |m: MemoryQuantity| all.iter().any(|(_, c)| c.measured_memory.map(|x| x.quantity) == Some(m));
+    let q = |m: MemoryQuantity| {
+        all.iter()
+            .any(|(_, c)| c.measured_memory.map(|x| x.quantity) == Some(m))
+    };
     assert!(q(MemoryQuantity::TorchReserved) && q(MemoryQuantity::NvidiaSmi));
-    assert!(all.iter().any(|(_, c)| c.assumptions.iter().any(|a| a.contains("500 W") || a.contains("capped"))
+    assert!(all.iter().any(|(_, c)| c
+        .assumptions
+        .iter()
+        .any(|a| a.contains("500 W") || a.contains("capped"))
         || c.assumptions.iter().any(|a| a.contains("HBM2e"))));
 }
 
@@ -82,7 +93,10 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
         let errs: Vec<f64> = rows.iter().filter_map(|c| c.time_error()).collect();
         assert!(!errs.is_empty(), "{source} {gpu} {fp8}: no rows");
         let (median, _) = median_p90(&errs).unwrap();
-        assert!(median <= bound, "{source} {gpu} fp8={fp8}: median {median:.3} > {bound}");
+        assert!(
+            median <= bound,
+            "{source} {gpu} fp8={fp8}: median {median:.3} > {bound}"
+        );
     }
 }
 
@@ -97,7 +111,10 @@ fn the_simulator_agrees_with_the_estimate_on_published_plans() {
         .collect();
     assert!(diffs.len() >= 30, "{}", diffs.len());
     let (median, p90) = median_p90(&diffs).unwrap();
-    assert!(median <= 0.02 && p90 <= 0.08, "median {median:.3}, p90 {p90:.3}");
+    assert!(
+        median <= 0.02 && p90 <= 0.08,
+        "median {median:.3}, p90 {p90:.3}"
+    );
 }
 
 #[test]

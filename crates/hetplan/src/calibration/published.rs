@@ -162,7 +162,7 @@ impl Row<'_> {
             return Ok(None);
         }
         match v.parse::<u64>() {
-            Ok(n) if n >= 1 && n <= 1 << 40 => Ok(Some(n)),
+            Ok(n) if (1..=1 << 40).contains(&n) => Ok(Some(n)),
             _ => Err(
                 InputError::new(format!("expected a whole number ≥ 1, found `{v}`"))
                     .at(self.line, col)
@@ -388,7 +388,8 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     } else if zero_text.contains("ZeRO") {
         1
     } else {
-        assumptions.push("distributed optimizer (ZeRO-1): the README's --overlap-param-gather".into());
+        assumptions
+            .push("distributed optimizer (ZeRO-1): the README's --overlap-param-gather".into());
         1
     };
     // Micro-batches: as published, else torchtitan's pipeline default (as many as stages), else 1.

@@ -536,8 +536,12 @@ impl<'a> Resolver<'a> {
                     _ => None,
                 }
                 .ok_or_else(|| {
-                    self.err(at, field.clone(), "expected a power in watts, e.g. \"500 W\"")
-                        .hint(Some("write `power_limit = \"500 W\"`".into()))
+                    self.err(
+                        at,
+                        field.clone(),
+                        "expected a power in watts, e.g. \"500 W\"",
+                    )
+                    .hint(Some("write `power_limit = \"500 W\"`".into()))
                 })?;
                 spec = gpu::power_capped(&spec, watts).map_err(|e| {
                     self.err(at, field.clone(), e.to_string()).hint(Some(
@@ -1234,11 +1238,17 @@ bandwidth = "10 Gbps"
         let f = c.gpu_types[0].peak_tensor.get() / h100.peak_tensor.get();
         assert!((f - (500.0f64 / 700.0).cbrt()).abs() < 1e-12);
         assert!(c.gpu_types[0].source.contains("capped at 500 W"));
-        for (bad, want) in [("\"900 W\"", "not in (0, 700]"), ("500", "expected a power")] {
+        for (bad, want) in [
+            ("\"900 W\"", "not in (0, 700]"),
+            ("500", "expected a power"),
+        ] {
             let e = parse_cluster_toml(&src(bad)).unwrap_err();
             assert!(e.message.contains(want), "{}", e.message);
             assert_eq!(e.line, Some(7), "{e:?}");
-            assert_eq!(e.field.as_deref(), Some("gpu_overrides.\"h100\".power_limit"));
+            assert_eq!(
+                e.field.as_deref(),
+                Some("gpu_overrides.\"h100\".power_limit")
+            );
         }
     }
 

@@ -313,7 +313,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 selective: 0.0,
             }
         }
-        OpKind::Loss { vocab } => {
+        OpKind::Loss { vocab, .. } => {
             // Reads the 16-bit logits, writes and re-reads fp32 probabilities: 10 B per entry;
             // backward twice that. ~5 FLOP per entry (max, exp, sum, log, scale).
             let bytes = m * 10.0 * *vocab as f64 * act_scale / tp;

@@ -171,15 +171,32 @@ pub fn reduce_bucket_bytes(engine: Engine, zero: u8, dp: u32, gradient_bytes: f6
 }
 
 /// Bytes per vocabulary entry and token that the loss keeps for backward.
-/// - Megatron and DeepSpeed (Megatron's vocab-parallel cross-entropy, PyTorch's under autocast):
-///   the fp32 softmax, 4 B (Korthikanti et al. 2022 §4.1, 4sbv/t) — the model's default.
-/// - FSDP as llm-foundry runs it (`loss_fn: fused_crossentropy`, flash-attn's fused
-///   cross-entropy kernel): only the 16-bit logits, whose buffer receives the gradient in
-///   place, 2 B.
-pub fn loss_saved_bytes_per_entry(engine: Engine) -> f64 {
-    match engine {
-        Engine::Fsdp => 2.0,
-        Engine::Megatron | Engine::Deepspeed => 4.0,
+/// - A fused cross-entropy kernel (`fused`: flash-attn's, as llm-foundry runs MPT with
+///   `loss_fn: fused_crossentropy`): only the 16-bit logits, whose buffer receives the
+///   gradient in place, 2 B.
+/// - Otherwise every engine keeps the fp32 softmax or log-softmax, 4 B: Megatron's
+///   vocab-parallel cross-entropy and DeepSpeed's (Korthikanti et al. 2022 §4.1, 4sbv/t), and
+///   PyTorch's `F.cross_entropy(logits.float(), …)` as torchtitan calls it (log_softmax saves
+///   its fp32 output; torchtitan/components/loss.py).
+pub fn loss_saved_bytes_per_entry(fused: bool) -> f64 {
+    if fused {
+        2.0
+    } else {
+        4.0
+    }
+}
+
+/// Bytes per vocabulary entry and token the loss needs at its peak beyond what it keeps
+/// (`loss_saved_bytes_per_entry`).
+/// - Fused, Megatron, DeepSpeed: the 16-bit logits the head's GEMM writes, 2 B (Megatron's
+///   vocab-parallel cross-entropy then works in place in its fp32 copy).
+/// - FSDP (PyTorch's loss, as torchtitan calls it): the backward of `log_softmax` holds the
+///   fp32 gradient of its output and writes an fp32 gradient of its input beside the saved
+///   output, 8 B (torch's `_log_softmax_backward_data` is not in place).
+pub fn loss_transient_bytes_per_entry(fused: bool, engine: Engine) -> f64 {
+    match (fused, engine) {
+        (false, Engine::Fsdp) => 8.0,
+        _ => 2.0,
     }
 }
 
@@ -193,15 +210,14 @@ pub fn layer_saved_bytes(
     sequence_parallel: bool,
     selective: bool,
     precision: Precision,
-    engine: Engine,
 ) -> f64 {
     let tp = tp.max(1) as f64;
     let scale = precision.element_bytes() / 2.0;
     let mut b = 0.0;
     for op in &layer.ops {
         let (mut all, recomputed) = op.saved_bytes_per_token(seq);
-        if let OpKind::Loss { vocab } = op.kind {
-            all = loss_saved_bytes_per_entry(engine) * vocab as f64;
+        if let OpKind::Loss { vocab, fused } = op.kind {
+            all = loss_saved_bytes_per_entry(fused) * vocab as f64;
         }
         let kept = if selective { all - recomputed } else { all };
         let split = if op.saved_sharded || sequence_parallel {
@@ -250,7 +266,6 @@ pub fn micro_batch_activations(
     tp: u32,
     seq: u64,
     precision: Precision,
-    engine: Engine,
 ) -> (f64, f64) {
     // Context parallelism: 1/cp of each sequence on this GPU.
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
@@ -267,7 +282,6 @@ pub fn micro_batch_activations(
             stage.sequence_parallel,
             selective,
             precision,
-            engine,
         );
         if j < n_ckpt {
             kept += checkpoint_bytes(model, i, tokens, tp, stage.sequence_parallel, precision);
@@ -297,20 +311,24 @@ pub fn in_flight(schedule: Schedule, pipeline_depth: usize, stage: usize, m: u64
     }
 }
 
-/// The largest transient buffer of one micro-batch: the 16-bit logits the head's GEMM writes
-/// before the loss turns them into the fp32 probabilities it keeps (those are counted with the
-/// saved activations, Korthikanti et al. 2022 §4.1: 4sbv/t).
-pub fn transient_bytes(model: &Model, stage: &Stage, mbs: u64, tp: u32, seq: u64) -> f64 {
+/// The largest transient buffer of one micro-batch: the loss's working buffers beyond what it
+/// keeps ([`loss_transient_bytes_per_entry`]; the fp32 probabilities it keeps are counted
+/// with the saved activations, Korthikanti et al. 2022 §4.1: 4sbv/t).
+pub fn transient_bytes(
+    model: &Model,
+    stage: &Stage,
+    mbs: u64,
+    tp: u32,
+    seq: u64,
+    engine: Engine,
+) -> f64 {
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
     let mut t: f64 = 0.0;
     for i in stage.layers.iter() {
         for op in &model.layers[i].ops {
-            if let OpKind::Gemm { n, split, .. } = op.kind {
-                if split == crate::model::TpSplit::Column
-                    && model.layers[i].kind == crate::model::LayerKind::Head
-                {
-                    t = t.max(2.0 * tokens * n as f64 / tp.max(1) as f64);
-                }
+            if let OpKind::Loss { vocab, fused } = op.kind {
+                let per_entry = loss_transient_bytes_per_entry(fused, engine);
+                t = t.max(per_entry * tokens * vocab as f64 / tp.max(1) as f64);
             }
         }
     }

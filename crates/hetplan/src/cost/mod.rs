@@ -1049,7 +1049,6 @@ pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64,
         st.tp_of(r),
         w.seq_len,
         plan.precision,
-        plan.engine,
     );
     let ab = off.activations * act;
     let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
@@ -1506,11 +1505,10 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let mut transient: f64 = 0.0;
     let mut gathered: f64 = 0.0;
     for c in &chunks {
-        let (a, wk) =
-            memory::micro_batch_activations(model, c, mbs, tp, seq, plan.precision, plan.engine);
+        let (a, wk) = memory::micro_batch_activations(model, c, mbs, tp, seq, plan.precision);
         act_per_mb += a;
         working = working.max(wk);
-        transient = transient.max(memory::transient_bytes(model, c, mbs, tp, seq));
+        transient = transient.max(memory::transient_bytes(model, c, mbs, tp, seq, plan.engine));
         if c.zero >= 3 {
             // ZeRO-3 holds the gathered current layer and the prefetched next one.
             let largest = c

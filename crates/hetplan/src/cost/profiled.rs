@@ -197,7 +197,6 @@ pub fn compare_with_model(
     db: &crate::profile::ProfileDb,
     model: &Model,
 ) -> Result<Vec<SampleCheck>, CompareError> {
-    use crate::plan::Engine;
     use crate::profile::LayerKey;
     let mut out = Vec::new();
     let mut any = false;
@@ -252,7 +251,6 @@ pub fn compare_with_model(
                 false,
                 false,
                 precision,
-                Engine::Megatron,
             );
             out.push(SampleCheck {
                 gpu: gpu.name.clone(),

@@ -434,6 +434,7 @@ impl MegatronJob {
             shared_norm: false,
             causal: true,
             attn_impl,
+            fused_loss: false,
             dropout,
             moe,
             quirks: Default::default(),

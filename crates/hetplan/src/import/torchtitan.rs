@@ -210,6 +210,7 @@ impl TorchtitanJob {
             shared_norm: false,
             causal: true,
             attn_impl: AttnImpl::Flash,
+            fused_loss: false,
             dropout: false,
             moe: None,
             quirks: Default::default(),

@@ -150,6 +150,7 @@ fn falcon(
         shared_norm,
         causal: true,
         attn_impl: AttnImpl::Flash,
+        fused_loss: false,
         dropout: false,
         moe: None,
         quirks: Default::default(),
@@ -197,6 +198,8 @@ fn mpt(name: &str, d_model: u64, n_heads: u64, n_layers: u64) -> Model {
     let mut c = TransformerConfig::gpt(name, n_layers, d_model, n_heads, 2048);
     c.vocab = 50368;
     c.attn_impl = AttnImpl::Triton;
+    // llm-foundry's MPT benchmark configs: `loss_fn: fused_crossentropy`.
+    c.fused_loss = true;
     c.build()
 }
 

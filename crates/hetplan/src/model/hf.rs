@@ -1279,6 +1279,7 @@ fn falcon(cfg: &Cfg, name: &str, refinedweb: bool) -> Result<Model, InputError> 
         shared_norm,
         causal: true,
         attn_impl: cfg.attn_impl()?,
+        fused_loss: false,
         dropout: cfg.dropout(&["hidden_dropout", "attention_dropout"])?,
         moe: None,
         quirks: Default::default(),

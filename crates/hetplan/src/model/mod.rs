@@ -68,9 +68,9 @@ pub enum OpKind {
     },
     /// Softmax cross-entropy over `vocab` (vocab-parallel) logits: memory-bound, reads the 16-bit
     /// logits and writes and re-reads fp32 probabilities (10 B per entry). What it keeps for
-    /// backward depends on the implementation, hence on the engine: see
-    /// `cost::memory::loss_saved_bytes_per_entry`.
-    Loss { vocab: u64 },
+    /// backward depends on the implementation: a fused kernel (`fused`), else the engine's
+    /// (`cost::memory::loss_saved_bytes_per_entry`).
+    Loss { vocab: u64, fused: bool },
     /// Embedding-table gather of `width` elements per token.
     Lookup { width: u64 },
     /// An op known only by its totals per sample (layer-list files); TP-sharded evenly.

@@ -258,6 +258,11 @@ pub struct TransformerConfig {
     pub shared_norm: bool,
     pub causal: bool,
     pub attn_impl: AttnImpl,
+    /// The loss is a fused softmax cross-entropy kernel that keeps only the 16-bit logits and
+    /// writes their gradient in place (flash-attn's `CrossEntropyLoss`, llm-foundry's
+    /// `loss_fn: fused_crossentropy`); otherwise the engine's own loss (`cost::memory`).
+    #[serde(default)]
+    pub fused_loss: bool,
     /// Dropout layers present (they store masks).
     pub dropout: bool,
     pub moe: Option<MoeConfig>,
@@ -291,6 +296,7 @@ impl TransformerConfig {
             shared_norm: false,
             causal: true,
             attn_impl: AttnImpl::Flash,
+            fused_loss: false,
             dropout: false,
             moe: None,
             quirks: Quirks::default(),
@@ -331,6 +337,7 @@ impl TransformerConfig {
             shared_norm: false,
             causal: true,
             attn_impl: AttnImpl::Flash,
+            fused_loss: false,
             dropout: false,
             moe: None,
             quirks: Quirks::default(),
@@ -860,7 +867,10 @@ impl TransformerConfig {
         }
         ops.push(Op {
             name: "loss".to_string(),
-            kind: OpKind::Loss { vocab: self.vocab },
+            kind: OpKind::Loss {
+                vocab: self.vocab,
+                fused: self.fused_loss,
+            },
             params: 0,
             params_sharded: false,
             tied: false,

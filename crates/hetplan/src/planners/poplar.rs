@@ -330,16 +330,16 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
     } else {
         0.0
     };
-    let (act, working) = memory::micro_batch_activations(
+    let (act, working) =
+        memory::micro_batch_activations(model, &stage, batch, stage.tp, problem.seq_len, precision);
+    let transient = memory::transient_bytes(
         model,
         &stage,
         batch,
         stage.tp,
         problem.seq_len,
-        precision,
         problem.options.engine,
     );
-    let transient = memory::transient_bytes(model, &stage, batch, stage.tp, problem.seq_len);
     let before = weights + gradients + optimizer + gathered;
     let forward = act + working + transient;
     let allocated = before + forward;

@@ -414,7 +414,6 @@ impl<'p> Model<'p> {
                                 false,
                                 false,
                                 precision,
-                                problem.options.engine,
                             )
                         })),
                         transient: prefix((0..layers).map(|l| {

@@ -324,7 +324,6 @@ impl<'a, 'p> Ctx<'a, 'p> {
                         false,
                         false,
                         p.options.precision,
-                        p.options.engine,
                     );
                 t.transient[l] = trans;
                 t.bad[l + 1] = t.bad[l] + u32::from(bad);

@@ -188,7 +188,6 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
             false,
             false,
             p.options.precision,
-            p.options.engine,
         ));
         // Full checkpointing keeps the layer's input: the previous layer's output.
         let input = if li == 0 {
@@ -233,7 +232,8 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         replica_samples: Vec::new(),
         replica_tp: Vec::new(),
     };
-    t.transient = memory::transient_bytes(model, &dummy, mbs, dummy.tp, p.seq_len);
+    t.transient =
+        memory::transient_bytes(model, &dummy, mbs, dummy.tp, p.seq_len, p.options.engine);
     // Pipeline sends (§5.3: part of tᵢ): the boundary activation, 1/tp per rank, to a GPU of
     // another node when the cluster has more than one, else of the same node.
     if spec.sends > 0 {
