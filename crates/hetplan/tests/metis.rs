@@ -398,9 +398,10 @@ fn an_impossible_problem_is_infeasible_with_a_reason() {
 fn eq1_follows_the_simulation_on_its_plans() {
     // Eq. 1 uses hetplan's per-layer times and collectives; on this compute-bound problem it
     // follows the simulated step within 10% for the plans Metis keeps. hetplan's estimate
-    // follows it within 0.3-20% on them: the six-stage plan whose first and last stages share a
-    // node, 17% slow when every send on a network was taken to meet the others, is now +4.4%
-    // (`SendTiming`); the +20% one has a 4-way TP stage on the PCIe T4 node, not yet explained.
+    // follows it within a few percent on them: the six-stage plan whose first and last stages
+    // share a node, 17% slow when every send on a network was taken to meet the others, is now
+    // +4.4% (`SendTiming`); the one with a 4-way TP stage on the T4 node was 20% slow while the
+    // estimate charged each of the tied embedding's four shard pairs the whole embedding.
     let c = cluster(&[("v100-sxm2-16gb", 4, 1), ("t4", 4, 1)], "25 Gbps");
     let m = gpt(4, 2048, 8192);
     let p = problem(&m, &c, 32);
@@ -429,7 +430,7 @@ fn eq1_follows_the_simulation_on_its_plans() {
         );
         let est = estimate(w, &w.validate(&r.plan).unwrap(), &Analytic).iteration_time_s;
         assert!(
-            ((est - sim) / sim).abs() < 0.25,
+            ((est - sim) / sim).abs() < 0.10,
             "{} hetplan's estimate {est} vs simulation {sim}",
             r.plan.summary()
         );

@@ -109,6 +109,7 @@ fn in_oracle_space(plan: &hetplan::Plan, cluster: &Cluster) -> bool {
     plan.devices().len() == cluster.num_gpus()
         && plan.stages.iter().all(|s| {
             s.zero == 0
+                && !s.sequence_parallel
                 && s.recompute == Recompute::None
                 && s.offload.is_none()
                 && s.replica_samples.is_empty()

@@ -1180,10 +1180,17 @@ fn end_of_iteration(
     let tied = if tied_params > 0.0 && (si == 0 || si == last) {
         let other = &plan.stages[if si == 0 { last } else { 0 }];
         let pair = [st.replica(0)[0], other.replica(0)[0]];
-        // Shard by shard over the finer TP split: a GPU of the coarser side moves its whole
-        // share.
+        // Shard by shard over the finer TP split. Across nodes each shard pair is a flow on
+        // the nodes' networks, which `pairs` counts: one shard's bytes each. Inside a node the
+        // coarser side's GPU moves its whole share over its own link.
         let coarser = st.min_tp().min(other.min_tp()).max(1);
-        let bytes = Bytes(tied_params / coarser as f64 * ctx.gg_bytes);
+        let finer = st.min_tp().max(other.min_tp()).max(1);
+        let per_pair = if pair[0].node != pair[1].node {
+            finer
+        } else {
+            coarser
+        };
+        let bytes = Bytes(tied_params / per_pair as f64 * ctx.gg_bytes);
         let pairs = |node: u32| ctx.nic().tied.get(&node).copied().unwrap_or(0);
         ctx.collective(&pair, bytes, Collective::AllReduce, &pairs)
     } else {
