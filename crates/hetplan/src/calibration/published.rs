@@ -383,7 +383,16 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         "megatron"
     };
     let zero_text = r.text("zero_fsdp")?;
-    let zero = if zero_text.contains("FSDP") {
+    let zero = if zero_text.contains("FSDP") && pp > 1 {
+        // Under pipeline parallelism torchtitan keeps FSDP's parameters gathered after the
+        // forward (`fsdp_reshard_after_forward: default` is "not pp_enabled",
+        // torchtitan/distributed/fsdp.py), and PyTorch's pipeline stages accumulate unsharded
+        // gradients and reduce them once, after the last micro-batch
+        // (`set_requires_gradient_sync(False)`, torch/distributed/pipelining/stage.py): the
+        // memory and the traffic of ZeRO-1.
+        assumptions.push("FSDP under PP: gathered weights and gradients all step, as ZeRO-1".into());
+        1
+    } else if zero_text.contains("FSDP") {
         3
     } else if zero_text.contains("ZeRO") {
         1
@@ -464,6 +473,14 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     if precision_text.contains("fp32 grad") {
         // DeepSpeed's BF16_Optimizer accumulates gradients in FP32 (the data's header).
         plan.collective_dtypes.gradients = Some(Precision::Fp32);
+    }
+    if engine == "fsdp" && pp > 1 {
+        // torchtitan reduces in FP32 (`mixed_precision_reduce = "float32"`), and the FSDP2 of
+        // these runs (torch of late 2024) accumulated gradients whose sync was off in that
+        // reduce dtype (`FSDPParam.to_accumulated_grad_if_needed`; today's torch keeps them in
+        // the parameters' dtype).
+        plan.collective_dtypes.gradients = Some(Precision::Fp32);
+        assumptions.push("FSDP under PP: unsharded gradients accumulated in FP32".into());
     }
 
     // What was measured.
