@@ -73,24 +73,29 @@ fn two_stage_1f1b_pipeline() {
     assert!((e.bubble_fraction - bubble).abs() < 1e-9);
 }
 
-/// ZeRO shards the 16 bytes of mixed-precision Adam state per parameter over the DP group:
-/// stage 1 the 12 optimizer bytes, stage 2 also the 2 gradient bytes, stage 3 also the weights.
+/// ZeRO shards the mixed-precision Adam state per parameter over the DP group: stage 1 the 12
+/// optimizer bytes, stage 2 also the gradient bytes, stage 3 also the weights. The gradients
+/// are 2 B under FSDP and DeepSpeed, 4 B under Megatron, which accumulates BF16 gradients in
+/// FP32 (megatron/training/arguments.py).
 #[test]
 fn zero_stages_shard_model_states() {
     let model = two_layers();
     let cluster = catalog_cluster("1x4xa100-80gb").unwrap();
     let p = 2e6; // two layers of 10⁶ parameters, one stage
-    for (zero, (w, g, o)) in [
-        (0, (2.0 * p, 2.0 * p, 12.0 * p)),
-        (1, (2.0 * p, 2.0 * p, 3.0 * p)),
-        (2, (2.0 * p, 0.5 * p, 3.0 * p)),
-        (3, (0.5 * p, 0.5 * p, 3.0 * p)),
-    ] {
-        let e = run(&model, &cluster, &format!("dp=4,mbs=1,gbs=4,zero={zero}"));
-        let m = &e.stages[0].memory;
-        assert_eq!(m.weights.get(), w, "zero {zero} weights");
-        assert_eq!(m.gradients.get(), g, "zero {zero} gradients");
-        assert_eq!(m.optimizer.get(), o, "zero {zero} optimizer");
+    for (engine, gb) in [("fsdp", 2.0), ("deepspeed", 2.0), ("megatron", 4.0)] {
+        for (zero, (w, g, o)) in [
+            (0, (2.0 * p, gb * p, 12.0 * p)),
+            (1, (2.0 * p, gb * p, 3.0 * p)),
+            (2, (2.0 * p, gb / 4.0 * p, 3.0 * p)),
+            (3, (0.5 * p, gb / 4.0 * p, 3.0 * p)),
+        ] {
+            let spec = format!("dp=4,mbs=1,gbs=4,zero={zero},engine={engine}");
+            let e = run(&model, &cluster, &spec);
+            let m = &e.stages[0].memory;
+            assert_eq!(m.weights.get(), w, "{spec} weights");
+            assert_eq!(m.gradients.get(), g, "{spec} gradients");
+            assert_eq!(m.optimizer.get(), o, "{spec} optimizer");
+        }
     }
 }
 

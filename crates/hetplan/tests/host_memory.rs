@@ -38,11 +38,12 @@ fn host_notes(host_memory: Option<&str>) -> (bool, Vec<String>, f64) {
 
 #[test]
 fn offloading_beyond_a_nodes_host_memory_does_not_fit() {
-    // 13 B parameters' weights, gradients and Adam states (16 B each), sharded over two GPUs
-    // and all offloaded: about 194 GiB on the node, over the default 2 × 48 GiB.
+    // 13 B parameters' weights, gradients and Adam states (18 B each: Megatron keeps BF16
+    // gradients in FP32), sharded over two GPUs and all offloaded: about 217 GiB on the node,
+    // over the default 2 × 48 GiB.
     let (fits, notes, host) = host_notes(None);
     assert!(
-        host > 190.0 * 1073741824.0 && host < 200.0 * 1073741824.0,
+        host > 212.0 * 1073741824.0 && host < 222.0 * 1073741824.0,
         "{host}"
     );
     assert!(!fits);

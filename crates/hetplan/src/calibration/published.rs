@@ -390,7 +390,8 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         // gradients and reduce them once, after the last micro-batch
         // (`set_requires_gradient_sync(False)`, torch/distributed/pipelining/stage.py): the
         // memory and the traffic of ZeRO-1.
-        assumptions.push("FSDP under PP: gathered weights and gradients all step, as ZeRO-1".into());
+        assumptions
+            .push("FSDP under PP: gathered weights and gradients all step, as ZeRO-1".into());
         1
     } else if zero_text.contains("FSDP") {
         3

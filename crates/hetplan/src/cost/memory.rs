@@ -338,8 +338,14 @@ pub fn transient_bytes(
 /// Bytes of weights, gradients and optimizer state one GPU keeps for `params` parameters
 /// under ZeRO `zero` over `dp` replicas (before any offloading): ZeRO-1 shards the optimizer
 /// state, ZeRO-2 also the gradients, ZeRO-3 also the weights (Rajbhandari et al. 2020 §5).
-pub fn sharded_states(params: f64, precision: Precision, zero: u8, dp: f64) -> (f64, f64, f64) {
-    sharded_states_of(params, state_bytes(precision), zero, dp)
+pub fn sharded_states(
+    params: f64,
+    engine: Engine,
+    precision: Precision,
+    zero: u8,
+    dp: f64,
+) -> (f64, f64, f64) {
+    sharded_states_of(params, state_bytes(engine, precision), zero, dp)
 }
 
 /// [`sharded_states`] with the bytes per parameter given, `(weights, gradients, optimizer)`:
@@ -360,25 +366,29 @@ pub fn sharded_states_of(
 }
 
 /// Bytes per parameter of weights, gradients and optimizer state a plan keeps: as
-/// [`state_bytes`], with the gradients in the element type the plan accumulates and reduces
-/// them in where it names one (`collective_dtypes.gradients`): Megatron's
-/// `--accumulate-allreduce-grads-in-fp32` keeps an FP32 `main_grad` buffer, DeepSpeed's
-/// `grad_accum_dtype: fp32` selects its `BF16_Optimizer` with an FP32 accumulation buffer
-/// (engine.py, `_do_optimizer_sanity_check`): 4 B per parameter instead of 2.
+/// [`state_bytes`] of its engine and precision, with the gradients in the element type the
+/// plan accumulates and reduces them in ([`crate::plan::Plan::gradient_dtype`]: DeepSpeed's
+/// `grad_accum_dtype: fp32` selects its `BF16_Optimizer` with an FP32 accumulation buffer,
+/// engine.py `_do_optimizer_sanity_check`).
 pub fn plan_state_bytes(plan: &crate::plan::Plan) -> (f64, f64, f64) {
-    let (w, g, o) = state_bytes(plan.precision);
-    let g = (plan.collective_dtypes.gradients).map_or(g, |p| g.max(p.element_bytes()));
-    (w, g, o)
+    let (w, _, o) = state_bytes(plan.engine, plan.precision);
+    (w, plan.gradient_dtype().element_bytes(), o)
 }
 
-/// Bytes per parameter of weights, gradients and optimizer state for a precision (the ZeRO
-/// paper's 16 B of mixed precision, with 16-bit gradients).
-pub fn state_bytes(p: Precision) -> (f64, f64, f64) {
+/// Bytes per parameter of weights, gradients and optimizer state an engine keeps in a precision:
+/// the ZeRO paper's 16 B of mixed precision with 16-bit gradients, except that Megatron-LM
+/// accumulates and reduces BF16 (and FP8, which runs with `--bf16`) gradients in an FP32
+/// `main_grad` buffer, 4 B ([`crate::plan::default_gradient_dtype`]): 2 + 4 + 12 B, Megatron's
+/// own table of "bf16 param, fp32 grads" (docs/source/api-guide/dist_optimizer.md: 18 B, or
+/// 6 + 12/d with the distributed optimizer).
+pub fn state_bytes(engine: Engine, p: Precision) -> (f64, f64, f64) {
     match p {
         Precision::Fp32 => (4.0, 4.0, k::OPTIMIZER_BYTES_FP32),
         _ => (
             k::WEIGHT_BYTES_16,
-            k::GRAD_BYTES_16,
+            crate::plan::default_gradient_dtype(engine, p)
+                .element_bytes()
+                .max(k::GRAD_BYTES_16),
             k::OPTIMIZER_BYTES_MIXED,
         ),
     }

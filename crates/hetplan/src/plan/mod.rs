@@ -580,12 +580,31 @@ fn fnv1a_hex(text: &str) -> String {
     format!("{h:016x}")
 }
 
+/// The element type an engine accumulates and reduces gradients in when the plan names none
+/// (`CollectiveDtypes::gradients`). Megatron-LM forces FP32 for BF16 ("bfloat16 requires
+/// gradient accumulation and all-reduce to be done in fp32", megatron/training/arguments.py,
+/// `accumulate_allreduce_grads_in_fp32`; FP8 runs with `--bf16` and inherits it); the others
+/// reduce in the training precision (FP8 trains BF16 outside its products).
+pub fn default_gradient_dtype(engine: Engine, precision: Precision) -> Precision {
+    match (engine, precision) {
+        (Engine::Megatron, Precision::Bf16 | Precision::Fp8) => Precision::Fp32,
+        (_, Precision::Fp8) => Precision::Bf16,
+        (_, p) => p,
+    }
+}
+
 impl Plan {
+    /// The element type of the gradients the plan accumulates and reduces: the plan's own
+    /// (`collective_dtypes.gradients`) or its engine's default ([`default_gradient_dtype`]).
+    pub fn gradient_dtype(&self) -> Precision {
+        (self.collective_dtypes.gradients)
+            .unwrap_or_else(|| default_gradient_dtype(self.engine, self.precision))
+    }
+
     /// Bytes per element of gathered parameters and of reduced gradients.
     pub fn collective_element_bytes(&self) -> (f64, f64) {
         let p = self.collective_dtypes.params.unwrap_or(self.precision);
-        let g = self.collective_dtypes.gradients.unwrap_or(self.precision);
-        (p.element_bytes(), g.element_bytes())
+        (p.element_bytes(), self.gradient_dtype().element_bytes())
     }
 
     /// Number of physical pipeline stages (chunks ÷ virtual stages).

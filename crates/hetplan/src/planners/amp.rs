@@ -730,8 +730,10 @@ pub fn rank_all(problem: &Problem<'_>, search: &mut Search<'_>) -> Vec<Scored> {
             .windows(2)
             .map(|w| boundary_bandwidth(problem.cluster, &w[0], &w[1]))
             .collect();
-        // The plans carry the precision's element for gradients (no collective dtype).
-        let grad_bytes = problem.options.precision.element_bytes();
+        // The plans reduce gradients in the engine's type (no collective dtype of their own).
+        let grad_bytes =
+            crate::plan::default_gradient_dtype(problem.options.engine, problem.options.precision)
+                .element_bytes();
         let coef: Vec<f64> = devices
             .iter()
             .map(|d| sync_coefficient(problem.cluster, d, c.dp, c.tp, grad_bytes))

@@ -140,7 +140,8 @@ pub fn nothing_to_plan(problem: &Problem<'_>) -> Result<(), PlannerError> {
 /// them to host memory. `None` when they fit (activations and buffers come on top, so fitting
 /// here proves nothing).
 pub fn state_exceeds_cluster(problem: &Problem<'_>) -> Option<String> {
-    let (w, g, o) = crate::cost::memory::state_bytes(problem.options.precision);
+    let (w, g, o) =
+        crate::cost::memory::state_bytes(problem.options.engine, problem.options.precision);
     let params = problem.model.params() as f64;
     let state = params * (w + g + o);
     let cluster = problem.cluster;
@@ -388,7 +389,7 @@ pub fn take_devices(counts: &[u32], taken: &mut [u32]) -> Vec<GpuId> {
 pub fn infeasible_reason(problem: &Problem<'_>, cluster: &Cluster) -> String {
     let params = problem.model.params() as f64;
     let gpus = cluster.num_gpus().max(1) as f64;
-    let (w, g, o) = cost::memory::state_bytes(problem.options.precision);
+    let (w, g, o) = cost::memory::state_bytes(problem.options.engine, problem.options.precision);
     let sharded = Bytes(params * (w + g + o) / gpus);
     let largest = cluster
         .gpu_types

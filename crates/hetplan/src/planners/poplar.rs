@@ -321,7 +321,8 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
         replica_tp: Vec::new(),
     };
     let params = memory::stage_params(model, 0..model.layers.len(), 1);
-    let (weights, gradients, optimizer) = memory::sharded_states(params, precision, zero, n);
+    let (weights, gradients, optimizer) =
+        memory::sharded_states(params, problem.options.engine, precision, zero, n);
     let gathered = if zero >= 3 {
         let largest = (0..model.layers.len())
             .map(|l| memory::stage_params(model, l..l + 1, 1))

@@ -324,7 +324,7 @@ impl<'p> Model<'p> {
         let precision = problem.options.precision;
         let tokens_per_sample = model.tokens_per_sample(seq) as f64;
         let elem = precision.element_bytes();
-        let (wb, gb, ob) = memory::state_bytes(precision);
+        let (wb, gb, ob) = memory::state_bytes(problem.options.engine, precision);
         let mut types = Vec::new();
         for (ti, spec) in cluster.gpu_types.iter().enumerate() {
             let id = GpuTypeId(ti);
@@ -615,7 +615,7 @@ fn finish(
 /// What to try when no template fits: the memory explanation when the model's states cannot
 /// fit even spread over every GPU, else what Oobleck's templates demand of each stage.
 fn infeasible_hint(problem: &Problem<'_>) -> String {
-    let (w, g, o) = memory::state_bytes(problem.options.precision);
+    let (w, g, o) = memory::state_bytes(problem.options.engine, problem.options.precision);
     let per_gpu =
         problem.model.params() as f64 * (w + g + o) / problem.cluster.num_gpus().max(1) as f64;
     let largest = problem

@@ -278,6 +278,11 @@ impl Planner for Hetplan {
         // them as starting points (where nothing else fits, they are the only ones).
         let mut seen = seen;
         seen.extend(context_parallel_starts(problem, search));
+        seen.extend(one_type_starts(
+            problem,
+            search,
+            time.map(|t| t * UNIFORM_STARTS_SHARE),
+        ));
         let cands = admit(problem, &seen);
         if cands.is_empty() {
             return Err(match (stop, problem.options.runtime) {
@@ -463,17 +468,142 @@ fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Ve
             }
         }
     }
-    // In chunks, in parallel, each chunk only while the search has time and nodes left (an
-    // estimate at thousands of GPUs takes milliseconds).
+    let cands: Vec<(String, Option<Plan>)> = specs
+        .into_iter()
+        .map(|spec| {
+            let plan = crate::plan::inline::parse_inline_plan(&spec, model, cluster).ok();
+            (
+                format!("a uniform plan with context parallelism ({spec})"),
+                plan,
+            )
+        })
+        .collect();
+    evaluate_starts(problem, search, cands, None)
+}
+
+/// Uniform plans on the GPUs of one type alone, the others idle, and on all of them, for
+/// clusters of several types: no seed forms tensor-parallel groups across nodes (Mist keeps
+/// them in a node, Metis and AMP in a node class), which is what a type spread one GPU per node
+/// needs when its states fit only split, and the seeds that lay out uniform plans on the whole
+/// cluster (Megatron's heuristic, Alpa's) have no memory options to make them fit. Megatron's
+/// layouts (`tp` of 1–8, `pp` of 1–4, the most replicas that divide the batch, micro-batches
+/// of 1–8, sequence parallelism with TP) on those nodes, fitted by the memory ladder
+/// (`refine::repair`: ZeRO, checkpointing, offloading).
+fn one_type_starts(
+    problem: &Problem<'_>,
+    search: &mut Search<'_>,
+    deadline: Option<f64>,
+) -> Vec<Seen> {
+    let (model, cluster, gbs) = (problem.model, problem.cluster, problem.global_batch);
+    if cluster.gpu_types.len() < 2 || model.per_sample || !search.poll() {
+        return Vec::new();
+    }
+    let mut cands: Vec<(String, Option<Plan>)> = Vec::new();
+    let all = (
+        cluster.clone(),
+        (0..cluster.nodes.len() as u32).collect::<Vec<u32>>(),
+    );
+    let sets = (0..cluster.gpu_types.len()).map(|t| (Some(t), nodes_of_type(cluster, t)));
+    for (t, (sub, keep)) in sets.chain(std::iter::once((None, all))) {
+        let gpus = sub.num_gpus() as u64;
+        for tp in [1u64, 2, 4, 8] {
+            for pp in [1u64, 2, 4] {
+                if tp > problem.options.max_tp as u64
+                    || tp * pp > gpus
+                    || pp as usize > model.layers.len()
+                {
+                    continue;
+                }
+                let Some(dp) = (1..=gpus / (tp * pp))
+                    .rev()
+                    .find(|d| gbs.is_multiple_of(*d))
+                else {
+                    continue;
+                };
+                for mbs in [1u64, 2, 4, 8] {
+                    if !(gbs / dp).is_multiple_of(mbs) || mbs > problem.options.max_micro_batch {
+                        continue;
+                    }
+                    let sp = if tp > 1 { "on" } else { "off" };
+                    let spec = format!("tp={tp},pp={pp},dp={dp},mbs={mbs},gbs={gbs},sp={sp}");
+                    let plan = crate::plan::inline::parse_inline_plan(&spec, model, &sub)
+                        .ok()
+                        .map(|mut p| {
+                            for st in &mut p.stages {
+                                for g in &mut st.devices {
+                                    g.node = keep[g.node as usize];
+                                }
+                            }
+                            p
+                        });
+                    let who = match t {
+                        Some(t) => format!(
+                            "a uniform plan on the {} GPUs alone ({spec})",
+                            cluster.gpu_types[t].name
+                        ),
+                        None => format!("a uniform plan on every GPU ({spec})"),
+                    };
+                    cands.push((who, plan));
+                }
+            }
+        }
+    }
+    evaluate_starts(problem, search, cands, deadline)
+}
+
+/// The share of a time limit by which the uniform starts on GPU types stop: at a thousand
+/// GPUs their estimates (with both memory ladders) would otherwise take what the local search
+/// needs.
+const UNIFORM_STARTS_SHARE: f64 = 0.10;
+
+/// The nodes of GPU type `t` as a cluster of their own, and each one's index in `cluster`.
+fn nodes_of_type(
+    cluster: &crate::cluster::Cluster,
+    t: usize,
+) -> (crate::cluster::Cluster, Vec<u32>) {
+    let keep: Vec<u32> = (0..cluster.nodes.len() as u32)
+        .filter(|&i| {
+            let n = &cluster.nodes[i as usize];
+            n.gpu_type.0 == t && n.num_gpus > 0
+        })
+        .collect();
+    let mut sub = cluster.clone();
+    sub.gpu_types = vec![cluster.gpu_types[t].clone()];
+    sub.nodes = (keep.iter())
+        .map(|&i| {
+            let mut n = cluster.nodes[i as usize].clone();
+            n.gpu_type = crate::cluster::GpuTypeId(0);
+            n
+        })
+        .collect();
+    let at = |i: u32| keep.iter().position(|&k| k == i).map(|p| p as u32);
+    sub.pair_bandwidth = (cluster.pair_bandwidth.iter())
+        .filter_map(|(&(a, b), &bw)| Some(((at(a)?, at(b)?), bw)))
+        .collect();
+    (sub, keep)
+}
+
+/// Starting plans from uniform layouts (`who`, the plan where it could be built): each with
+/// the problem's engine and precision, made to run on `--engine`'s runtime, fitted by the
+/// memory ladder; the best [`STARTS`] that fit. In chunks, in parallel, each chunk only while
+/// the search has time and nodes left (an estimate at thousands of GPUs takes milliseconds)
+/// and, given one, before `deadline` (seconds into the search).
+fn evaluate_starts(
+    problem: &Problem<'_>,
+    search: &mut Search<'_>,
+    cands: Vec<(String, Option<Plan>)>,
+    deadline: Option<f64>,
+) -> Vec<Seen> {
     let mut out: Vec<Seen> = Vec::new();
-    'chunks: for chunk in specs.chunks(8) {
-        if !search.poll() {
+    'chunks: for chunk in cands.chunks(8) {
+        let late = deadline.is_some_and(|d| search.elapsed().get() >= d);
+        if late || !search.poll() {
             break;
         }
         let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
             .par_iter()
-            .map(|spec| {
-                let mut plan = crate::plan::inline::parse_inline_plan(spec, model, cluster).ok()?;
+            .map(|(_, plan)| {
+                let mut plan = plan.clone()?;
                 // The problem's engine and precision, as every seed's plans have them.
                 (plan.engine, plan.precision) = (problem.options.engine, problem.options.precision);
                 let plan = match problem.options.runtime {
@@ -481,17 +611,17 @@ fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Ve
                     None => plan,
                 };
                 let est = common::evaluate(problem, &plan)?;
-                refine::repair(problem, plan, est)
+                refine::repair_both(problem, plan, est)
             })
             .collect();
-        for (spec, e) in chunk.iter().zip(evaluated) {
+        for ((who, _), e) in chunk.iter().zip(evaluated) {
             if !search.tick() {
                 break 'chunks;
             }
             if let Some((plan, est)) = e.filter(|(_, e)| e.fits) {
                 search.offer(Seconds(est.iteration_time_s));
                 out.push(Seen {
-                    who: format!("a uniform plan with context parallelism ({spec})"),
+                    who: who.clone(),
                     plan,
                     est,
                     steps: Vec::new(),
@@ -538,6 +668,31 @@ fn admit(problem: &Problem<'_>, seen: &[Seen]) -> Vec<Seen> {
     out
 }
 
+/// The candidates a local search starts from: the best [`STARTS`], then the best of every
+/// other family of starts (a seed's answer, uniform plans with context parallelism, on one GPU
+/// type, on every GPU) within [`DIVERSE_WITHIN`] of the best, up to `STARTS` more. The best
+/// start is not always the best end: a layout the seeds do not reach (TP 8 with a pipeline
+/// where they found context parallelism) can start 15% behind and finish ahead.
+fn diverse_starts(cands: &[Seen]) -> Vec<Seen> {
+    let family = |s: &Seen| s.who.split(" (").next().unwrap_or("").to_string();
+    let mut out: Vec<Seen> = cands.iter().take(STARTS).cloned().collect();
+    let Some(best) = cands.first().map(|c| c.est.iteration_time_s) else {
+        return out;
+    };
+    for c in cands.iter().skip(STARTS) {
+        if out.len() >= 2 * STARTS || c.est.iteration_time_s > DIVERSE_WITHIN * best {
+            break;
+        }
+        if !out.iter().any(|o| family(o) == family(c)) {
+            out.push(c.clone());
+        }
+    }
+    out
+}
+
+/// How far behind the best start another family's best may start and still be refined.
+const DIVERSE_WITHIN: f64 = 1.25;
+
 /// hetplan's local search from the best `STARTS` of `cands` in turn, start k with `1/(n − k)`
 /// of the time (until `until`) and nodes left.
 fn refine_from(
@@ -548,7 +703,7 @@ fn refine_from(
     nodes: Option<u64>,
     stop: &mut StopReason,
 ) -> Vec<Seen> {
-    let starts = &cands[..cands.len().min(STARTS)];
+    let starts = diverse_starts(cands);
     let mut out = Vec::new();
     for (k, s) in starts.iter().enumerate() {
         let left = (starts.len() - k) as f64;

@@ -319,7 +319,33 @@ const MAX_REPAIRS: usize = 7;
 /// memory — so that a move that needs memory
 /// (more layers on a stage, a larger micro-batch) is judged with what makes it fit, as Mist
 /// tunes memory options with the parallelism. `None` when the ladder runs out first.
-pub fn repair(problem: &Problem<'_>, mut p: Plan, mut e: Estimate) -> Option<(Plan, Estimate)> {
+pub fn repair(problem: &Problem<'_>, p: Plan, e: Estimate) -> Option<(Plan, Estimate)> {
+    repair_by(problem, p, e, climb)
+}
+
+/// [`repair`] by both ladders — the recomputation-first one and one that shards and offloads
+/// states first ([`climb_states_first`]: ZeRO-1, ZeRO-3, gradients, weights, then the optimizer
+/// state to host memory, recomputation last) — keeping the faster plan that fits. Recomputing
+/// costs a forward on every micro-batch; offloading states costs host-link transfers once per
+/// step, which hide behind compute when the micro-batches are many or the model is
+/// memory-bound: neither order is better everywhere. For starting plans, where a wrong rung
+/// costs the whole search.
+pub fn repair_both(problem: &Problem<'_>, p: Plan, e: Estimate) -> Option<(Plan, Estimate)> {
+    let a = repair_by(problem, p.clone(), e.clone(), climb);
+    let b = repair_by(problem, p, e, climb_states_first);
+    match (a, b) {
+        (Some(a), Some(b)) if b.1.iteration_time_s < a.1.iteration_time_s => Some(b),
+        (Some(a), _) => Some(a),
+        (None, b) => b,
+    }
+}
+
+fn repair_by(
+    problem: &Problem<'_>,
+    mut p: Plan,
+    mut e: Estimate,
+    climb: fn(&mut Stage) -> bool,
+) -> Option<(Plan, Estimate)> {
     for _ in 0..MAX_REPAIRS {
         if e.fits {
             return Some((p, e));
@@ -382,6 +408,29 @@ fn climb(st: &mut Stage) -> bool {
         st.offload.gradients = 1.0;
     } else if st.offload.weights < 1.0 {
         st.offload.weights = 1.0;
+    } else {
+        return false;
+    }
+    true
+}
+
+/// One rung up the states-first ladder (see [`repair_both`]); `false` at its top.
+fn climb_states_first(st: &mut Stage) -> bool {
+    let shards = st.dp > 1;
+    if shards && st.zero < 1 {
+        st.zero = 1;
+    } else if shards && st.zero < 3 {
+        st.zero = 3;
+    } else if st.offload.gradients < 1.0 {
+        st.offload.gradients = 1.0;
+    } else if st.offload.weights < 1.0 {
+        st.offload.weights = 1.0;
+    } else if st.offload.optimizer < 1.0 {
+        st.offload.optimizer = 1.0;
+    } else if matches!(st.recompute, Recompute::None | Recompute::Layers(_)) {
+        st.recompute = Recompute::Selective;
+    } else if st.recompute == Recompute::Selective {
+        st.recompute = Recompute::Full;
     } else {
         return false;
     }

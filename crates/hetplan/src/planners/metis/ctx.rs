@@ -160,7 +160,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
         let head_layers = (0..layers)
             .filter(|&l| model.layers[l].kind == LayerKind::Head)
             .collect();
-        let (w, g, o) = memory::state_bytes(p.options.precision);
+        let (w, g, o) = memory::state_bytes(p.options.engine, p.options.precision);
         let elem = p.options.precision.element_bytes();
         let mut ctx = Ctx {
             p,
@@ -169,7 +169,9 @@ impl<'a, 'p> Ctx<'a, 'p> {
             class_rep,
             tokens_per_sample: model.tokens_per_sample(p.seq_len) as f64,
             elem,
-            grad_elem: elem,
+            // The engine's gradient type (Megatron reduces BF16 gradients in FP32).
+            grad_elem: crate::plan::default_gradient_dtype(p.options.engine, p.options.precision)
+                .element_bytes(),
             state_bytes: w + g + o,
             emb,
             tied_raw,

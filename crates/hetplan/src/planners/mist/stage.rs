@@ -335,11 +335,11 @@ pub fn intra_stage(
     let g = spec.micro_batches;
     let per_mb = p.global_batch / g;
     let mut sweep = Sweep::new(ctx.space.alphas, g as f64);
-    let (w_b, g_b, _) = memory::state_bytes(p.options.precision);
-    let (pg, gg) = {
-        let e = p.options.precision.element_bytes();
-        (e, e)
-    };
+    let (w_b, g_b, _) = memory::state_bytes(p.options.engine, p.options.precision);
+    let (pg, gg) = (
+        p.options.precision.element_bytes(),
+        crate::plan::default_gradient_dtype(p.options.engine, p.options.precision).element_bytes(),
+    );
     let cap = ctx.gpu.memory.get();
     let room_all = memory::allocatable_bytes(cap);
     let pcie = ctx.gpu.pcie_bandwidth.get();
@@ -443,8 +443,13 @@ pub fn intra_stage(
             if !search.tick() {
                 return None;
             }
-            let (w, gr, o) =
-                memory::sharded_states(tab.params, p.options.precision, zero, dp as f64);
+            let (w, gr, o) = memory::sharded_states(
+                tab.params,
+                p.options.engine,
+                p.options.precision,
+                zero,
+                dp as f64,
+            );
             let opt_params = tab.params / if zero >= 1 { dp as f64 } else { 1.0 };
             let gathered = if zero >= 3 {
                 2.0 * tab.largest_layer * pg
