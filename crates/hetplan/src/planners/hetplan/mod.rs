@@ -693,8 +693,9 @@ fn diverse_starts(cands: &[Seen]) -> Vec<Seen> {
 /// How far behind the best start another family's best may start and still be refined.
 const DIVERSE_WITHIN: f64 = 1.25;
 
-/// hetplan's local search from the best `STARTS` of `cands` in turn, start k with `1/(n − k)`
-/// of the time (until `until`) and nodes left.
+/// hetplan's local search from [`diverse_starts`] of `cands` in turn: of the best `STARTS`
+/// start k with `1/(n − k)` of the time (until `until`) and nodes left, the others after them
+/// with what is left.
 fn refine_from(
     problem: &Problem<'_>,
     cands: &[Seen],
@@ -704,9 +705,12 @@ fn refine_from(
     stop: &mut StopReason,
 ) -> Vec<Seen> {
     let starts = diverse_starts(cands);
+    // The best `STARTS` share the time and nodes as if alone; the other families' starts run
+    // on what those leave (a local optimum reached early, or no limit).
+    let main = cands.len().min(STARTS);
     let mut out = Vec::new();
     for (k, s) in starts.iter().enumerate() {
-        let left = (starts.len() - k) as f64;
+        let left = if k < main { main - k } else { starts.len() - k } as f64;
         let now = search.elapsed().get();
         let mine = until.map(|u| now + (u - now).max(0.0) / left);
         let my_nodes = nodes.map(|m| (m.saturating_sub(search.explored()) as f64 / left) as u64);
