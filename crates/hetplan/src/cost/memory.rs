@@ -367,12 +367,22 @@ pub fn sharded_states_of(
 
 /// Bytes per parameter of weights, gradients and optimizer state a plan keeps: as
 /// [`state_bytes`] of its engine and precision, with the gradients in the element type the
-/// plan accumulates and reduces them in ([`crate::plan::Plan::gradient_dtype`]: DeepSpeed's
-/// `grad_accum_dtype: fp32` selects its `BF16_Optimizer` with an FP32 accumulation buffer,
-/// engine.py `_do_optimizer_sanity_check`).
+/// plan accumulates and reduces them in ([`crate::plan::Plan::gradient_dtype`]). Megatron's
+/// FP32 `main_grad` replaces the 16-bit gradient (its hook adds `param.grad` in and drops it);
+/// DeepSpeed's `grad_accum_dtype: fp32` selects its `BF16_Optimizer` (engine.py
+/// `_do_optimizer_sanity_check`), whose FP32 accumulation buffer (`fp32_groups_gradients`)
+/// sits beside the 16-bit `param.grad`, which the pipeline engine zeroes but does not free
+/// (`update_hp_grads(clear_lp_grads=False)`, then `clear_lp_grads()`:
+/// runtime/bf16_optimizer.py, pipe/engine.py): both, 2 + 4 B.
 pub fn plan_state_bytes(plan: &crate::plan::Plan) -> (f64, f64, f64) {
     let (w, _, o) = state_bytes(plan.engine, plan.precision);
-    (w, plan.gradient_dtype().element_bytes(), o)
+    let g = plan.gradient_dtype().element_bytes();
+    let wider = g > plan.precision.element_bytes();
+    let g = match plan.engine {
+        Engine::Deepspeed if wider => g + plan.precision.element_bytes(),
+        _ => g,
+    };
+    (w, g, o)
 }
 
 /// Bytes per parameter of weights, gradients and optimizer state an engine keeps in a precision:
