@@ -30,7 +30,7 @@ fn main() {
                     continue;
                 }
             };
-            let c = check(&case, simulate);
+            let c = check(&case, simulate).unwrap_or_else(|e| panic!("{}: {e:?}", case.id));
             let mem = c.measured_memory.map_or(
                 if c.oom { "OOM".into() } else { "-".into() },
                 |m| match m.quantity {

@@ -15,7 +15,7 @@ fn cases() -> (Vec<(String, Checked)>, Vec<String>) {
         for (i, o) in parse(source, text).unwrap().into_iter().enumerate() {
             match o {
                 // The simulator on every third row (debug builds are slow).
-                Outcome::Case(c) => out.push((source.to_string(), check(&c, i % 3 == 0))),
+                Outcome::Case(c) => out.push((source.to_string(), check(&c, i % 3 == 0).unwrap())),
                 Outcome::Skipped { id, reason, .. } => skipped.push(format!("{id}: {reason}")),
             }
         }
@@ -130,4 +130,27 @@ fn out_of_memory_rows_are_predicted_where_they_are_today() {
     }
     // No run that ran is predicted out of memory.
     assert!(all.iter().all(|(_, c)| c.oom || c.fits));
+}
+
+#[test]
+fn bad_rows_and_edited_cases_are_errors_not_panics() {
+    // An edited case whose plan no longer suits its cluster: the plan's errors.
+    let (_, text) = BUILTIN[0];
+    let Some(Outcome::Case(mut case)) = parse("torchtitan", text).unwrap().into_iter().next()
+    else {
+        panic!("torchtitan's first row is a case");
+    };
+    case.plan.stages[0].tp = 3;
+    assert!(check(&case, false).is_err());
+    // A bad cell: the line and the column of the cell, and what was expected.
+    let header = text.lines().find(|l| !l.starts_with('#')).unwrap();
+    let row = text.lines().filter(|l| !l.starts_with('#')).nth(1).unwrap();
+    let bad = row.replacen(",8192,16,2,", ",8192,sixteen,2,", 1);
+    assert_ne!(bad, row, "the row has the cells the test edits");
+    let e = parse("torchtitan", &format!("{header}\n{bad}\n")).unwrap_err();
+    assert_eq!(e.line, Some(2), "{e:?}");
+    assert!(e.message.contains("whole number"), "{}", e.message);
+    assert_eq!(e.field.as_deref(), Some("global_batch"));
+    let col = e.column.unwrap();
+    assert!(bad[col - 1..].starts_with("sixteen"), "{e:?}");
 }

@@ -587,16 +587,19 @@ impl Checked {
     }
 }
 
-/// Estimates (and, unless `simulate` is false, simulates) a case.
-pub fn check(case: &Case, simulate: bool) -> Checked {
+/// Estimates (and, unless `simulate` is false, simulates) a case; the plan's errors when it is
+/// not valid for the case's model and cluster ([`parse`] only makes valid ones, but a `Case`
+/// can be edited).
+pub fn check(
+    case: &Case,
+    simulate: bool,
+) -> Result<Checked, Vec<crate::plan::validate::PlanError>> {
     let w = Workload {
         model: &case.model,
         cluster: &case.cluster,
         seq_len: case.seq,
     };
-    let plan = w
-        .validate(&case.plan)
-        .expect("parse_inline_plan returns valid plans");
+    let plan = w.validate(&case.plan)?;
     let e = cost::estimate(w, &plan, &Analytic);
     let sim = simulate
         .then(|| sim::simulate(w, &plan, &Analytic, &SimOptions::default()).ok())
@@ -613,7 +616,7 @@ pub fn check(case: &Case, simulate: bool) -> Checked {
     let peak = (e.stages.iter())
         .map(|s| s.memory.total.get() - reserve)
         .fold(0.0, f64::max);
-    Checked {
+    Ok(Checked {
         id: case.id.clone(),
         gpu: case.gpu.clone(),
         precision: case.precision,
@@ -627,7 +630,7 @@ pub fn check(case: &Case, simulate: bool) -> Checked {
         oom: case.oom,
         fits: e.fits,
         assumptions: case.assumptions.clone(),
-    }
+    })
 }
 
 /// Median and 90th percentile of |x| (nearest rank), `None` for no values.
