@@ -331,6 +331,11 @@ struct CalibrateArgs {
     /// Measurements CSV (default: the data shipped with hetplan).
     #[arg(long, value_name = "CSV")]
     data: Option<String>,
+    /// Check published runs in the shared schema instead (docs/validation.md §8), each beside
+    /// the estimate and the simulation of the plan it ran: `torchtitan`, `megatron_lm_readme`,
+    /// `bigscience_bloom_prequel` (built in), `all` of them, or a CSV in that schema.
+    #[arg(long, value_name = "NAME|CSV", conflicts_with_all = ["data", "inter_node_bandwidth"])]
+    published: Option<String>,
     /// Network bandwidth of each node, per direction, for every row (default: the CSV's
     /// `inter_node` column, else 1600 Gbps, the set-up of the built-in data).
     #[arg(long, value_name = "BANDWIDTH")]
@@ -1087,7 +1092,87 @@ fn profile_compare(a: CompareArgs) -> Result<()> {
 
 // ------------------------------------------------------------------------------------ calibrate
 
+/// What `calibrate --published` prints as JSON.
+#[derive(Serialize)]
+struct PublishedReport {
+    rows: Vec<calibration::published::Checked>,
+    /// Rows that cannot be checked: `(row_id, line, why)`.
+    skipped: Vec<(String, usize, String)>,
+}
+
+fn calibrate_published(which: &str, json: bool) -> Result<()> {
+    use calibration::published::{check, parse, Outcome, BUILTIN};
+    let sources: Vec<Origin> = match which {
+        "all" => (BUILTIN.iter())
+            .map(|(name, text)| Origin {
+                name: (*name).to_string(),
+                text: (*text).to_string(),
+                json: false,
+            })
+            .collect(),
+        name => match BUILTIN.iter().find(|(n, _)| *n == name) {
+            Some((n, text)) => vec![Origin {
+                name: (*n).to_string(),
+                text: (*text).to_string(),
+                json: false,
+            }],
+            // A bare word is a name, not a file.
+            None if !name.contains(['.', '/']) => {
+                let known: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+                return Err(CliError::input(
+                    Some(Origin::arg("--published", name)),
+                    InputError::new(format!("no built-in published data `{name}`"))
+                        .at(1, 1)
+                        .hint(Some(format!(
+                            "the built-in ones are {}, or `all`; or give a CSV file",
+                            known.join(", ")
+                        ))),
+                ));
+            }
+            None => vec![inputs::read_origin(name)?],
+        },
+    };
+    let mut report = PublishedReport {
+        rows: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for origin in &sources {
+        let err = |e: InputError| CliError::input(Some(origin.clone()), e);
+        // The source's conventions follow its name (a file's stem).
+        let source = Path::new(&origin.name)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or(&origin.name)
+            .to_string();
+        for o in parse(&source, &origin.text).map_err(err)? {
+            match o {
+                Outcome::Case(c) => {
+                    let checked = check(&c, true).map_err(|errs| {
+                        let all: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+                        err(InputError::new(format!(
+                            "row {}'s plan is not valid: {}",
+                            c.id,
+                            all.join("; ")
+                        ))
+                        .at(c.line, 1))
+                    })?;
+                    report.rows.push(checked);
+                }
+                Outcome::Skipped { id, line, reason } => report.skipped.push((id, line, reason)),
+            }
+        }
+    }
+    if json {
+        emit_json(&report)
+    } else {
+        emit(&render::published(&report.rows, &report.skipped))
+    }
+}
+
 fn calibrate(a: CalibrateArgs) -> Result<()> {
+    if let Some(which) = &a.published {
+        return calibrate_published(which, a.json);
+    }
     let origin = match &a.data {
         Some(p) => inputs::read_origin(p)?,
         None => Origin {

@@ -861,6 +861,83 @@ pub fn calibration(r: &Report) -> String {
     o
 }
 
+/// `hetplan calibrate --published`: each published row beside the estimate and the simulation
+/// of its plan, memory as its source measured it, then the median and 90th percentile |error|.
+pub fn published(
+    rows: &[hetplan::calibration::published::Checked],
+    skipped: &[(String, usize, String)],
+) -> String {
+    use hetplan::calibration::published::{median_p90, MemoryQuantity};
+    let signed = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:+.1}%", x * 100.0));
+    let mut t = Table::new(&[
+        ("row", Left),
+        ("gpu", Left),
+        ("precision", Left),
+        ("seq", Right),
+        ("measured tok/s/GPU", Right),
+        ("estimated", Right),
+        ("error", Right),
+        ("simulated", Right),
+        ("measured memory", Right),
+        ("estimated", Right),
+        ("error", Right),
+        ("verdict", Left),
+    ]);
+    for c in rows {
+        let measured_mem = match c.measured_memory {
+            Some(m) => match m.quantity {
+                MemoryQuantity::TorchReserved => format!("{:.1} GiB reserved", m.bytes.as_gib()),
+                MemoryQuantity::NvidiaSmi => format!("{:.0} GB nvidia-smi", m.bytes.get() / 1e9),
+            },
+            None if c.oom => "OOM".into(),
+            None => "-".into(),
+        };
+        let verdict = match (c.oom, c.fits) {
+            (true, false) => "OOM, predicted",
+            (true, true) => "OOM, predicted to fit",
+            (false, true) => "ran, fits",
+            (false, false) => "ran, predicted OOM",
+        };
+        t.row(vec![
+            c.id.clone(),
+            c.gpu.clone(),
+            c.precision.name().to_string(),
+            c.seq.to_string(),
+            c.measured_tokens_per_s_per_gpu.map_or("-".into(), fmt_rate),
+            fmt_rate(c.estimated_tokens_per_s_per_gpu),
+            signed(c.time_error()),
+            signed(c.sim_error()),
+            measured_mem,
+            format!("{:.1} GiB", c.estimated_memory.as_gib()),
+            signed(c.memory_error()),
+            verdict.to_string(),
+        ]);
+    }
+    let mut o = t.render();
+    let summary = |errs: Vec<f64>| match median_p90(&errs) {
+        Some((m, p)) => format!(
+            "median |error| {}, p90 {} over {}",
+            pct(m),
+            pct(p),
+            errs.len()
+        ),
+        None => "no rows".to_string(),
+    };
+    let ooms = rows.iter().filter(|c| c.oom).count();
+    let caught = rows.iter().filter(|c| c.oom && !c.fits).count();
+    let _ = writeln!(
+        o,
+        "\nthroughput: {}\nsimulation: {}\nmemory: {}\nout of memory: {caught} of {ooms} predicted",
+        summary(rows.iter().filter_map(|c| c.time_error()).collect()),
+        summary(rows.iter().filter_map(|c| c.sim_error()).collect()),
+        summary(rows.iter().filter_map(|c| c.memory_error()).collect()),
+    );
+    for (id, line, why) in skipped {
+        let _ = writeln!(o, "not checked: {id} (line {line}): {why}");
+    }
+    o
+}
+
 /// `hetplan profile compare`: each sample, measured beside the model, and the median error.
 pub fn profile_checks(checks: &[hetplan::cost::profiled::SampleCheck]) -> String {
     let ms = |s: Seconds| format!("{:.3}", s.get() * 1e3);

@@ -1688,3 +1688,48 @@ fn a_model_too_large_for_the_cluster_says_why() {
     );
     assert!(o.stderr.contains("all 8 GPUs together"), "{}", o.stderr);
 }
+
+/// `calibrate --published`: every published row as JSON, with the skipped ones and why; a
+/// wrong name or a CSV without the schema's columns is a located error with a hint.
+#[test]
+fn calibrate_checks_the_published_runs() {
+    let o = hetplan(&["calibrate", "--published", "all", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 108);
+    assert_eq!(v["skipped"].as_array().unwrap().len(), 10);
+    assert!(
+        v["rows"][0]["estimated_tokens_per_s_per_gpu"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let o = hetplan(&["calibrate", "--published", "megatron_lm_readme"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("throughput: median |error|"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("not checked: megatron_lm_readme-010"),
+        "{}",
+        o.stdout
+    );
+
+    let o = hetplan(&["calibrate", "--published", "torchtitn"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("the built-in ones are torchtitan"),
+        "{}",
+        o.stderr
+    );
+    let dir = std::env::temp_dir().join(format!("hetplan-published-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("mine.csv");
+    std::fs::write(&bad, "row_id,gpu\nx,H100\n").unwrap();
+    let o = hetplan(&["calibrate", "--published", bad.to_str().unwrap()]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("mine.csv:1:1"), "{}", o.stderr);
+    assert!(o.stderr.contains("no column `gpus`"), "{}", o.stderr);
+}

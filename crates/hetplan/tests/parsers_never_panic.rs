@@ -567,6 +567,22 @@ proptest! {
     }
 
     #[test]
+    fn published_csv(i in 0..3usize, e in edits()) {
+        // The header and three rows of each published file, edited: parsed, made into
+        // problems and estimated (not simulated: that is the simulator's own test), or a
+        // located error.
+        let (name, text) = calibration::published::BUILTIN[i];
+        let head: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).take(4).collect();
+        if let Ok(outcomes) = calibration::published::parse(name, &apply(&head.join("\n"), &e)) {
+            for o in outcomes {
+                if let calibration::published::Outcome::Case(c) = o {
+                    let _ = calibration::published::check(&c, false);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn calibration_csv(e in edits()) {
         if let Ok(rows) = calibration::parse_csv(&apply(CALIBRATION_CSV, &e)) {
             let _ = calibration::check(&rows);

@@ -149,7 +149,7 @@ fn bad_rows_and_edited_cases_are_errors_not_panics() {
     assert_ne!(bad, row, "the row has the cells the test edits");
     let e = parse("torchtitan", &format!("{header}\n{bad}\n")).unwrap_err();
     assert_eq!(e.line, Some(2), "{e:?}");
-    assert!(e.message.contains("whole number"), "{}", e.message);
+    assert!(e.message.contains("whole number in 1..="), "{}", e.message);
     assert_eq!(e.field.as_deref(), Some("global_batch"));
     let col = e.column.unwrap();
     assert!(bad[col - 1..].starts_with("sixteen"), "{e:?}");

@@ -155,19 +155,21 @@ impl Row<'_> {
         self.get(name).map(|(v, _)| v)
     }
 
-    /// A whole number ≥ 1, or `None` when the cell is empty.
+    /// A whole number in 1..=`parse::MAX_BATCH` (so that no product of two overflows), or
+    /// `None` when the cell is empty.
     fn whole_opt(&self, name: &str) -> Result<Option<u64>, InputError> {
         let (v, col) = self.get(name)?;
         if v.is_empty() {
             return Ok(None);
         }
         match v.parse::<u64>() {
-            Ok(n) if (1..=1 << 40).contains(&n) => Ok(Some(n)),
-            _ => Err(
-                InputError::new(format!("expected a whole number ≥ 1, found `{v}`"))
-                    .at(self.line, col)
-                    .field(name),
-            ),
+            Ok(n) if (1..=crate::parse::MAX_BATCH).contains(&n) => Ok(Some(n)),
+            _ => Err(InputError::new(format!(
+                "expected a whole number in 1..={}, found `{v}`",
+                crate::parse::MAX_BATCH
+            ))
+            .at(self.line, col)
+            .field(name)),
         }
     }
 
@@ -196,6 +198,42 @@ impl Row<'_> {
         }
     }
 }
+
+/// The columns every row is read from (others, such as `cp`, `vpp` or `step_time_s`, may be
+/// empty but must be present too: see `../shared/calibration/README.md`).
+const REQUIRED: &[&str] = &[
+    "row_id",
+    "gpu",
+    "gpus",
+    "nodes",
+    "gpus_per_node",
+    "interconnect",
+    "arch",
+    "n_layers",
+    "hidden",
+    "ffn_hidden",
+    "n_heads",
+    "n_kv_heads",
+    "vocab",
+    "seq_len",
+    "global_batch",
+    "micro_batch",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "pp_schedule",
+    "zero_fsdp",
+    "act_ckpt",
+    "precision",
+    "fp8",
+    "engine",
+    "tokens_per_s_per_gpu",
+    "tflops_per_gpu",
+    "step_time_s",
+    "peak_mem",
+    "peak_mem_unit",
+];
 
 /// The model families of the data.
 enum Family {
@@ -227,7 +265,19 @@ pub fn parse(source: &str, src: &str) -> Result<Vec<Outcome>, InputError> {
             continue;
         }
         let Some(h) = &header else {
-            header = Some(cells(line).into_iter().map(|(c, _)| c).collect());
+            let names: Vec<String> = cells(line).into_iter().map(|(c, _)| c).collect();
+            if let Some(missing) = REQUIRED.iter().find(|r| !names.iter().any(|n| n == *r)) {
+                return Err(InputError::new(format!(
+                    "{source}: the header has no column `{missing}`"
+                ))
+                .at(i + 1, 1)
+                .field(*missing)
+                .hint(Some(format!(
+                    "the shared schema's columns include {}",
+                    REQUIRED.join(",")
+                ))));
+            }
+            header = Some(names);
             continue;
         };
         let row = Row {
@@ -292,6 +342,14 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         gpu = crate::gpu::power_capped(&gpu, 500.0).expect("500 W is within an H100's 700 W");
     }
     let gpus = r.whole("gpus")?;
+    if gpus > super::MAX_GPUS {
+        let col = r.get("gpus")?.1;
+        return Err(
+            InputError::new(format!("{gpus} GPUs: at most {} per row", super::MAX_GPUS))
+                .at(r.line, col)
+                .field("gpus"),
+        );
+    }
     let gpn = r.whole_opt("gpus_per_node")?.unwrap_or(8);
     let nodes = r.whole_opt("nodes")?.unwrap_or(gpus.div_ceil(gpn));
     if nodes * gpn != gpus {
