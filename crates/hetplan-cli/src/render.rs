@@ -892,12 +892,6 @@ pub fn published(
             None if c.oom => "OOM".into(),
             None => "-".into(),
         };
-        let verdict = match (c.oom, c.fits) {
-            (true, false) => "OOM, predicted",
-            (true, true) => "OOM, predicted to fit",
-            (false, true) => "ran, fits",
-            (false, false) => "ran, predicted OOM",
-        };
         t.row(vec![
             c.id.clone(),
             c.gpu.clone(),
@@ -910,7 +904,7 @@ pub fn published(
             measured_mem,
             format!("{:.1} GiB", c.estimated_memory.as_gib()),
             signed(c.memory_error()),
-            verdict.to_string(),
+            c.verdict().to_string(),
         ]);
     }
     let mut o = t.render();

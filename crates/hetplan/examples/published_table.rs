@@ -46,11 +46,10 @@ fn main() {
                 }
                 _ => format!("{:.1} GiB", c.estimated_memory.as_gib()),
             };
-            let verdict = match (c.oom, c.fits) {
-                (true, false) => "OOM, predicted",
-                (true, true) => "**OOM, predicted to fit**",
-                (false, true) => "ran, fits",
-                (false, false) => "**ran, predicted OOM**",
+            // The verdicts that fail stand out in the docs' table.
+            let verdict = match c.verdict() {
+                v @ ("OOM, predicted to fit" | "ran, predicted OOM") => format!("**{v}**"),
+                v => v.to_string(),
             };
             println!(
                 "| {} | {} | {:?} | `{}` | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",

@@ -246,9 +246,10 @@ enum Family {
 }
 
 /// FLOPs per token as Megatron-Core r0.8.0 counts them for its logged TFLOP/s
-/// (`num_floating_point_operations` in megatron/training/training.py): 12·L·h²·((1 + g/a + s/h)
-/// ·(a·d/h) + (f/h)·(3/2 if gated) + V/(2·L·h)); forward and backward, causal attention counted
-/// whole, no recomputation.
+/// (`num_floating_point_operations` in megatron/training/training.py), for its GPT rows:
+/// 12·L·h²·((1 + g/a + s/h) + f/h + V/(2·L·h)), forward and backward, causal attention counted
+/// whole, no recomputation. Megatron's formula also scales the attention term by a·d/h and the
+/// MLP's by 3/2 when it is gated; both are 1 here (heads of h/a, GeLU MLPs), so they are left out.
 fn megatron_2024_flops_per_token(l: f64, h: f64, f: f64, a: f64, g: f64, s: f64, v: f64) -> f64 {
     12.0 * l * h * h * ((1.0 + g / a + s / h) + f / h + v / (2.0 * l * h))
 }
@@ -627,6 +628,16 @@ pub struct Checked {
 }
 
 impl Checked {
+    /// The out-of-memory verdict against what happened.
+    pub fn verdict(&self) -> &'static str {
+        match (self.oom, self.fits) {
+            (true, false) => "OOM, predicted",
+            (true, true) => "OOM, predicted to fit",
+            (false, true) => "ran, fits",
+            (false, false) => "ran, predicted OOM",
+        }
+    }
+
     /// Estimated over measured throughput − 1 (positive: hetplan is optimistic).
     pub fn time_error(&self) -> Option<f64> {
         self.measured_tokens_per_s_per_gpu

@@ -278,11 +278,10 @@ impl Planner for Hetplan {
         // them as starting points (where nothing else fits, they are the only ones).
         let mut seen = seen;
         seen.extend(context_parallel_starts(problem, search));
-        seen.extend(one_type_starts(
-            problem,
-            search,
-            time.map(|t| t * UNIFORM_STARTS_SHARE),
-        ));
+        // They come after the seeds, which take most of a time limit: a share of what is left.
+        let now = search.elapsed().get();
+        let deadline = time.map(|t| now + UNIFORM_STARTS_SHARE * (t - now).max(0.0));
+        seen.extend(uniform_starts(problem, search, deadline));
         let cands = admit(problem, &seen);
         if cands.is_empty() {
             return Err(match (stop, problem.options.runtime) {
@@ -489,7 +488,7 @@ fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Ve
 /// layouts (`tp` of 1–8, `pp` of 1–4, the most replicas that divide the batch, micro-batches
 /// of 1–8, sequence parallelism with TP) on those nodes, fitted by the memory ladder
 /// (`refine::repair`: ZeRO, checkpointing, offloading).
-fn one_type_starts(
+fn uniform_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
     deadline: Option<f64>,
@@ -551,10 +550,9 @@ fn one_type_starts(
     evaluate_starts(problem, search, cands, deadline)
 }
 
-/// The share of a time limit by which the uniform starts on GPU types stop: at a thousand
-/// GPUs their estimates (with both memory ladders) would otherwise take what the local search
-/// needs.
-const UNIFORM_STARTS_SHARE: f64 = 0.10;
+/// The share of the time the seeds leave that the uniform starts may take (their estimates, with
+/// both memory ladders, take seconds at a thousand GPUs); the local search keeps the rest.
+const UNIFORM_STARTS_SHARE: f64 = 0.25;
 
 /// The nodes of GPU type `t` as a cluster of their own, and each one's index in `cluster`.
 fn nodes_of_type(

@@ -320,19 +320,19 @@ const MAX_REPAIRS: usize = 7;
 /// (more layers on a stage, a larger micro-batch) is judged with what makes it fit, as Mist
 /// tunes memory options with the parallelism. `None` when the ladder runs out first.
 pub fn repair(problem: &Problem<'_>, p: Plan, e: Estimate) -> Option<(Plan, Estimate)> {
-    repair_by(problem, p, e, climb)
+    repair_by(problem, p, e, &RECOMPUTE_FIRST)
 }
 
 /// [`repair`] by both ladders — the recomputation-first one and one that shards and offloads
-/// states first ([`climb_states_first`]: ZeRO-1, ZeRO-3, gradients, weights, then the optimizer
+/// states first ([`STATES_FIRST`]: ZeRO-1, ZeRO-3, gradients, weights, then the optimizer
 /// state to host memory, recomputation last) — keeping the faster plan that fits. Recomputing
 /// costs a forward on every micro-batch; offloading states costs host-link transfers once per
 /// step, which hide behind compute when the micro-batches are many or the model is
 /// memory-bound: neither order is better everywhere. For starting plans, where a wrong rung
 /// costs the whole search.
 pub fn repair_both(problem: &Problem<'_>, p: Plan, e: Estimate) -> Option<(Plan, Estimate)> {
-    let a = repair_by(problem, p.clone(), e.clone(), climb);
-    let b = repair_by(problem, p, e, climb_states_first);
+    let a = repair_by(problem, p.clone(), e.clone(), &RECOMPUTE_FIRST);
+    let b = repair_by(problem, p, e, &STATES_FIRST);
     match (a, b) {
         (Some(a), Some(b)) if b.1.iteration_time_s < a.1.iteration_time_s => Some(b),
         (Some(a), _) => Some(a),
@@ -344,7 +344,7 @@ fn repair_by(
     problem: &Problem<'_>,
     mut p: Plan,
     mut e: Estimate,
-    climb: fn(&mut Stage) -> bool,
+    ladder: &[Rung],
 ) -> Option<(Plan, Estimate)> {
     for _ in 0..MAX_REPAIRS {
         if e.fits {
@@ -363,7 +363,7 @@ fn repair_by(
         let mut climbed = false;
         for s in over {
             for j in chunk_group(&p, s) {
-                climbed |= climb(&mut p.stages[j]);
+                climbed |= climb(ladder, &mut p.stages[j]);
             }
         }
         if !climbed {
@@ -391,50 +391,85 @@ pub fn conformed(problem: &Problem<'_>, p: Plan) -> Option<Plan> {
     }
 }
 
-/// One rung up the memory ladder; `false` at its top.
-fn climb(st: &mut Stage) -> bool {
-    let shards = st.dp > 1;
-    if shards && st.zero < 1 {
-        st.zero = 1;
-    } else if matches!(st.recompute, Recompute::None | Recompute::Layers(_)) {
-        st.recompute = Recompute::Selective;
-    } else if st.recompute == Recompute::Selective {
-        st.recompute = Recompute::Full;
-    } else if shards && st.zero < 3 {
-        st.zero = 3;
-    } else if st.offload.optimizer < 1.0 {
-        st.offload.optimizer = 1.0;
-    } else if st.offload.gradients < 1.0 {
-        st.offload.gradients = 1.0;
-    } else if st.offload.weights < 1.0 {
-        st.offload.weights = 1.0;
-    } else {
-        return false;
-    }
-    true
+/// A memory option a stage that does not fit can take, one step at a time.
+#[derive(Clone, Copy, Debug)]
+enum Rung {
+    /// ZeRO-1, with data parallelism.
+    Zero1,
+    /// ZeRO-3, with data parallelism.
+    Zero3,
+    /// Selective recomputation (from none, or from some layers fully recomputed).
+    Selective,
+    /// Full recomputation, after selective.
+    Full,
+    /// The optimizer state, the gradients, the weights in host memory.
+    Optimizer,
+    Gradients,
+    Weights,
 }
 
-/// One rung up the states-first ladder (see [`repair_both`]); `false` at its top.
-fn climb_states_first(st: &mut Stage) -> bool {
+/// The ladder `repair` climbs: recomputation before sharding further and offloading.
+const RECOMPUTE_FIRST: [Rung; 7] = [
+    Rung::Zero1,
+    Rung::Selective,
+    Rung::Full,
+    Rung::Zero3,
+    Rung::Optimizer,
+    Rung::Gradients,
+    Rung::Weights,
+];
+
+/// The other ladder of [`repair_both`]: states sharded and offloaded first, recomputation last.
+const STATES_FIRST: [Rung; 7] = [
+    Rung::Zero1,
+    Rung::Zero3,
+    Rung::Gradients,
+    Rung::Weights,
+    Rung::Optimizer,
+    Rung::Selective,
+    Rung::Full,
+];
+
+/// Takes the first rung of `ladder` that still changes `st`; `false` at the ladder's top.
+fn climb(ladder: &[Rung], st: &mut Stage) -> bool {
     let shards = st.dp > 1;
-    if shards && st.zero < 1 {
-        st.zero = 1;
-    } else if shards && st.zero < 3 {
-        st.zero = 3;
-    } else if st.offload.gradients < 1.0 {
-        st.offload.gradients = 1.0;
-    } else if st.offload.weights < 1.0 {
-        st.offload.weights = 1.0;
-    } else if st.offload.optimizer < 1.0 {
-        st.offload.optimizer = 1.0;
-    } else if matches!(st.recompute, Recompute::None | Recompute::Layers(_)) {
-        st.recompute = Recompute::Selective;
-    } else if st.recompute == Recompute::Selective {
-        st.recompute = Recompute::Full;
-    } else {
-        return false;
+    for rung in ladder {
+        let took = match rung {
+            Rung::Zero1 if shards && st.zero < 1 => {
+                st.zero = 1;
+                true
+            }
+            Rung::Zero3 if shards && st.zero < 3 => {
+                st.zero = 3;
+                true
+            }
+            Rung::Selective if matches!(st.recompute, Recompute::None | Recompute::Layers(_)) => {
+                st.recompute = Recompute::Selective;
+                true
+            }
+            Rung::Full if st.recompute == Recompute::Selective => {
+                st.recompute = Recompute::Full;
+                true
+            }
+            Rung::Optimizer if st.offload.optimizer < 1.0 => {
+                st.offload.optimizer = 1.0;
+                true
+            }
+            Rung::Gradients if st.offload.gradients < 1.0 => {
+                st.offload.gradients = 1.0;
+                true
+            }
+            Rung::Weights if st.offload.weights < 1.0 => {
+                st.offload.weights = 1.0;
+                true
+            }
+            _ => false,
+        };
+        if took {
+            return true;
+        }
     }
-    true
+    false
 }
 
 /// The stages sharing stage `s`'s GPUs: `s` alone, or with an interleaved schedule every model
