@@ -8,6 +8,12 @@
 //! are in the module docs of `planners::mist`, taken on the development machine (2 shared
 //! cores of an x86-64 VM, 1 core used).
 //!
+//! A second table solves single inter-stage MILPs (Eq. 2) of GPT-3 13B on the three-type
+//! fleet at 4,096 GPUs (global batch 2,048) under Mist's node limit ([`MILP_NODE_ENTRIES`])
+//! and then without it (30 s time limit): binaries, nodes, wall time, Eq. 2's value, whether
+//! it is proven optimal, and the process's peak resident memory after the solve (Linux
+//! `VmHWM`; rows with the limit run first). `MIST_MILP=0` skips it.
+//!
 //! The 256-GPU row: 16 nodes of 8 A100-80GB (NVLink), 8 of 8 V100-32GB (NVLink) and 8 of 8 T4
 //! (PCIe), 100 Gbps between nodes; GPT-3 13B, sequence 2048, global batch 512 (Table 4's
 //! largest batch).
@@ -16,7 +22,7 @@ mod common;
 
 use hetplan::cost::Analytic;
 use hetplan::model::catalog::catalog_model;
-use hetplan::planners::mist::Mist;
+use hetplan::planners::mist::{milp, milp_node_limit, Mist, MILP_NODE_ENTRIES};
 use hetplan::planners::{Limits, NoProgress, PlanOptions, Planner, Problem, Search};
 use hetplan::scenario::{scenario, scenario_names};
 use hetplan::units::Seconds;
@@ -99,4 +105,65 @@ fn main() {
         2048,
         budget,
     );
+    if std::env::var("MIST_MILP").is_ok_and(|v| v == "0") {
+        return;
+    }
+    milp_rows(&model);
+}
+
+/// The process's peak resident set so far, in MiB (Linux `VmHWM`), if known.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn milp_rows(model: &Model) {
+    let cluster = common::three_types_n(4096);
+    let problem = Problem {
+        model,
+        cluster: &cluster,
+        global_batch: 2048,
+        seq_len: 2048,
+        compute: &Analytic,
+        options: PlanOptions::default(),
+    };
+    println!("\nEq. 2 at 4,096 GPUs (gpt3-13b, gbs 2048), one MILP per row");
+    println!(
+        "{:>3} {:>5} {:>9} {:>12} {:>7} {:>9} {:>10} {:>7} {:>10}",
+        "S", "G", "binaries", "node limit", "nodes", "wall (s)", "Eq.2 (s)", "proven", "peak MiB"
+    );
+    let cases = [(4, 2048), (4, 256), (4, 32), (8, 2048), (8, 256), (8, 32)];
+    let mut sets = Vec::new();
+    for (s, g) in cases {
+        let mut search = Search::unbounded();
+        if let Some(sc) = Mist::default().stage_candidates(&problem, s, g, &mut search) {
+            sets.push((s, g, sc));
+        }
+    }
+    for limited in [true, false] {
+        for (s, g, sc) in &sets {
+            let binaries: usize = sc.cands.iter().map(Vec::len).sum();
+            let limits = milp::MilpLimits {
+                nodes: limited.then(|| milp_node_limit(MILP_NODE_ENTRIES, binaries)),
+                time: Some(Seconds(30.0)),
+            };
+            let t = Instant::now();
+            let r = milp::solve(&sc.cands, *g, model.layers.len(), &sc.caps, limits);
+            let wall = t.elapsed().as_secs_f64();
+            let rss = peak_rss_mib().map_or("-".into(), |m| format!("{m:.0}"));
+            let limit = limits.nodes.map_or("none".into(), |n| n.to_string());
+            match r {
+                Some(r) => println!(
+                    "{s:>3} {g:>5} {binaries:>9} {limit:>12} {:>7} {wall:>9.2} {:>10.3} {:>7} {rss:>10}",
+                    r.nodes, r.value, r.proven_optimal
+                ),
+                None => println!(
+                    "{s:>3} {g:>5} {binaries:>9} {limit:>12} {:>7} {wall:>9.2} {:>10} {:>7} {rss:>10}",
+                    "-", "none", "-"
+                ),
+            }
+        }
+    }
 }

@@ -128,10 +128,19 @@ impl Lcg {
 
 fn assert_milp_matches_brute_force(stages: &[Vec<Cand>], g: u64, layers: usize, caps: &[u32]) {
     let bf = milp::brute_force(stages, g, layers, caps);
-    let ilp = milp::solve(stages, g, layers, caps, None);
+    let ilp = milp::solve(stages, g, layers, caps, milp::MilpLimits::NONE);
     match (bf, ilp) {
         (None, None) => {}
-        (Some((_, b)), Some((picks, v))) => {
+        (
+            Some((_, b)),
+            Some(milp::Solved {
+                picks,
+                value: v,
+                proven_optimal,
+                ..
+            }),
+        ) => {
+            assert!(proven_optimal, "no limit, so the optimum is proven");
             assert!(
                 (v - b).abs() <= 1e-9 * b.max(1.0),
                 "MILP {v} vs brute force {b}"

@@ -130,6 +130,23 @@ use milp::Cand;
 use stage::{CkptSpace, Point, Space, StageSpec, TableCache};
 use std::collections::BTreeMap;
 
+/// *(silent: the paper hands Eq. 2 to CBC and states no limit)* The branch-and-bound nodes of
+/// one inter-stage MILP times its binaries. Every open node keeps a basis of one byte per
+/// variable and its bound changes (24 B per branching above it), so this bounds the tree's
+/// memory. Measured at 4,096 GPUs (`examples/mist_probe.rs`, GPT-3 13B on the three-type
+/// fleet): without a limit a program of 18,362 binaries held 5.4 GB after 49k nodes in 30 s;
+/// one of 10,506 binaries needed 24,937 nodes (13.8 s, 1.3 GB) to prove its optimum, and its
+/// best solution after 20,000 nodes was 9% above it. 10⁸ gives that program 9,500 nodes and
+/// the largest 5,400, a few hundred MB each; programs under 5,000 binaries (every one below
+/// 1,024 GPUs in the benches) get 20,000 nodes or more and are solved to optimality.
+pub const MILP_NODE_ENTRIES: u64 = 100_000_000;
+
+/// The node limit of a MILP over `binaries` candidates: [`MILP_NODE_ENTRIES`] shared out, and
+/// at least 1,000 nodes.
+pub fn milp_node_limit(entries: u64, binaries: usize) -> u64 {
+    (entries / (binaries as u64).max(1)).max(1_000)
+}
+
 /// The Mist planner: its search space and interference factors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mist {
@@ -140,6 +157,10 @@ pub struct Mist {
     /// In which order the stage counts S are tried (the space is the same; a time limit
     /// decides how much of it is seen).
     pub stage_order: StageOrder,
+    /// The branch-and-bound nodes of one inter-stage MILP times its binaries
+    /// ([`MILP_NODE_ENTRIES`]; `None`: no limit). Past its limit the best integer solution
+    /// found is taken, unproven, and the notes count such MILPs.
+    pub milp_node_entries: Option<u64>,
 }
 
 /// The order of Mist's outer loop over stage counts.
@@ -195,6 +216,7 @@ impl Default for Mist {
             interference: InterferenceParams::default(),
             ranked: 10,
             stage_order: StageOrder::Ascending,
+            milp_node_entries: Some(MILP_NODE_ENTRIES),
         }
     }
 }
@@ -539,7 +561,7 @@ impl Planner for Mist {
         let mut tuner = Tuner::new(self, problem);
         let mut solutions: Vec<Solution> = Vec::new();
         let mut best_cost = f64::INFINITY;
-        let (mut milps, mut cands_total) = (0u64, 0u64);
+        let (mut milps, mut cands_total, mut unproven) = (0u64, 0u64, 0u64);
         let mut stopped = false;
         'outer: for s in self.stage_order.counts(n_layers.min(n_gpus)) {
             for g in self.stage_order.micro_batch_counts(problem.global_batch) {
@@ -568,10 +590,17 @@ impl Planner for Mist {
                     break 'outer;
                 }
                 milps += 1;
-                let solved = milp::solve(&stages, g, n_layers, &caps, search.remaining());
-                let Some((picks, cost)) = solved else {
+                let limits = milp::MilpLimits {
+                    nodes: self
+                        .milp_node_entries
+                        .map(|e| milp_node_limit(e, stages.iter().map(Vec::len).sum())),
+                    time: search.remaining(),
+                };
+                let Some(solved) = milp::solve(&stages, g, n_layers, &caps, limits) else {
                     continue;
                 };
+                unproven += u64::from(!solved.proven_optimal);
+                let (picks, cost) = (solved.picks, solved.value);
                 let chosen: Vec<(Shape, Point)> =
                     picks.iter().enumerate().map(|(i, &c)| meta[i][c]).collect();
                 let shapes_chosen: Vec<Shape> = chosen.iter().map(|c| c.0).collect();
@@ -639,7 +668,7 @@ impl Planner for Mist {
         notes.push(format!(
             "searched ZeRO 0–{}, {}, offload ratios {}, α sampled at {} points; {} inter-stage \
              MILPs (stages × micro-batch counts) over {} candidates from {} Pareto points; {} \
-             points cut because G·t already exceeded the best solution",
+             points cut because G·t already exceeded the best solution; {}",
             self.space.max_zero,
             match self.space.ckpt {
                 CkptSpace::Tuned => "any number of checkpointed layers per stage",
@@ -655,7 +684,18 @@ impl Planner for Mist {
             milps,
             cands_total,
             tuner.points_total,
-            tuner.cut_by_bound
+            tuner.cut_by_bound,
+            match (unproven, self.milp_node_entries) {
+                (0, _) => "every MILP solved to optimality".to_string(),
+                (n, Some(e)) => format!(
+                    "{n} MILP(s) stopped at their limit (branch-and-bound nodes × binaries ≤ \
+                     {e}, or the time) with their best integer solution, unproven"
+                ),
+                (n, None) => format!(
+                    "{n} MILP(s) stopped at the time limit with their best integer solution, \
+                     unproven"
+                ),
+            }
         ));
         match answer {
             Some((i, estimate)) => {
