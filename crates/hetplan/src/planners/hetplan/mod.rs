@@ -275,13 +275,15 @@ impl Planner for Hetplan {
             })
             .collect();
         // Long sequences: the seeds have no context parallelism, so uniform plans with it join
-        // them as starting points (where nothing else fits, they are the only ones).
+        // them as starting points (where nothing else fits, they are the only ones). They and
+        // the uniform starts come after the seeds, which take most of a time limit: a share of
+        // what is left, the context-parallel starts its first half (unbounded, they took 6 s
+        // of a 60 s limit at 4,096 GPUs and left the local search nothing).
         let mut seen = seen;
-        seen.extend(context_parallel_starts(problem, search));
-        // They come after the seeds, which take most of a time limit: a share of what is left.
         let now = search.elapsed().get();
-        let deadline = time.map(|t| now + UNIFORM_STARTS_SHARE * (t - now).max(0.0));
-        seen.extend(uniform_starts(problem, search, deadline));
+        let share = |f: f64| time.map(|t| now + f * UNIFORM_STARTS_SHARE * (t - now).max(0.0));
+        seen.extend(context_parallel_starts(problem, search, share(0.5)));
+        seen.extend(uniform_starts(problem, search, share(1.0)));
         let cands = admit(problem, &seen);
         if cands.is_empty() {
             return Err(match (stop, problem.options.runtime) {
@@ -433,8 +435,13 @@ struct Seen {
 /// DP, then the pipeline), made to fit by the memory ladder: for every power-of-two degree
 /// `cp > 1` the problem allows, TP 1–8 and pipelines of 1, 2 and 4 stages, micro-batches of one
 /// sample and as many replicas as divide the global batch. Each evaluation is a node of
-/// `search`; none once its limits are reached. Those that fit, best first, at most `STARTS`.
-fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Vec<Seen> {
+/// `search`; none once its limits are reached or past `deadline`. Those that fit, best first,
+/// at most `STARTS`.
+fn context_parallel_starts(
+    problem: &Problem<'_>,
+    search: &mut Search<'_>,
+    deadline: Option<f64>,
+) -> Vec<Seen> {
     let model = problem.model;
     let cluster = problem.cluster;
     let gpus = cluster.num_gpus() as u64;
@@ -477,7 +484,7 @@ fn context_parallel_starts(problem: &Problem<'_>, search: &mut Search<'_>) -> Ve
             )
         })
         .collect();
-    evaluate_starts(problem, search, cands, None)
+    evaluate_starts(problem, search, cands, deadline)
 }
 
 /// Uniform plans on the GPUs of one type alone, the others idle, and on all of them, for
@@ -550,8 +557,9 @@ fn uniform_starts(
     evaluate_starts(problem, search, cands, deadline)
 }
 
-/// The share of the time the seeds leave that the uniform starts may take (their estimates, with
-/// both memory ladders, take seconds at a thousand GPUs); the local search keeps the rest.
+/// The share of the time the seeds leave that the context-parallel and uniform starts may take
+/// (their estimates, with both memory ladders, take seconds at a thousand GPUs); the local
+/// search keeps the rest.
 const UNIFORM_STARTS_SHARE: f64 = 0.25;
 
 /// The nodes of GPU type `t` as a cluster of their own, and each one's index in `cluster`.

@@ -68,6 +68,15 @@ pub enum Move {
         to: usize,
         n: usize,
     },
+    /// Every stage's layer count set at once (`counts`, in stage order; see [`balanced_counts`]):
+    /// the split that minimises the slowest stage when each stage's micro-batch time is its
+    /// fixed part plus a time per layer, both read from the current estimate. A single shift
+    /// cannot leave a plateau where several stages are equally the bottleneck: at 4,096 GPUs
+    /// Megatron's plan gives two layers to each of four T4 stages, and moving one layer off one
+    /// of them leaves the other three as slow.
+    Rebalance {
+        counts: Vec<usize>,
+    },
     /// Every replica's micro-batch halved (and twice the micro-batches), or doubled.
     MicroBatches {
         halve: bool,
@@ -190,6 +199,14 @@ impl Move {
             Move::ShiftLayers { from, to, n } => {
                 format!("{n} layer(s) from stage {from} to stage {to}")
             }
+            Move::Rebalance { counts } => format!(
+                "the layers split {} over the stages, by each stage's time per layer",
+                counts
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ),
             Move::MicroBatches { halve: true } => "half the micro-batch size".into(),
             Move::MicroBatches { halve: false } => "twice the micro-batch size".into(),
             Move::Schedule(s) => match s {
@@ -262,7 +279,11 @@ pub fn refine(
         steps: Vec::new(),
     };
     while search.poll() {
-        let moves = neighbours(problem, &cur.plan);
+        let mut moves = neighbours(problem, &cur.plan);
+        // First: on a large plan a round may be cut short by the time limit.
+        if let Some(counts) = balanced_counts(&cur.plan, &cur.estimate) {
+            moves.insert(0, Move::Rebalance { counts });
+        }
         let now = cur.estimate.iteration_time_s;
         let mut best: Option<(Move, Plan, Estimate)> = None;
         let mut stopped = false;
@@ -799,6 +820,23 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
             }
         }
         Move::OffloadOptimizer { stage, ratio } => p.stages[stage].offload.optimizer = ratio,
+        Move::Rebalance { ref counts } => {
+            if counts.len() != p.stages.len() || counts.contains(&0) {
+                return None;
+            }
+            let mut start = 0;
+            for (st, &n) in p.stages.iter_mut().zip(counts) {
+                st.layers = LayerRange {
+                    start,
+                    end: start + n,
+                };
+                start += n;
+                clamp_recompute(st);
+            }
+            if start != problem.model.layers.len() {
+                return None;
+            }
+        }
         Move::ShiftLayers { from, to, n } => {
             if p.stages[from].layers.len() <= n {
                 return None;
@@ -1110,6 +1148,51 @@ pub fn context_parallel_degrees(problem: &Problem<'_>, plan: &Plan) -> Vec<u32> 
 }
 
 /// A `Layers(k)` count no larger than the stage.
+/// The layer counts per stage (in stage order) that minimise the slowest stage's micro-batch
+/// time when stage i takes fᵢ + l·τᵢ for l layers: fᵢ its pipeline sends, τᵢ the rest of its
+/// estimated micro-batch time over its layers. Every stage gets one layer, then each further
+/// layer goes to the stage whose time after taking it is least (ties to the first): for
+/// increasing costs this greedy gives the min–max optimum. `None` when the split is already
+/// that, or the plan has one stage.
+pub fn balanced_counts(plan: &Plan, est: &Estimate) -> Option<Vec<usize>> {
+    let n = plan.stages.len();
+    if n < 2 || est.stages.len() != n {
+        return None;
+    }
+    let total: usize = plan.stages.iter().map(|s| s.layers.len()).sum();
+    if total < n {
+        return None;
+    }
+    let cost: Vec<(f64, f64)> = plan
+        .stages
+        .iter()
+        .zip(&est.stages)
+        .map(|(st, e)| {
+            let fixed = e.p2p.get();
+            let per_layer = (e.micro_batch_time.get() - fixed).max(0.0) / st.layers.len() as f64;
+            (fixed, per_layer)
+        })
+        .collect();
+    if cost.iter().any(|&(f, t)| !f.is_finite() || !t.is_finite()) {
+        return None;
+    }
+    let mut counts = vec![1usize; n];
+    for _ in n..total {
+        let mut best = 0;
+        let mut best_t = f64::INFINITY;
+        for (i, &(f, t)) in cost.iter().enumerate() {
+            let after = f + (counts[i] + 1) as f64 * t;
+            if after < best_t {
+                best = i;
+                best_t = after;
+            }
+        }
+        counts[best] += 1;
+    }
+    let now: Vec<usize> = plan.stages.iter().map(|s| s.layers.len()).collect();
+    (counts != now).then_some(counts)
+}
+
 fn clamp_recompute(st: &mut Stage) {
     if let Recompute::Layers(k) = st.recompute {
         let len = st.layers.len() as u32;
@@ -1256,6 +1339,64 @@ inter_node_bandwidth = "100 Gbps"
             stages: vec![a, b],
             made_for: None,
         }
+    }
+
+    #[test]
+    fn rebalance_is_the_min_max_split_and_keeps_the_plan_valid() {
+        let (model, cluster) = problem_parts();
+        let problem = problem_of(&model, &cluster);
+        let n = model.layers.len();
+        // Every split of the layers over the two stages: wherever it starts, the move proposes
+        // the split whose slower stage is fastest under the linear per-stage costs it reads.
+        let mut proposed = 0;
+        for first in 1..n {
+            let mut plan = two_stage(n);
+            plan.stages[0].layers.end = first;
+            plan.stages[1].layers.start = first;
+            let est = common::evaluate(&problem, &plan).unwrap();
+            let cost: Vec<(f64, f64)> = (plan.stages.iter().zip(&est.stages))
+                .map(|(st, e)| {
+                    let f = e.p2p.get();
+                    (f, (e.micro_batch_time.get() - f) / st.layers.len() as f64)
+                })
+                .collect();
+            let worst = |c: &[usize]| -> f64 {
+                c.iter()
+                    .zip(&cost)
+                    .map(|(&l, &(f, t))| f + l as f64 * t)
+                    .fold(0.0, f64::max)
+            };
+            let best = (1..n)
+                .map(|a| worst(&[a, n - a]))
+                .fold(f64::INFINITY, f64::min);
+            match balanced_counts(&plan, &est) {
+                None => assert!(worst(&[first, n - first]) <= best * (1.0 + 1e-12)),
+                Some(counts) => {
+                    proposed += 1;
+                    assert_eq!(counts.iter().sum::<usize>(), n);
+                    assert!(worst(&counts) <= best * (1.0 + 1e-12), "{counts:?}");
+                    let p = apply(
+                        &problem,
+                        &plan,
+                        &Move::Rebalance {
+                            counts: counts.clone(),
+                        },
+                    )
+                    .expect("a split of every layer applies");
+                    let got: Vec<usize> = p.stages.iter().map(|s| s.layers.len()).collect();
+                    assert_eq!(got, counts);
+                    assert!(
+                        common::evaluate(&problem, &p).is_some(),
+                        "the plan stays valid"
+                    );
+                }
+            }
+        }
+        assert!(proposed > 0, "some start is not the balanced split");
+        // A split that does not cover the model is refused.
+        let plan = two_stage(n);
+        assert!(apply(&problem, &plan, &Move::Rebalance { counts: vec![1, 1] }).is_none());
+        assert!(apply(&problem, &plan, &Move::Rebalance { counts: vec![0, n] }).is_none());
     }
 
     #[test]
