@@ -43,7 +43,7 @@ FLOAT_FIELDS = {"attention-dropout", "hidden-dropout", "moe-expert-capacity-fact
 STR_FIELDS = {"normalization", "recompute-granularity", "recompute-method",
               "pipeline-model-parallel-layout", "cp-comm-type", "fp8-format"}
 BOOL_FIELDS = {"sequence-parallel", "bf16", "fp16", "add-qkv-bias", "qk-layernorm",
-               "multi-latent-attention"}
+               "multi-latent-attention", "tp-comm-overlap"}
 # Flags of the training script, not of the model config (checked for shape only).
 TRAINING_FLAGS = {
     "seq-length": int, "max-position-embeddings": int, "micro-batch-size": int,
@@ -144,6 +144,10 @@ def check(directory):
         assert cfg.num_query_groups == a["num-query-groups"]
     if a.get("sequence-parallel"):
         assert cfg.tensor_model_parallel_size > 1
+    # arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
+    # parallelism is enabled" (and sequence parallelism is turned off without TP).
+    if a.get("tp-comm-overlap"):
+        assert a.get("sequence-parallel") and cfg.tp_comm_overlap
     if "optimizer-offload-fraction" in a:
         assert 0.0 < a["optimizer-offload-fraction"] <= 1.0 and a.get("optimizer-cpu-offload")
     if a.get("use-megatron-fsdp"):

@@ -245,6 +245,13 @@ fn megatron_core_accepts_every_export() {
             "tp=2,pp=2,mbs=1,gbs=16,precision=fp8",
         ),
         ("gpt-neo-1.3b", "1x8xa100-80gb", "tp=2,pp=2,mbs=2,gbs=32"),
+        // TP communication overlap (`--tp-comm-overlap`, with the sequence parallelism
+        // arguments.py asserts for it).
+        (
+            "qwen3-0.6b",
+            "1x8xh100-80gb",
+            "tp=2,pp=2,mbs=1,gbs=16,sp=on,tp_overlap=on",
+        ),
         // MoE with dense first blocks (`--moe-layer-freq`) and expert parallelism.
         (
             "qwen3-30b-a3b-dense2",
@@ -338,7 +345,7 @@ const TORCHTITAN_INLINE: &[(&str, &str, &str)] = &[
     (
         "llama3-8b",
         "2x8xa100-80gb",
-        "tp=2,pp=4,mbs=1,gbs=64,ckpt=selective,sp=on,schedule=interleaved,v=2",
+        "tp=2,pp=4,mbs=1,gbs=64,ckpt=selective,sp=on,tp_overlap=on,schedule=interleaved,v=2",
     ),
     (
         "llama2-7b",

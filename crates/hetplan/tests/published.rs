@@ -79,13 +79,17 @@ fn every_row_is_a_problem_or_says_why_not() {
 #[test]
 fn the_estimate_stays_within_todays_accuracy_per_group() {
     let (all, _) = cases();
-    // (source, GPU, FP8, bound on the median |error| of throughput).
+    // (source, GPU, FP8, bound on the median |error| of throughput). With TP communication
+    // overlap priced (the README's `--tp-comm-overlap`, torchtitan's async TP) Megatron's
+    // median fell from 22.5% to 14.0%; torchtitan's H100 medians rose (13.9% → 20.3% BF16,
+    // 9.6% → 17.5% FP8) because its async-TP rows, priced as blocking before, had offset the
+    // optimism every torchtitan row shares (docs/validation.md §8).
     let bounds = [
         ("bigscience_bloom_prequel", "a100", false, 0.13),
         ("torchtitan", "a100", false, 0.16),
-        ("megatron_lm_readme", "h100", false, 0.23),
-        ("torchtitan", "h100", false, 0.15),
-        ("torchtitan", "h100", true, 0.10),
+        ("megatron_lm_readme", "h100", false, 0.15),
+        ("torchtitan", "h100", false, 0.21),
+        ("torchtitan", "h100", true, 0.18),
         ("torchtitan", "h200", true, 0.10),
     ];
     for (source, gpu, fp8, bound) in bounds {

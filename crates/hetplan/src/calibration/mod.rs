@@ -363,6 +363,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         precision: Precision::Bf16,
         moe_capacity_factor: None,
         cp_comm: Default::default(),
+        tp_comm_overlap: false,
         collective_dtypes: if row.precision == "amp_bf16" {
             CollectiveDtypes {
                 params: Some(Precision::Fp32),

@@ -514,6 +514,16 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         Precision::Bf16 => "bf16",
     };
     let sp = tp > 1 && engine != "deepspeed";
+    // TP communication overlap: the Megatron README's benchmark configuration lists
+    // `--tp-comm-overlap`; torchtitan's tables name their async-TP rows.
+    let table = r.text("table")?.to_ascii_lowercase();
+    let tp_overlap = sp
+        && if engine_text.contains("r0.8") {
+            assumptions.push("the README's --tp-comm-overlap".into());
+            true
+        } else {
+            table.contains("asynctp") || table.contains("async tp")
+        };
     let schedule = r.text("pp_schedule")?;
     let interleave = if schedule.starts_with("Interleaved") {
         assumptions.push("interleaved schedule: 2 chunks per stage (not printed)".into());
@@ -523,8 +533,9 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     };
     let spec = format!(
         "tp={tp},pp={pp},dp={dp},cp={cp},mbs={mbs},gbs={gbs},zero={zero},ckpt={ckpt},\
-         sp={},engine={engine},precision={precision_name}{interleave}",
-        if sp { "on" } else { "off" }
+         sp={},tp_overlap={},engine={engine},precision={precision_name}{interleave}",
+        if sp { "on" } else { "off" },
+        if tp_overlap { "on" } else { "off" }
     );
     let mut plan = match parse_inline_plan(&spec, &model, &cluster) {
         Ok(p) => p,

@@ -183,6 +183,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         collective_dtypes: Default::default(),
         moe_capacity_factor: None,
         cp_comm: Default::default(),
+        tp_comm_overlap: false,
         made_for: None,
         stages,
     };

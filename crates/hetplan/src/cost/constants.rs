@@ -157,6 +157,50 @@ pub const CPU_ADAM_PARAMS_PER_S: f64 = 1.0e9;
 pub const COMPUTE_SLOWDOWN_UNDER_NCCL: f64 = 1.10;
 pub const NCCL_SLOWDOWN_UNDER_COMPUTE: f64 = 1.10;
 
+/// The share of a pass's tensor-parallel collective bytes that TP communication overlap
+/// (`Plan::tp_comm_overlap`) cannot hide behind its GEMMs: 1/(2·tp). With sequence
+/// parallelism half of a pass's collectives are all-gathers feeding a GEMM and half
+/// reduce-scatters of a GEMM's output (Korthikanti et al. 2022, §4.2.2: g and ḡ). Overlap
+/// decomposes each into tp steps (Wang et al., ASPLOS '23, §3; Transformer Engine's
+/// `split_overlap_ag` / `split_overlap_rs` userbuffers; torch's `fused_all_gather_matmul` /
+/// `fused_matmul_reduce_scatter`): an all-gather's first step multiplies the local shard while
+/// the next one arrives, so nothing waits; a reduce-scatter's last partial product leaves after
+/// the last GEMM step, 1/tp of its bytes. A count of steps, not a fitted number.
+pub fn tp_overlap_tail_share(tp: u32) -> f64 {
+    1.0 / (2.0 * tp.max(1) as f64)
+}
+
+/// The share of the tensor-parallel collectives an engine's TP communication overlap
+/// decomposes behind GEMMs; the rest stay blocking.
+/// - Megatron (Transformer Engine's userbuffers): every all-gather and reduce-scatter of a
+///   linear layer, forward and backward (`ModelParallelConfig`: `tp_comm_overlap_ag`,
+///   `tp_comm_overlap_rs`, `tp_comm_bulk_wgrad`, `tp_comm_bulk_dgrad` all default on): 1.
+/// - torchtitan (torch's async TP, an Inductor pass, `_inductor/fx_passes/micro_pipeline_tp.py`):
+///   only all-gather→matmul and matmul→reduce-scatter patterns the pass matches in the compiled
+///   graphs, at a cost it calls "the overhead associated with decomposition". 0.4 is fitted on
+///   torchtitan's five published pairs of the same run with and without async TP
+///   (`data/published/torchtitan.csv` rows 011/012, 019/020, 021/022, 025/026, 027/028): the
+///   share of hetplan's TP communication the measured gain implies is 0.24, 0.49, 0.62, 0.39
+///   and 0.33 (docs/validation.md §8).
+/// - DeepSpeed, FSDP without torchtitan: no such overlap (`Runtime::why_not` refuses it): 0.
+pub fn tp_overlap_decomposed_share(engine: Engine) -> f64 {
+    match engine {
+        Engine::Megatron => 1.0,
+        Engine::Fsdp => 0.4,
+        Engine::Deepspeed => 0.0,
+    }
+}
+
+/// With TP communication overlap, the shares of a pass's TP collective bytes that flow beside
+/// its compute and that flow after it: [`tp_overlap_decomposed_share`] less its reduce-scatter
+/// tails ([`tp_overlap_tail_share`]) beside, the rest after. The estimate and the simulator
+/// both split the bytes so.
+pub fn tp_overlap_split(engine: Engine, tp: u32) -> (f64, f64) {
+    let decomposed = tp_overlap_decomposed_share(engine);
+    let beside = decomposed * (1.0 - tp_overlap_tail_share(tp));
+    (beside, 1.0 - beside)
+}
+
 /// Parameters (on one rank, after TP) per gradient-reduction bucket, by engine; `None`: one
 /// bucket per layer.
 /// - Megatron-LM: `bucket_size = max(40_000_000, 1_000_000 × dp)` when the user gives none

@@ -948,14 +948,28 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
             n
         }
     };
+    // TP communication overlap: what the engine decomposes of each pass's collectives beside
+    // its compute (the interference model), the rest — with the tail a decomposed
+    // reduce-scatter leaves after the last GEMM step — after it. Layers
+    // whose MoE collectives run in expert ranks (expert TP below TP) keep them blocking.
+    let (beside, after) = k::tp_overlap_split(plan.engine, st.tp_of(r));
+    let overlaps = plan.tp_comm_overlap && st.sequence_parallel && st.tp_of(r) > 1;
+    let hidden =
+        |compute: f64, comm: f64| overlap::co_run(compute, comm * beside) - compute + comm * after;
     for c in layer_costs_in(ctx, si, r, &tp_conc) {
         if c.source != TimeSource::Analytic {
             rt.source = c.source;
         }
         rt.forward += c.forward;
         rt.backward += c.backward;
-        rt.recompute += c.recompute + c.tp_recompute;
-        rt.tp_comm += c.tp_forward + c.tp_backward;
+        if overlaps && c.etp_allreduces_forward == 0 && c.etp_allreduces_backward == 0 {
+            rt.recompute += c.recompute;
+            rt.tp_comm += hidden(c.forward, c.tp_forward)
+                + hidden(c.backward + c.recompute, c.tp_backward + c.tp_recompute);
+        } else {
+            rt.recompute += c.recompute + c.tp_recompute;
+            rt.tp_comm += c.tp_forward + c.tp_backward;
+        }
         rt.ep_comm += c.ep_forward + c.ep_backward;
         rt.cp_comm += c.cp_forward + c.cp_backward;
     }

@@ -19,7 +19,7 @@
 //!   --pipeline-model-parallel-layout` (core 0.13+: `E` embedding, `t` decoder layer, `L` loss,
 //!   `|` between stages, stage `i = vpp_rank·PP + pp_rank`; it sets the virtual pipeline size,
 //!   so `--num-virtual-stages-per-pipeline-rank` must not be given beside it),
-//!   `--sequence-parallel`;
+//!   `--sequence-parallel [--tp-comm-overlap]`;
 //! - batches: `--micro-batch-size --global-batch-size` (micro-batches = GBS / (MBS·DP));
 //! - memory: `--recompute-granularity {selective,full} --recompute-method {uniform,block}
 //!   --recompute-num-layers N` (block: the first N layers of each stage, as hetplan's "k
@@ -386,6 +386,11 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     }
     if st.sequence_parallel && st.tp > 1 {
         flag("sequence-parallel", None);
+        // Transformer Engine's userbuffers: the all-gathers and reduce-scatters pipelined with
+        // the GEMMs (ModelParallelConfig.tp_comm_overlap).
+        if plan.tp_comm_overlap {
+            flag("tp-comm-overlap", None);
+        }
     }
     if let Some(c) = plan.moe_capacity_factor {
         flag("moe-expert-capacity-factor", Some(c.to_string()));

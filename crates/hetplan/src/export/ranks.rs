@@ -214,6 +214,7 @@ mod tests {
             collective_dtypes: Default::default(),
             moe_capacity_factor: None,
             cp_comm: Default::default(),
+            tp_comm_overlap: false,
             stages,
             made_for: None,
         }

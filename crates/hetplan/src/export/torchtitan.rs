@@ -35,6 +35,8 @@
 //!   no FP16), `disable_cuda_graphs` (required with pipelining, `trainer.py:185`);
 //! - `activation_checkpoint`: `None`, `SelectiveAC.Config()` or `FullAC.Config()`
 //!   (`distributed/activation_checkpoint.py:332`);
+//! - `compile=CompileConfig(enable=True, enable_async_tensor_parallel=True)` for a plan with
+//!   TP communication overlap (`config/configs.py:291`; async TP is an Inductor pass);
 //! - data: `HuggingFaceTextDataLoader.Config(dataset="c4_test")` and `hf_assets_path=
 //!   "./tests/assets/tokenizer"`, as `llama3_debugmodel` (`models/llama3/config_registry.py`)
 //!   trains without downloads from a torchtitan checkout; torchtitan has no mock dataset;
@@ -158,6 +160,12 @@ pub const KEYWORDS: &[(&str, &str)] = &[
     ("pipeline_parallel_schedule", "config/configs.py:210"),
     ("pipeline_parallel_microbatch_size", "config/configs.py:226"),
     ("activation_checkpoint", "trainer.py:108"),
+    ("compile", "trainer.py:111"),
+    ("enable", "config/configs.py:292 CompileConfig"),
+    (
+        "enable_async_tensor_parallel",
+        "config/configs.py:295 CompileConfig",
+    ),
 ];
 
 /// Every reason torchtitan cannot run `plan` of `model` at `seq_len` (empty: it can).
@@ -493,7 +501,7 @@ fn job_module(job: Job<'_>) -> String {
          from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss\n\
          from torchtitan.components.metrics import MetricsProcessor\n\
          from torchtitan.components.optimizer import default_adamw\n\
-         from torchtitan.config import ParallelismConfig, TrainingConfig\n\
+         from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig\n\
          from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC\n\
          from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader\n\
          from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm\n\
@@ -625,7 +633,7 @@ fn job_module(job: Job<'_>) -> String {
          enable_sequence_parallel={sp},\n            \
          pipeline_parallel_degree={pp},\n{pp_keys}        \
          ),\n        \
-         activation_checkpoint={ac},\n    \
+         activation_checkpoint={ac},\n{compile}    \
          )\n",
         lbs_note = if pp > 1 {
             format!(
@@ -661,6 +669,15 @@ fn job_module(job: Job<'_>) -> String {
         },
         tp = st.tp,
         sp = py_bool(st.sequence_parallel && st.tp > 1),
+        // Async TP (torch's micro-pipelined collectives) is an Inductor pass: it needs the
+        // model compiled (CompileConfig.__post_init__).
+        compile = if plan.tp_comm_overlap && st.sequence_parallel && st.tp > 1 {
+            "        # Async TP: the TP all-gathers and reduce-scatters pipelined with the matmuls\n        \
+             # (an Inductor pass, so the model is compiled).\n        \
+             compile=CompileConfig(enable=True, enable_async_tensor_parallel=True),\n"
+        } else {
+            ""
+        },
         pp_keys = if pp > 1 {
             format!(
                 "            pipeline_parallel_schedule=\"{}\",\n            \

@@ -246,6 +246,7 @@ impl DeepspeedJob {
             collective_dtypes: Default::default(),
             moe_capacity_factor: None,
             cp_comm: Default::default(),
+            tp_comm_overlap: false,
             stages,
             made_for: Some(crate::plan::MadeFor::of(model, cluster)),
         })

@@ -36,6 +36,7 @@ const SWITCHES: &[&str] = &[
     "disable-bias-linear",
     "add-qkv-bias",
     "sequence-parallel",
+    "tp-comm-overlap",
     "use-distributed-optimizer",
     "use-megatron-fsdp",
     "overlap-grad-reduce",
@@ -243,6 +244,7 @@ impl MegatronJob {
             "use-megatron-fsdp",
             "data-parallel-sharding-strategy",
             "sequence-parallel",
+            "tp-comm-overlap",
             "expert-model-parallel-size",
             "context-parallel-size",
             "cp-comm-type",
@@ -691,6 +693,9 @@ impl MegatronJob {
                 .float("moe-expert-capacity-factor")?
                 .filter(|c| *c >= 0.0),
             cp_comm,
+            // arguments.py asserts --sequence-parallel with it, and turns sequence parallelism
+            // off (so the assertion fails) without TP.
+            tp_comm_overlap: self.has("tp-comm-overlap") && tp > 1 && self.has("sequence-parallel"),
             stages,
             made_for: Some(crate::plan::MadeFor::of(&self.model, cluster)),
         })

@@ -405,6 +405,10 @@ impl TorchtitanJob {
                 collective_dtypes: Default::default(),
                 moe_capacity_factor: None,
                 cp_comm: Default::default(),
+                // CompileConfig's `__post_init__` refuses it without `enable`.
+                tp_comm_overlap: tp > 1
+                    && self.flag("enable_sequence_parallel", true)
+                    && self.flag("enable_async_tensor_parallel", false),
                 stages,
                 made_for: Some(crate::plan::MadeFor::of(model, cluster)),
             },

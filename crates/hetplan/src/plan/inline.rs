@@ -14,6 +14,7 @@
 //! | `zero` | ZeRO stage 0–3 | 0 |
 //! | `ckpt` | activation checkpointing: `none`, `selective`, `full` or a number of layers per stage | `none` |
 //! | `sp` | sequence parallelism `on`/`off` | `off` |
+//! | `tp_overlap` | tensor-parallel collectives pipelined with their GEMMs `on`/`off` (Megatron's `--tp-comm-overlap`, torchtitan's async TP; needs `sp=on` with `tp` > 1) | `off` |
 //! | `cp_comm` | how a context-parallel group runs attention: `ring` (Megatron's `p2p`: keys and values around a ring, overlapped) or `a2a` (Ulysses: all-to-alls trade sequence chunks for heads) | `ring` |
 //! | `capacity` | MoE token dropping: no expert takes more than this many times its even share of the tokens (Megatron's `--moe-expert-capacity-factor`) | dropless |
 //! | `ep` | expert parallelism: each MoE layer's experts split over `ep` DP replicas (stages without MoE layers keep 1) | 1 |
@@ -66,6 +67,7 @@ pub const KEYS: &[&str] = &[
     "zero",
     "ckpt",
     "sp",
+    "tp_overlap",
     "ep",
     "etp",
     "cp",
@@ -491,19 +493,16 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             })
         })?
         .unwrap_or_default();
-    let sequence_parallel = s
-        .choice(
-            "sp",
-            &[
-                ("on", true),
-                ("off", false),
-                ("true", true),
-                ("false", false),
-                ("1", true),
-                ("0", false),
-            ],
-        )?
-        .unwrap_or(false);
+    let on_off = [
+        ("on", true),
+        ("off", false),
+        ("true", true),
+        ("false", false),
+        ("1", true),
+        ("0", false),
+    ];
+    let sequence_parallel = s.choice("sp", &on_off)?.unwrap_or(false);
+    let tp_comm_overlap = s.choice("tp_overlap", &on_off)?.unwrap_or(false);
     let engine = s
         .choice(
             "engine",
@@ -584,6 +583,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         precision,
         collective_dtypes: Default::default(),
         moe_capacity_factor: s.positive("capacity")?,
+        tp_comm_overlap,
         cp_comm: s
             .choice(
                 "cp_comm",

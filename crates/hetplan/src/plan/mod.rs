@@ -455,6 +455,14 @@ pub struct Plan {
     /// needs (Megatron's `--cp-comm-type`); unused without context parallelism.
     #[serde(default, skip_serializing_if = "CpComm::is_ring")]
     pub cp_comm: CpComm,
+    /// Tensor-parallel collectives pipelined with the GEMMs that produce or consume them:
+    /// Megatron's `--tp-comm-overlap` (Transformer Engine's userbuffers), torchtitan's async TP
+    /// (`compile.enable_async_tensor_parallel`, torch's micro-pipelined all-gather/matmul and
+    /// matmul/reduce-scatter). Both split each collective into one chunk per TP rank behind
+    /// the GEMM's chunks (Wang et al., ASPLOS '23); only sequence parallelism's all-gathers and
+    /// reduce-scatters are decomposed, so every stage with TP needs it on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tp_comm_overlap: bool,
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
     /// order, chunk j on the devices of chunk j mod pp).
     pub stages: Vec<Stage>,

@@ -186,6 +186,17 @@ impl Runtime {
                 list(plan, |s| s.expert_tp().to_string())
             ));
         }
+        // Megatron's `--tp-comm-overlap`, torchtitan's `compile.enable_async_tensor_parallel`;
+        // DeepSpeed's and FSDP's tensor parallelism has no such overlap.
+        if plan.tp_comm_overlap
+            && plan.stages.iter().any(|s| s.tp > 1)
+            && !matches!(self, Runtime::Megatron | Runtime::Torchtitan)
+        {
+            why.push(format!(
+                "hetplan exports tensor-parallel communication overlap to Megatron and \
+                 torchtitan; {name} runs the plan without it"
+            ));
+        }
         if plan.moe_capacity_factor.is_some() && self != Runtime::Megatron {
             why.push(format!(
                 "hetplan exports the MoE capacity factor (token dropping) to Megatron; {name} \
@@ -399,6 +410,7 @@ impl Runtime {
                 _ => None,
             };
         }
+        p.tp_comm_overlap &= matches!(self, Runtime::Megatron | Runtime::Torchtitan) && sp;
         p.engine = self.engine();
         p.schedule = match (self, p.schedule) {
             (Runtime::Megatron, Schedule::Gpipe) => Schedule::OneFOneB,
@@ -478,6 +490,7 @@ mod tests {
             collective_dtypes: Default::default(),
             moe_capacity_factor: None,
             cp_comm: Default::default(),
+            tp_comm_overlap: false,
             stages,
             made_for: None,
         }

@@ -73,6 +73,8 @@
 //!   stage, and a group's replicas have one micro-batch size and TP degree.
 //! - `cp_comm` (plan level, default `"ring"`): `"ring"` or `"all-to-all"` (Ulysses; every TP
 //!   rank's heads must then split over `cp`).
+//! - `tp_comm_overlap` (plan level, default false): tensor-parallel collectives pipelined with
+//!   their GEMMs; every stage with `tp > 1` must have `sequence_parallel` on.
 //!
 //! Unknown fields are errors, with the nearest known field as hint.
 
@@ -366,6 +368,11 @@ pub enum PlanError {
     },
     #[error("moe_capacity_factor is {value}, but it must be a positive number")]
     CapacityFactor { value: f64 },
+    #[error(
+        "tp_comm_overlap is on, but stage {stage} has tp = {tp} without sequence parallelism: \
+         only its all-gathers and reduce-scatters are pipelined with the GEMMs"
+    )]
+    TpOverlapWithoutSequenceParallel { stage: usize, tp: u32 },
     #[error("stage {stage} has ep = {ep}, which does not divide its dp = {dp}")]
     ExpertParallelDivides { stage: usize, ep: u32, dp: u32 },
     #[error("stage {stage} has ep = {ep}, but none of its layers is a mixture of experts")]
@@ -484,6 +491,9 @@ impl PlanError {
             PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
             PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
             PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
+            PlanError::TpOverlapWithoutSequenceParallel { stage, .. } => {
+                st(stage, "sequence_parallel")
+            }
             PlanError::ExpertParallelDivides { stage, .. }
             | PlanError::ExpertParallelWithoutExperts { stage, .. }
             | PlanError::ExpertParallelExperts { stage, .. }
@@ -598,6 +608,11 @@ impl PlanError {
             PlanError::OffloadRatio { .. } => "offload fractions lie between 0 and 1".into(),
             PlanError::RecomputeLayers { stage_layers, .. } => {
                 format!("recompute at most {stage_layers} layers, or \"full\"")
+            }
+            PlanError::TpOverlapWithoutSequenceParallel { .. } => {
+                "turn sequence_parallel on in every stage with tp > 1 (Megatron's arguments.py \
+                 asserts it for --tp-comm-overlap), or tp_comm_overlap off"
+                    .into()
             }
             PlanError::CapacityFactor { .. } => {
                 "a capacity factor such as 1.0 or 1.25, or leave it out for dropless routing".into()
@@ -787,6 +802,16 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
         }
     }
     check_layers(plan, model, &mut errs);
+    if plan.tp_comm_overlap {
+        for (i, st) in plan.stages.iter().enumerate() {
+            if st.tp > 1 && !st.sequence_parallel {
+                errs.push(PlanError::TpOverlapWithoutSequenceParallel {
+                    stage: i,
+                    tp: st.tp,
+                });
+            }
+        }
+    }
     if let Some(c) = plan.moe_capacity_factor {
         if !(c > 0.0 && c.is_finite()) {
             errs.push(PlanError::CapacityFactor { value: c });

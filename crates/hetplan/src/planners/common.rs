@@ -51,6 +51,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
         collective_dtypes: Default::default(),
         moe_capacity_factor: None,
         cp_comm: Default::default(),
+        tp_comm_overlap: false,
         made_for: None,
         stages: stages
             .into_iter()

@@ -28,6 +28,9 @@
 //!   Mist's offloading at its extremes).
 //! - **Schedules**: 1F1B, GPipe, and interleaved 1F1B with 2 virtual stages (`2·pp` chunks,
 //!   chunk j on the GPUs of chunk j mod pp, with its layout), wherever valid (`pp = 1` too).
+//! - **TP communication overlap** (`tp_comm_overlap`) off, or on where a stage has TP (every
+//!   such stage then with sequence parallelism): hetplan's own move, in no seed's space, but
+//!   one whose plans the local search reaches from every seed's, so the referee holds it.
 //! - The problem's engine and precision, default collective types, equal step counts.
 //!
 //! **Outside it** (so [`contains`] says no): offload ratios other than 0 and 1 (Mist's α-swept
@@ -197,6 +200,9 @@ struct Skeleton<'s> {
     micro_batches: u64,
     /// Micro-batch size of each replica of each physical stage.
     sizes: &'s [Vec<u64>],
+    /// TP communication overlap (`Plan::tp_comm_overlap`); only for layouts with TP, whose
+    /// TP stages then all run sequence parallelism (the validation's rule).
+    tp_overlap: bool,
 }
 
 /// TP degrees a replica may have: `1..=options.max_tp`, at most the cluster's GPUs, dividing
@@ -385,14 +391,19 @@ fn for_each_skeleton(problem: &Problem<'_>, visit: &mut dyn FnMut(&Skeleton<'_>)
                                 sample_splits(per_mb, stage.len(), problem.options.max_micro_batch)
                             })
                             .collect();
+                        let has_tp = layout.iter().flatten().any(|r| r.tp() > 1);
+                        let overlaps: &[bool] = if has_tp { &[false, true] } else { &[false] };
                         let go = for_each_product(&splits, &mut |sizes| {
-                            visit(&Skeleton {
-                                schedule,
-                                devices: &devices,
-                                layout,
-                                lengths: &lengths,
-                                micro_batches: m,
-                                sizes,
+                            overlaps.iter().all(|&tp_overlap| {
+                                visit(&Skeleton {
+                                    schedule,
+                                    devices: &devices,
+                                    layout,
+                                    lengths: &lengths,
+                                    micro_batches: m,
+                                    sizes,
+                                    tp_overlap,
+                                })
                             })
                         });
                         if !go {
@@ -411,7 +422,8 @@ fn for_each_skeleton(problem: &Problem<'_>, visit: &mut dyn FnMut(&Skeleton<'_>)
 }
 
 /// The memory options of physical stage `p` of a skeleton, in the referee's order: ZeRO (0–3
-/// with data parallelism, else 0), sequence parallelism (off, or on too at TP > 1),
+/// with data parallelism, else 0), sequence parallelism (off, or on too at TP > 1; only on
+/// at TP > 1 in a skeleton with TP communication overlap),
 /// offloading ([`offload_choices`]), then the checkpointing of each of its model chunks
 /// (lexicographic over the chunks). The first is the stage without memory options.
 fn stage_options(sk: &Skeleton<'_>, p: usize) -> Vec<StageOption> {
@@ -422,7 +434,11 @@ fn stage_options(sk: &Skeleton<'_>, p: usize) -> Vec<StageOption> {
     } else {
         &[0]
     };
-    let sps: &[bool] = if tp > 1 { &[false, true] } else { &[false] };
+    let sps: &[bool] = match (tp > 1, sk.tp_overlap) {
+        (false, _) => &[false],
+        (true, false) => &[false, true],
+        (true, true) => &[true],
+    };
     let pp = sk.layout.len();
     let chunks: Vec<Vec<Recompute>> = (p..sk.lengths.len())
         .step_by(pp)
@@ -451,7 +467,7 @@ fn stage_options(sk: &Skeleton<'_>, p: usize) -> Vec<StageOption> {
 fn option_count(sk: &Skeleton<'_>, p: usize) -> u64 {
     let replicas = &sk.layout[p];
     let zeros = if replicas.len() > 1 { 4 } else { 1 };
-    let sps = if replicas.iter().any(|r| r.tp() > 1) {
+    let sps = if replicas.iter().any(|r| r.tp() > 1) && !sk.tp_overlap {
         2
     } else {
         1
@@ -533,6 +549,7 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
         collective_dtypes: Default::default(),
         moe_capacity_factor: None,
         cp_comm: Default::default(),
+        tp_comm_overlap: sk.tp_overlap,
         stages,
         made_for: None,
     }

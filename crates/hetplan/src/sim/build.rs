@@ -526,6 +526,70 @@ impl<'a> Builder<'a> {
         self.allreduces_within(e, after, width, bytes, count, label)
     }
 
+    /// What compute task `compute` of executor `e` waits for before it starts: its program
+    /// predecessor and the flows pending on the executor (`compute` drains them).
+    fn start_deps(&self, e: usize) -> Vec<TaskId> {
+        let mut deps: Vec<TaskId> = self.last[e].into_iter().collect();
+        deps.extend(self.pending_sends[e].iter().copied());
+        deps
+    }
+
+    /// TP communication overlap (`Plan::tp_comm_overlap`): the `count` all-reduces of `bytes`
+    /// over executor `e`'s replica, as far as the engine decomposes them, behind compute task
+    /// `compute`, which started after `start`. The beside share of the bytes
+    /// (`cost::constants::tp_overlap_split`) flows beside it from its start (slowing it, and
+    /// slowed by it, as any flow beside compute); the rest — what stays blocking and each
+    /// reduce-scatter's last step, after the last GEMM step — after both. The executor's next
+    /// compute waits for both. Returns the task that ends the work.
+    fn tp_allreduces_beside(
+        &mut self,
+        e: usize,
+        start: Vec<TaskId>,
+        compute: TaskId,
+        bytes: f64,
+        count: u32,
+        label: Label,
+    ) -> TaskId {
+        let width = self.executors[e].devices.len();
+        if bytes <= 0.0 || count == 0 || width < 2 {
+            return compute;
+        }
+        let (beside, after) =
+            crate::cost::constants::tp_overlap_split(self.plan.engine, width as u32);
+        let groups = vec![self.executors[e].devices.clone()];
+        // Each part is a share of the same collectives: of their bytes, and of their steps'
+        // latencies and measured floors.
+        let mut part =
+            |share: f64| match self.ring(&groups, bytes, Collective::AllReduce, count, vec![e]) {
+                Work::Flow {
+                    edges,
+                    latency,
+                    efficiency,
+                    execs,
+                    floor,
+                } => Work::Flow {
+                    edges: edges
+                        .into_iter()
+                        .map(|mut ed| {
+                            ed.bytes *= share;
+                            ed
+                        })
+                        .collect(),
+                    latency: latency * share,
+                    efficiency,
+                    execs,
+                    floor: floor * share,
+                },
+                w => w,
+            };
+        let (beside, after) = (part(beside), part(after));
+        let beside = self.task(beside, start, label.clone());
+        let t = self.task(after, vec![compute, beside], label);
+        self.pending_sends[e].push(beside);
+        self.pending_sends[e].push(t);
+        t
+    }
+
     /// The all-reduces among the GPUs of each expert rank of executor `e` (`etp` consecutive
     /// ones of the replica; expert tensor parallelism below TP) that follow task `after`.
     fn etp_allreduces(
@@ -802,6 +866,11 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         Pass::Forward => c.tp_allreduces_forward,
         Pass::Backward => c.tp_allreduces_backward,
     };
+    // TP communication overlap on this replica's stage (sequence parallelism and TP > 1).
+    let tp_beside = |si: usize, r: usize| {
+        let st = &plan.stages[si];
+        plan.tp_comm_overlap && st.sequence_parallel && st.tp_of(r) > 1
+    };
     let etp_count = |c: &LayerCost, pass: Pass| match pass {
         Pass::Forward => c.etp_allreduces_forward,
         Pass::Backward => c.etp_allreduces_backward,
@@ -905,6 +974,8 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                     // beside the ring's transfers, after the rest of the layer.
                     let (rounds, overlap) = cp_of(c, op.pass);
                     let overlap = if rounds > 0 { overlap } else { 0.0 };
+                    let beside = tp_beside(op.chunk, r) && etp_count(c, op.pass) == 0;
+                    let start_deps = if beside { b.start_deps(e) } else { Vec::new() };
                     let t = b.compute(
                         e,
                         compute_of(c, op.pass) - overlap,
@@ -918,13 +989,24 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         let chunk_rounds = c.cp_chunk_bytes.get() * rounds as f64;
                         b.cp_ring(e, t, chunk_rounds, rounds, cp_label(Some(start + l)));
                     }
-                    let tp_end = b.tp_allreduces(
-                        e,
-                        last_compute,
-                        c.tp_allreduce_bytes.get(),
-                        tp_count(c, op.pass),
-                        tp_label(Some(start + l)),
-                    );
+                    let tp_end = if beside {
+                        b.tp_allreduces_beside(
+                            e,
+                            start_deps,
+                            last_compute,
+                            c.tp_allreduce_bytes.get(),
+                            tp_count(c, op.pass),
+                            tp_label(Some(start + l)),
+                        )
+                    } else {
+                        b.tp_allreduces(
+                            e,
+                            last_compute,
+                            c.tp_allreduce_bytes.get(),
+                            tp_count(c, op.pass),
+                            tp_label(Some(start + l)),
+                        )
+                    };
                     let tp_end = b.etp_allreduces(
                         e,
                         tp_end,
@@ -970,6 +1052,8 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         chunk_rounds += c.cp_chunk_bytes.get() * n as f64;
                     }
                 }
+                let beside = tp_beside(op.chunk, r);
+                let start_deps = if beside { b.start_deps(e) } else { Vec::new() };
                 let t = b.compute(e, d - overlap, vec![], label(None));
                 let mut last_compute = t;
                 if rounds > 0 {
@@ -981,7 +1065,18 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 let pass = op.pass;
                 let (tp_per, tp_n) =
                     messages(lc, |c| (tp_count(c, pass), c.tp_allreduce_bytes.get()));
-                let tp_end = b.tp_allreduces(e, last_compute, tp_per, tp_n, tp_label(None));
+                let tp_end = if beside {
+                    b.tp_allreduces_beside(
+                        e,
+                        start_deps,
+                        last_compute,
+                        tp_per,
+                        tp_n,
+                        tp_label(None),
+                    )
+                } else {
+                    b.tp_allreduces(e, last_compute, tp_per, tp_n, tp_label(None))
+                };
                 // Expert ranks' all-reduces and the MoE layers' all-to-alls likewise.
                 let (etp_per, etp_n) =
                     messages(lc, |c| (etp_count(c, pass), c.tp_allreduce_bytes.get()));

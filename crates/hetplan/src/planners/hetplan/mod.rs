@@ -487,13 +487,13 @@ fn context_parallel_starts(
     evaluate_starts(problem, search, cands, deadline)
 }
 
-/// Uniform plans on the GPUs of one type alone, the others idle, and on all of them, for
-/// clusters of several types: no seed forms tensor-parallel groups across nodes (Mist keeps
-/// them in a node, Metis and AMP in a node class), which is what a type spread one GPU per node
-/// needs when its states fit only split, and the seeds that lay out uniform plans on the whole
+/// Uniform plans on all the GPUs and, for clusters of several types, on the GPUs of each type
+/// alone, the others idle: no seed forms tensor-parallel groups across nodes (Mist keeps
+/// them in a node, Metis and AMP in a node class), which is what GPUs spread one per node
+/// need when their states fit only split, and the seeds that lay out uniform plans on the whole
 /// cluster (Megatron's heuristic, Alpa's) have no memory options to make them fit. Megatron's
 /// layouts (`tp` of 1–8, `pp` of 1–4, the most replicas that divide the batch, micro-batches
-/// of 1–8, sequence parallelism with TP) on those nodes, fitted by the memory ladder
+/// of 1–8 samples or a replica's whole batch, sequence parallelism with TP) on those nodes, fitted by the memory ladder
 /// (`refine::repair`: ZeRO, checkpointing, offloading).
 fn uniform_starts(
     problem: &Problem<'_>,
@@ -501,7 +501,7 @@ fn uniform_starts(
     deadline: Option<f64>,
 ) -> Vec<Seen> {
     let (model, cluster, gbs) = (problem.model, problem.cluster, problem.global_batch);
-    if cluster.gpu_types.len() < 2 || model.per_sample || !search.poll() {
+    if model.per_sample || !search.poll() {
         return Vec::new();
     }
     let mut cands: Vec<(String, Option<Plan>)> = Vec::new();
@@ -509,7 +509,13 @@ fn uniform_starts(
         cluster.clone(),
         (0..cluster.nodes.len() as u32).collect::<Vec<u32>>(),
     );
-    let sets = (0..cluster.gpu_types.len()).map(|t| (Some(t), nodes_of_type(cluster, t)));
+    // Each type alone only where there are several.
+    let types = if cluster.gpu_types.len() > 1 {
+        cluster.gpu_types.len()
+    } else {
+        0
+    };
+    let sets = (0..types).map(|t| (Some(t), nodes_of_type(cluster, t)));
     for (t, (sub, keep)) in sets.chain(std::iter::once((None, all))) {
         let gpus = sub.num_gpus() as u64;
         for tp in [1u64, 2, 4, 8] {
@@ -526,7 +532,13 @@ fn uniform_starts(
                 else {
                     continue;
                 };
-                for mbs in [1u64, 2, 4, 8] {
+                // Micro-batches of 1–8 samples, and each replica's whole batch in one (the
+                // fewest steps, where memory options make it fit).
+                let mut sizes = vec![1u64, 2, 4, 8];
+                if !sizes.contains(&(gbs / dp)) {
+                    sizes.push(gbs / dp);
+                }
+                for mbs in sizes {
                     if !(gbs / dp).is_multiple_of(mbs) || mbs > problem.options.max_micro_batch {
                         continue;
                     }

@@ -62,6 +62,13 @@ pub enum Move {
         stage: usize,
         ratio: f64,
     },
+    /// The stage's weights (or gradients) back on its GPUs: only the memory ladder puts them in
+    /// host memory, and this lets the search trade them for recomputation, which the ladder
+    /// then climbs first.
+    StatesOnGpu {
+        stage: usize,
+        weights: bool,
+    },
     /// `n` layers from stage `from` to its neighbour `to` (`from ± 1`).
     ShiftLayers {
         from: usize,
@@ -155,6 +162,11 @@ pub enum Move {
     ContextParallelComm {
         all_to_all: bool,
     },
+    /// Tensor-parallel collectives pipelined with their GEMMs, or not (`Plan::tp_comm_overlap`:
+    /// Megatron's `--tp-comm-overlap`, torchtitan's async TP), on every stage.
+    TpCommOverlap {
+        on: bool,
+    },
 }
 
 impl Move {
@@ -188,9 +200,17 @@ impl Move {
                     "ring attention"
                 }
             ),
+            Move::TpCommOverlap { on } => format!(
+                "tensor-parallel communication overlapped with the GEMMs {}",
+                if *on { "on" } else { "off" }
+            ),
             Move::SequenceParallel { stage, on } => format!(
                 "sequence parallelism {} on stage {stage}",
                 if *on { "on" } else { "off" }
+            ),
+            Move::StatesOnGpu { stage, weights } => format!(
+                "stage {stage}'s {} back on its GPUs",
+                if *weights { "weights" } else { "gradients" }
             ),
             Move::OffloadOptimizer { stage, ratio } => format!(
                 "{:.0}% of stage {stage}'s optimizer state in host memory",
@@ -561,6 +581,18 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
                 out.push(Move::OffloadOptimizer { stage: s, ratio });
             }
         }
+        if st.offload.weights > 0.0 {
+            out.push(Move::StatesOnGpu {
+                stage: s,
+                weights: true,
+            });
+        }
+        if st.offload.gradients > 0.0 {
+            out.push(Move::StatesOnGpu {
+                stage: s,
+                weights: false,
+            });
+        }
     }
     // Expert tensor parallelism: every degree dividing the TP degree of the first stage with
     // experts, where the engine has it (Megatron, or any).
@@ -583,6 +615,14 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
         if c != cp {
             out.push(Move::ContextParallelAll { cp: c });
         }
+    }
+    // TP communication overlap: where every stage with TP has sequence parallelism (the
+    // validation's rule; turning it on where one lacks it would be refused).
+    let tp_stages = plan.stages.iter().filter(|s| s.tp > 1);
+    if plan.stages.iter().any(|s| s.tp > 1) && tp_stages.clone().all(|s| s.sequence_parallel) {
+        out.push(Move::TpCommOverlap {
+            on: !plan.tp_comm_overlap,
+        });
     }
     if cp > 1 {
         out.push(Move::ContextParallelComm {
@@ -783,6 +823,7 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
         }
         Move::Recompute { stage, to } => p.stages[stage].recompute = to,
         Move::SequenceParallel { stage, on } => p.stages[stage].sequence_parallel = on,
+        Move::TpCommOverlap { on } => p.tp_comm_overlap = on,
         Move::ExpertParallel { stage, ep } => p.stages[stage].ep = ep,
         Move::ExpertParallelAll { ep } => {
             for s in &mut p.stages {
@@ -820,6 +861,14 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
             }
         }
         Move::OffloadOptimizer { stage, ratio } => p.stages[stage].offload.optimizer = ratio,
+        Move::StatesOnGpu { stage, weights } => {
+            let o = &mut p.stages[stage].offload;
+            if weights {
+                o.weights = 0.0;
+            } else {
+                o.gradients = 0.0;
+            }
+        }
         Move::Rebalance { ref counts } => {
             if counts.len() != p.stages.len() || counts.contains(&0) {
                 return None;
@@ -1336,6 +1385,7 @@ inter_node_bandwidth = "100 Gbps"
             collective_dtypes: Default::default(),
             moe_capacity_factor: None,
             cp_comm: Default::default(),
+            tp_comm_overlap: false,
             stages: vec![a, b],
             made_for: None,
         }
@@ -1435,6 +1485,17 @@ inter_node_bandwidth = "100 Gbps"
         // With TP, sequence parallelism too.
         let tp2 = apply(&problem, &plan, &Move::Tp { stage: 0, up: true }).unwrap();
         assert!(neighbours(&problem, &tp2).contains(&Move::SequenceParallel { stage: 0, on: true }));
+        // ... and, with sequence parallelism wherever TP runs, TP communication overlap.
+        assert!(!neighbours(&problem, &tp2).contains(&Move::TpCommOverlap { on: true }));
+        let sp = apply(
+            &problem,
+            &tp2,
+            &Move::SequenceParallel { stage: 0, on: true },
+        )
+        .unwrap();
+        assert!(neighbours(&problem, &sp).contains(&Move::TpCommOverlap { on: true }));
+        let on = apply(&problem, &sp, &Move::TpCommOverlap { on: true }).unwrap();
+        assert!(on.tp_comm_overlap && common::evaluate(&problem, &on).is_some());
         let mut valid = 0;
         for m in &moves {
             let Some(p) = apply(&problem, &plan, m) else {

@@ -49,8 +49,9 @@
 //!   samples, ties to G·t + d, then to the first found).
 //! * **Inter-stage tuning, Eq. 2–3.** [`milp::solve`] linearises Eq. 2 (the two maxima by
 //!   auxiliary variables) over one binary per (stage, layer count, group shape, sampled
-//!   Pareto point) and solves it with good_lp: microlp by default, HiGHS with `--features
-//!   highs` (`#[cfg(feature = "highs")]` switches the backend). One MILP per (S, G), S =
+//!   Pareto point) and solves it with microlp by default (called directly, under a node limit:
+//!   [`MILP_NODE_ENTRIES`]), HiGHS through good_lp with `--features highs`
+//!   (`#[cfg(feature = "highs")]` switches the backend). One MILP per (S, G), S =
 //!   1..=min(layers, GPUs), G every divisor of the global batch. The objective is Eq. 1 — the
 //!   same form hetplan's estimate uses — so inter-microbatch imbalance (the third term) and
 //!   pipeline bubbles in which first/last-micro-batch work hides are priced.
@@ -133,12 +134,14 @@ use std::collections::BTreeMap;
 /// *(silent: the paper hands Eq. 2 to CBC and states no limit)* The branch-and-bound nodes of
 /// one inter-stage MILP times its binaries. Every open node keeps a basis of one byte per
 /// variable and its bound changes (24 B per branching above it), so this bounds the tree's
-/// memory. Measured at 4,096 GPUs (`examples/mist_probe.rs`, GPT-3 13B on the three-type
-/// fleet): without a limit a program of 18,362 binaries held 5.4 GB after 49k nodes in 30 s;
-/// one of 10,506 binaries needed 24,937 nodes (13.8 s, 1.3 GB) to prove its optimum, and its
-/// best solution after 20,000 nodes was 9% above it. 10⁸ gives that program 9,500 nodes and
-/// the largest 5,400 (the process peaked at 819 MB over six such programs, against 5.4 GB
-/// unlimited); programs under 5,000 binaries get 20,000 nodes or more.
+/// memory. Measured at 4,096 GPUs (`cargo bench -p hetplan --bench mist`, its second table;
+/// GPT-3 13B on the three-type fleet): without a limit a program of 18,362 binaries held
+/// 5.4 GB after 49k nodes in 30 s; one of 10,506 binaries needed 24,937 nodes (13.8 s, 1.3 GB)
+/// to prove its optimum. 10⁸ gives that program 9,518 nodes, and its answer there is 59% above
+/// the optimum (9% after 20,000 nodes): the price of the bound, paid only by programs of
+/// thousands of binaries, which a time limit cut short before as well. The largest gets 5,446
+/// nodes; the process peaked at 819 MB over six such programs, against 5.4 GB unlimited.
+/// Programs under 5,000 binaries get 20,000 nodes or more.
 pub const MILP_NODE_ENTRIES: u64 = 100_000_000;
 
 /// The node limit of a MILP over `binaries` candidates: [`MILP_NODE_ENTRIES`] shared out, and
