@@ -442,17 +442,9 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         "megatron"
     };
     let zero_text = r.text("zero_fsdp")?;
-    let zero = if zero_text.contains("FSDP") && pp > 1 {
-        // Under pipeline parallelism torchtitan keeps FSDP's parameters gathered after the
-        // forward (`fsdp_reshard_after_forward: default` is "not pp_enabled",
-        // torchtitan/distributed/fsdp.py), and PyTorch's pipeline stages accumulate unsharded
-        // gradients and reduce them once, after the last micro-batch
-        // (`set_requires_gradient_sync(False)`, torch/distributed/pipelining/stage.py): the
-        // memory and the traffic of ZeRO-1.
-        assumptions
-            .push("FSDP under PP: gathered weights and gradients all step, as ZeRO-1".into());
-        1
-    } else if zero_text.contains("FSDP") {
+    // FSDP under a pipeline runs as ZeRO-1 (`Plan::as_engine_runs`), which the cost model
+    // and the simulator apply themselves.
+    let zero = if zero_text.contains("FSDP") {
         3
     } else if zero_text.contains("ZeRO") {
         1

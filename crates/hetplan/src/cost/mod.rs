@@ -1219,7 +1219,9 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         plan.checked_for(w.model, w.cluster),
         "validated for another problem"
     );
-    let plan: &Plan = plan;
+    // What the engine runs (FSDP's ZeRO-3 under a pipeline runs as ZeRO-1).
+    let as_run = plan.as_engine_runs();
+    let plan: &Plan = as_run.as_ref().unwrap_or(plan);
     let model = w.model;
     let cluster = w.cluster;
     let seq = w.seq_len;
@@ -1232,6 +1234,14 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
     };
     let ctx = Ctx::new(w, plan, compute);
     let mut notes = Vec::new();
+    if as_run.is_some() {
+        notes.push(
+            "FSDP under pipeline parallelism keeps parameters gathered after the forward and \
+             reduces unsharded gradients once per step (torchtitan, torch pipelining): its \
+             ZeRO-3 stages are costed as ZeRO-1"
+                .to_string(),
+        );
+    }
     let mut stages = Vec::with_capacity(plan.stages.len());
     let mut per_gpu = Vec::new();
     let mut hardware_model_flop = 0.0;

@@ -615,6 +615,29 @@ impl Plan {
         (p.element_bytes(), self.gradient_dtype().element_bytes())
     }
 
+    /// The plan as its engine runs it, where that differs from what it says; `None` when it
+    /// runs as written. FSDP under pipeline parallelism (torchtitan's; plain FSDP has no
+    /// pipeline) keeps a stage's parameters gathered after the forward
+    /// (`fsdp_reshard_after_forward: "default"` is "not pp_enabled",
+    /// torchtitan/distributed/fsdp.py), and PyTorch's pipeline stages accumulate unsharded
+    /// gradients over the micro-batches and reduce them once, after the last
+    /// (`set_requires_gradient_sync(False)`, torch/distributed/pipelining/stage.py): a ZeRO-3
+    /// stage then has ZeRO-1's memory and traffic, and is costed as ZeRO-1. The cost model and
+    /// the simulator both price this plan.
+    pub fn as_engine_runs(&self) -> Option<Plan> {
+        let fsdp_pipeline = self.engine == Engine::Fsdp && self.pipeline_depth() > 1;
+        if !fsdp_pipeline || self.stages.iter().all(|s| s.zero != 3) {
+            return None;
+        }
+        let mut p = self.clone();
+        for s in &mut p.stages {
+            if s.zero == 3 {
+                s.zero = 1;
+            }
+        }
+        Some(p)
+    }
+
     /// Number of physical pipeline stages (chunks ÷ virtual stages).
     pub fn pipeline_depth(&self) -> usize {
         match self.schedule {

@@ -136,7 +136,9 @@ pub fn simulate(
         plan.checked_for(w.model, w.cluster),
         "validated for another problem"
     );
-    let plan: &Plan = plan;
+    // What the engine runs (FSDP's ZeRO-3 under a pipeline runs as ZeRO-1; `Plan::as_engine_runs`).
+    let as_run = plan.as_engine_runs();
+    let plan: &Plan = as_run.as_ref().unwrap_or(plan);
     let tasks = build::task_count(plan);
     if tasks > opts.max_tasks {
         return Err(SimError::TooLarge {
