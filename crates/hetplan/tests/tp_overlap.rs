@@ -57,6 +57,30 @@ fn it_needs_sequence_parallelism_wherever_tp_runs() {
         })
         .unwrap_or_else(|| panic!("{errs:?}"));
     assert!(e.hint().unwrap().contains("sequence_parallel"));
+    // The chunks move through peers' mapped memory: a TP group across nodes cannot overlap.
+    let one_per_node = catalog_cluster("2x1xh100-sxm5-80gb@400Gbps").unwrap();
+    let mut p = plan("tp=2,pp=1,mbs=1,gbs=16,sp=on", &model, &one_per_node);
+    p.tp_comm_overlap = true;
+    // The inline form refuses it at once, with the reason.
+    let e = parse_inline_plan(
+        "tp=2,pp=1,mbs=1,gbs=16,sp=on,tp_overlap=on",
+        &model,
+        &one_per_node,
+    )
+    .unwrap_err();
+    assert!(e.message.contains("spans nodes"), "{}", e.message);
+    assert!(!p.stages[0].can_overlap_tp());
+    let errs = validate(&p, &model, &one_per_node).unwrap_err();
+    assert!(
+        errs.iter().any(|e| matches!(
+            e,
+            PlanError::TpOverlapAcrossNodes {
+                stage: 0,
+                replica: 0
+            }
+        )),
+        "{errs:?}"
+    );
     // Without TP there is nothing to overlap, and nothing to refuse.
     let p = plan("tp=1,pp=2,mbs=1,gbs=16,tp_overlap=on", &model, &cluster);
     validate(&p, &model, &cluster).unwrap();

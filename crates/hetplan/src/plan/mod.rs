@@ -409,6 +409,19 @@ impl Stage {
     }
 
     /// The GPUs of DP replica `r`.
+    /// Whether `gpus` are all on one node.
+    pub fn in_one_node(gpus: &[GpuId]) -> bool {
+        gpus.iter().all(|g| g.node == gpus[0].node)
+    }
+
+    /// Whether TP communication overlap can run on the stage: every replica with TP keeps its
+    /// group inside one node (Transformer Engine's userbuffers and torch's symmetric memory map
+    /// the peers' buffers through the node's GPU links) and sequence parallelism is on.
+    pub fn can_overlap_tp(&self) -> bool {
+        (0..self.dp as usize).all(|r| self.tp_of(r) <= 1 || Stage::in_one_node(self.replica(r)))
+            && (self.tp <= 1 || self.sequence_parallel)
+    }
+
     pub fn replica(&self, r: usize) -> &[GpuId] {
         let start = self.replica_offset(r);
         &self.devices[start..start + self.tp_of(r) as usize]
@@ -460,7 +473,8 @@ pub struct Plan {
     /// (`compile.enable_async_tensor_parallel`, torch's micro-pipelined all-gather/matmul and
     /// matmul/reduce-scatter). Both split each collective into one chunk per TP rank behind
     /// the GEMM's chunks (Wang et al., ASPLOS '23); only sequence parallelism's all-gathers and
-    /// reduce-scatters are decomposed, so every stage with TP needs it on.
+    /// reduce-scatters are decomposed, so every stage with TP needs it on; the chunks move
+    /// through mapped peer memory, so every TP group sits in one node (`Stage::can_overlap_tp`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tp_comm_overlap: bool,
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer

@@ -74,7 +74,8 @@
 //! - `cp_comm` (plan level, default `"ring"`): `"ring"` or `"all-to-all"` (Ulysses; every TP
 //!   rank's heads must then split over `cp`).
 //! - `tp_comm_overlap` (plan level, default false): tensor-parallel collectives pipelined with
-//!   their GEMMs; every stage with `tp > 1` must have `sequence_parallel` on.
+//!   their GEMMs; every stage with `tp > 1` must have `sequence_parallel` on, and every TP
+//!   group must sit in one node.
 //!
 //! Unknown fields are errors, with the nearest known field as hint.
 
@@ -373,6 +374,11 @@ pub enum PlanError {
          only its all-gathers and reduce-scatters are pipelined with the GEMMs"
     )]
     TpOverlapWithoutSequenceParallel { stage: usize, tp: u32 },
+    #[error(
+        "tp_comm_overlap is on, but replica {replica} of stage {stage} spans nodes: the overlap \
+         exchanges the chunks through the GPUs' mapped memory, inside one node"
+    )]
+    TpOverlapAcrossNodes { stage: usize, replica: usize },
     #[error("stage {stage} has ep = {ep}, which does not divide its dp = {dp}")]
     ExpertParallelDivides { stage: usize, ep: u32, dp: u32 },
     #[error("stage {stage} has ep = {ep}, but none of its layers is a mixture of experts")]
@@ -491,6 +497,7 @@ impl PlanError {
             PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
             PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
             PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
+            PlanError::TpOverlapAcrossNodes { stage, .. } => st(stage, "devices"),
             PlanError::TpOverlapWithoutSequenceParallel { stage, .. } => {
                 st(stage, "sequence_parallel")
             }
@@ -608,6 +615,12 @@ impl PlanError {
             PlanError::OffloadRatio { .. } => "offload fractions lie between 0 and 1".into(),
             PlanError::RecomputeLayers { stage_layers, .. } => {
                 format!("recompute at most {stage_layers} layers, or \"full\"")
+            }
+            PlanError::TpOverlapAcrossNodes { .. } => {
+                "keep each TP group inside a node (Transformer Engine's userbuffers and torch's \
+                 symmetric memory map the peers' buffers over the node's GPU links), or turn \
+                 tp_comm_overlap off"
+                    .into()
             }
             PlanError::TpOverlapWithoutSequenceParallel { .. } => {
                 "turn sequence_parallel on in every stage with tp > 1 (Megatron's arguments.py \
@@ -809,6 +822,14 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
                     stage: i,
                     tp: st.tp,
                 });
+            }
+            for r in 0..st.dp as usize {
+                if st.tp_of(r) > 1 && !super::Stage::in_one_node(st.replica(r)) {
+                    errs.push(PlanError::TpOverlapAcrossNodes {
+                        stage: i,
+                        replica: r,
+                    });
+                }
             }
         }
     }

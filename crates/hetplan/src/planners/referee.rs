@@ -28,8 +28,8 @@
 //!   Mist's offloading at its extremes).
 //! - **Schedules**: 1F1B, GPipe, and interleaved 1F1B with 2 virtual stages (`2·pp` chunks,
 //!   chunk j on the GPUs of chunk j mod pp, with its layout), wherever valid (`pp = 1` too).
-//! - **TP communication overlap** (`tp_comm_overlap`) off, or on where a stage has TP (every
-//!   such stage then with sequence parallelism): hetplan's own move, in no seed's space, but
+//! - **TP communication overlap** (`tp_comm_overlap`) off, or on where a stage has TP and
+//!   every TP group sits in one node (every such stage then with sequence parallelism): hetplan's own move, in no seed's space, but
 //!   one whose plans the local search reaches from every seed's, so the referee holds it.
 //! - The problem's engine and precision, default collective types, equal step counts.
 //!
@@ -391,8 +391,15 @@ fn for_each_skeleton(problem: &Problem<'_>, visit: &mut dyn FnMut(&Skeleton<'_>)
                                 sample_splits(per_mb, stage.len(), problem.options.max_micro_batch)
                             })
                             .collect();
-                        let has_tp = layout.iter().flatten().any(|r| r.tp() > 1);
-                        let overlaps: &[bool] = if has_tp { &[false, true] } else { &[false] };
+                        // TP communication overlap where there is TP, every group in a node.
+                        let tp: Vec<&Replica> =
+                            layout.iter().flatten().filter(|r| r.tp() > 1).collect();
+                        let in_node = |r: &&Replica| r.nodes.iter().all(|&n| n == r.nodes[0]);
+                        let overlaps: &[bool] = if !tp.is_empty() && tp.iter().all(in_node) {
+                            &[false, true]
+                        } else {
+                            &[false]
+                        };
                         let go = for_each_product(&splits, &mut |sizes| {
                             overlaps.iter().all(|&tp_overlap| {
                                 visit(&Skeleton {

@@ -616,10 +616,9 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             out.push(Move::ContextParallelAll { cp: c });
         }
     }
-    // TP communication overlap: where every stage with TP has sequence parallelism (the
-    // validation's rule; turning it on where one lacks it would be refused).
-    let tp_stages = plan.stages.iter().filter(|s| s.tp > 1);
-    if plan.stages.iter().any(|s| s.tp > 1) && tp_stages.clone().all(|s| s.sequence_parallel) {
+    // TP communication overlap: where every stage with TP can run it (sequence parallelism,
+    // groups inside nodes: the validation's rules).
+    if plan.stages.iter().any(|s| s.tp > 1) && plan.stages.iter().all(Stage::can_overlap_tp) {
         out.push(Move::TpCommOverlap {
             on: !plan.tp_comm_overlap,
         });

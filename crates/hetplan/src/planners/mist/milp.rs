@@ -216,7 +216,7 @@ fn run(f: &Formulation, limits: MilpLimits) -> Option<Raw> {
     Some((values, optimal, sol.stats().nodes_solved))
 }
 
-/// HiGHS through good_lp (its time limit; no node limit there).
+/// HiGHS through good_lp, with its time and node limits (`mip_max_nodes`).
 #[cfg(feature = "highs")]
 fn run(f: &Formulation, limits: MilpLimits) -> Option<Raw> {
     use good_lp::{variable, Expression, ProblemVariables, Solution, SolverModel, WithTimeLimit};
@@ -231,9 +231,17 @@ fn run(f: &Formulation, limits: MilpLimits) -> Option<Raw> {
         })
         .collect();
     let obj: Expression = vars.iter().zip(&f.objective).map(|(&v, &c)| c * v).sum();
-    let mut model = pv.minimise(obj).using(good_lp::highs);
+    // HiGHS stops at a relative gap of 10⁻⁴ by default: 0 proves the optimum, as microlp does.
+    let mut model = pv
+        .minimise(obj)
+        .using(good_lp::highs)
+        .set_option("mip_rel_gap", 0.0)
+        .set_option("mip_abs_gap", 0.0);
     if let Some(t) = limits.time {
         model = model.with_time_limit(t.get().max(0.0));
+    }
+    if let Some(n) = limits.nodes {
+        model = model.set_option("mip_max_nodes", i32::try_from(n).unwrap_or(i32::MAX));
     }
     for row in &f.rows {
         let e: Expression = row.terms.iter().map(|&(v, c)| c * vars[v]).sum();
@@ -245,7 +253,7 @@ fn run(f: &Formulation, limits: MilpLimits) -> Option<Raw> {
     }
     let sol = model.solve().ok()?;
     let values = vars.iter().map(|&v| sol.value(v)).collect();
-    let optimal = sol.status() == good_lp::SolutionStatus::Optimal;
+    let optimal = matches!(sol.status(), good_lp::SolutionStatus::Optimal);
     Some((values, optimal, 0))
 }
 
