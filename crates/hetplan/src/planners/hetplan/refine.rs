@@ -28,8 +28,10 @@ use crate::planners::Problem;
 use rayon::prelude::*;
 
 /// Neighbours estimated between two looks at the limits: small enough that a round on a
-/// 4,096-GPU plan overshoots a time limit by little, large enough to keep two cores busy.
-const CHUNK: usize = 32;
+/// 1,024-GPU plan overshoots a time limit by little (a neighbour there costs up to 30 ms with
+/// its memory ladder: 32 of them ran 0.3–0.8 s past a 10 s limit), large enough to keep two
+/// cores busy.
+const CHUNK: usize = 8;
 
 /// A relative improvement smaller than this is no improvement (the estimate's own rounding).
 const MIN_GAIN: f64 = 1e-9;
@@ -308,6 +310,11 @@ pub fn refine(
         let mut best: Option<(Move, Plan, Estimate)> = None;
         let mut stopped = false;
         for chunk in moves.chunks(CHUNK) {
+            // A chunk started past the limit would run that much longer.
+            if !search.within_time() {
+                stopped = true;
+                break;
+            }
             let evals: Vec<Option<(Plan, Estimate)>> = chunk
                 .par_iter()
                 .map(|m| {
