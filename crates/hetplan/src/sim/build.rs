@@ -1052,7 +1052,9 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                         chunk_rounds += c.cp_chunk_bytes.get() * n as f64;
                     }
                 }
-                let beside = tp_beside(op.chunk, r);
+                // As the estimate: a pass with expert-rank collectives keeps its TP blocking.
+                let beside =
+                    tp_beside(op.chunk, r) && lc.iter().all(|c| etp_count(c, op.pass) == 0);
                 let start_deps = if beside { b.start_deps(e) } else { Vec::new() };
                 let t = b.compute(e, d - overlap, vec![], label(None));
                 let mut last_compute = t;

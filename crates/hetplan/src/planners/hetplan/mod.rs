@@ -506,8 +506,8 @@ fn context_parallel_starts(
 /// need when their states fit only split, and the seeds that lay out uniform plans on the whole
 /// cluster (Megatron's heuristic, Alpa's) have no memory options to make them fit. Megatron's
 /// layouts (`tp` of 1–8, `pp` of 1–4, the most replicas that divide the batch, micro-batches
-/// of 1–8 samples or a replica's whole batch, sequence parallelism with TP) on those nodes, fitted by the memory ladder
-/// (`refine::repair`: ZeRO, checkpointing, offloading).
+/// of 1–8 samples or a replica's whole batch, sequence parallelism with TP) on those nodes,
+/// fitted by the memory ladder (`refine::repair`: ZeRO, checkpointing, offloading).
 fn uniform_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
