@@ -159,6 +159,7 @@ fn assert_milp_matches_brute_force(stages: &[Vec<Cand>], g: u64, layers: usize, 
 #[test]
 fn milp_equals_brute_force_on_synthetic_pareto_points() {
     let mut r = Lcg(7);
+    let mut limited_answers = 0;
     for case in 0..12 {
         let s = 2 + case % 3;
         let layers = 6 + case % 4;
@@ -182,7 +183,33 @@ fn milp_equals_brute_force_on_synthetic_pareto_points() {
             })
             .collect();
         assert_milp_matches_brute_force(&stages, g, layers, &caps);
+        // Under a node limit the solver stops there with a feasible pick, never better than
+        // the optimum; the limit shares `MILP_NODE_ENTRIES` out by the program's size.
+        let limited = milp::MilpLimits {
+            nodes: Some(2),
+            time: None,
+        };
+        if let Some(sol) = milp::solve(&stages, g, layers, &caps, limited) {
+            limited_answers += 1;
+            let (_, best) = milp::brute_force(&stages, g, layers, &caps).expect("it is feasible");
+            assert!(sol.nodes <= 2, "{} nodes", sol.nodes);
+            assert!(
+                sol.value >= best * (1.0 - 1e-9),
+                "{} below {best}",
+                sol.value
+            );
+            let chosen: Vec<&Cand> = (sol.picks.iter().enumerate())
+                .map(|(i, &c)| &stages[i][c])
+                .collect();
+            assert!(milp::feasible(&chosen, layers, &caps));
+        }
     }
+    assert!(limited_answers > 0, "no node-limited solve found a pick");
+    assert_eq!(
+        hetplan::planners::mist::milp_node_limit(100_000_000, 10_506),
+        9_518
+    );
+    assert_eq!(hetplan::planners::mist::milp_node_limit(1_000, 10), 1_000);
 }
 
 #[test]

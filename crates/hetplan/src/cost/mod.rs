@@ -953,7 +953,7 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
     // reduce-scatter leaves after the last GEMM step — after it. Layers
     // whose MoE collectives run in expert ranks (expert TP below TP) keep them blocking.
     let (beside, after) = k::tp_overlap_split(plan.engine, st.tp_of(r));
-    let overlaps = plan.tp_comm_overlap && st.sequence_parallel && st.tp_of(r) > 1;
+    let overlaps = plan.overlaps_tp(st, r);
     let hidden =
         |compute: f64, comm: f64| overlap::co_run(compute, comm * beside) - compute + comm * after;
     for c in layer_costs_in(ctx, si, r, &tp_conc) {

@@ -408,7 +408,6 @@ impl Stage {
         }
     }
 
-    /// The GPUs of DP replica `r`.
     /// Whether `gpus` are all on one node.
     pub fn in_one_node(gpus: &[GpuId]) -> bool {
         gpus.iter().all(|g| g.node == gpus[0].node)
@@ -422,6 +421,7 @@ impl Stage {
             && (self.tp <= 1 || self.sequence_parallel)
     }
 
+    /// The GPUs of DP replica `r`.
     pub fn replica(&self, r: usize) -> &[GpuId] {
         let start = self.replica_offset(r);
         &self.devices[start..start + self.tp_of(r) as usize]
@@ -650,6 +650,13 @@ impl Plan {
             }
         }
         Some(p)
+    }
+
+    /// Whether replica `r` of stage `st` runs its TP collectives overlapped with its GEMMs
+    /// (`tp_comm_overlap`, on a stage with sequence parallelism and TP): what the estimate and
+    /// the simulator both ask.
+    pub fn overlaps_tp(&self, st: &Stage, r: usize) -> bool {
+        self.tp_comm_overlap && st.sequence_parallel && st.tp_of(r) > 1
     }
 
     /// Number of physical pipeline stages (chunks ÷ virtual stages).

@@ -73,7 +73,6 @@ impl Runtime {
         }
     }
 
-    /// Every reason `plan` cannot run on this engine; empty when it can.
     /// Whether the engine trains in precision `p`: DeepSpeed's engine has no FP8 (its config
     /// has no FP8 section); Megatron (Transformer Engine), torchtitan and FSDP2 (torchao's
     /// Float8) run it; every engine runs FP32, FP16 and BF16.
@@ -81,6 +80,14 @@ impl Runtime {
         !(self == Runtime::Deepspeed && p == super::Precision::Fp8)
     }
 
+    /// Whether the engine overlaps TP communication with the GEMMs (`Plan::tp_comm_overlap`):
+    /// Megatron's `--tp-comm-overlap`, torchtitan's `compile.enable_async_tensor_parallel`;
+    /// DeepSpeed's and FSDP's tensor parallelism has no such overlap.
+    pub fn overlaps_tp(self) -> bool {
+        matches!(self, Runtime::Megatron | Runtime::Torchtitan)
+    }
+
+    /// Every reason `plan` cannot run on this engine; empty when it can.
     pub fn why_not(self, plan: &Plan) -> Vec<String> {
         let mut why = Vec::new();
         let name = self.name();
@@ -186,12 +193,7 @@ impl Runtime {
                 list(plan, |s| s.expert_tp().to_string())
             ));
         }
-        // Megatron's `--tp-comm-overlap`, torchtitan's `compile.enable_async_tensor_parallel`;
-        // DeepSpeed's and FSDP's tensor parallelism has no such overlap.
-        if plan.tp_comm_overlap
-            && plan.stages.iter().any(|s| s.tp > 1)
-            && !matches!(self, Runtime::Megatron | Runtime::Torchtitan)
-        {
+        if plan.tp_comm_overlap && plan.stages.iter().any(|s| s.tp > 1) && !self.overlaps_tp() {
             why.push(format!(
                 "hetplan exports tensor-parallel communication overlap to Megatron and \
                  torchtitan; {name} runs the plan without it"
@@ -410,7 +412,7 @@ impl Runtime {
                 _ => None,
             };
         }
-        p.tp_comm_overlap &= matches!(self, Runtime::Megatron | Runtime::Torchtitan) && sp;
+        p.tp_comm_overlap &= self.overlaps_tp() && sp;
         p.engine = self.engine();
         p.schedule = match (self, p.schedule) {
             (Runtime::Megatron, Schedule::Gpipe) => Schedule::OneFOneB,

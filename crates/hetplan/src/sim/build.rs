@@ -559,30 +559,8 @@ impl<'a> Builder<'a> {
         let groups = vec![self.executors[e].devices.clone()];
         // Each part is a share of the same collectives: of their bytes, and of their steps'
         // latencies and measured floors.
-        let mut part =
-            |share: f64| match self.ring(&groups, bytes, Collective::AllReduce, count, vec![e]) {
-                Work::Flow {
-                    edges,
-                    latency,
-                    efficiency,
-                    execs,
-                    floor,
-                } => Work::Flow {
-                    edges: edges
-                        .into_iter()
-                        .map(|mut ed| {
-                            ed.bytes *= share;
-                            ed
-                        })
-                        .collect(),
-                    latency: latency * share,
-                    efficiency,
-                    execs,
-                    floor: floor * share,
-                },
-                w => w,
-            };
-        let (beside, after) = (part(beside), part(after));
+        let ring = self.ring(&groups, bytes, Collective::AllReduce, count, vec![e]);
+        let (beside, after) = (ring.clone().scaled(beside), ring.scaled(after));
         let beside = self.task(beside, start, label.clone());
         let t = self.task(after, vec![compute, beside], label);
         self.pending_sends[e].push(beside);
@@ -866,11 +844,8 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         Pass::Forward => c.tp_allreduces_forward,
         Pass::Backward => c.tp_allreduces_backward,
     };
-    // TP communication overlap on this replica's stage (sequence parallelism and TP > 1).
-    let tp_beside = |si: usize, r: usize| {
-        let st = &plan.stages[si];
-        plan.tp_comm_overlap && st.sequence_parallel && st.tp_of(r) > 1
-    };
+    // TP communication overlap on this replica's stage.
+    let tp_beside = |si: usize, r: usize| plan.overlaps_tp(&plan.stages[si], r);
     let etp_count = |c: &LayerCost, pass: Pass| match pass {
         Pass::Forward => c.etp_allreduces_forward,
         Pass::Backward => c.etp_allreduces_backward,

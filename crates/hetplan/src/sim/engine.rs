@@ -51,6 +51,30 @@ pub struct Edge {
 }
 
 impl Work {
+    /// A share of a flow: of its bytes on every edge, its latency and its floor (a compute task
+    /// is returned as it is).
+    pub fn scaled(self, share: f64) -> Work {
+        match self {
+            Work::Flow {
+                mut edges,
+                latency,
+                efficiency,
+                execs,
+                floor,
+            } => {
+                edges.iter_mut().for_each(|e| e.bytes *= share);
+                Work::Flow {
+                    edges,
+                    latency: latency * share,
+                    efficiency,
+                    execs,
+                    floor: floor * share,
+                }
+            }
+            w => w,
+        }
+    }
+
     /// The resources a flow crosses, each once, in id order.
     pub fn resources(&self) -> Vec<usize> {
         match self {

@@ -6,11 +6,14 @@
 //! stage. Their answers are good starting points, and the best plan often combines what two of
 //! them can express (Metis's stages with Mist's ZeRO and checkpointing, Poplar's uneven batches
 //! inside a pipeline stage). From a plan this search evaluates every neighbour one [`Move`]
-//! away — a ZeRO stage, a checkpointing choice (on one stage or all), sequence parallelism or an optimizer offload
-//! ratio on one stage; layers shifted between neighbouring stages; micro-batches halved or
-//! doubled; another schedule (GPipe, 1F1B, interleaved with 2–4 virtual stages); samples moved
-//! between the replicas of two GPU types; a replica or a whole stage left out; idle GPUs added
-//! as a replica — each made to fit, where it does not, by a few rungs of a memory ladder
+//! away — a ZeRO stage, a checkpointing choice (on one stage or all), sequence parallelism, an
+//! optimizer offload ratio, or offloaded weights or gradients back on the GPUs, on one stage;
+//! layers shifted between neighbouring stages, or every stage's layer count at once (the
+//! min–max split by each stage's time per layer); micro-batches halved or doubled; another
+//! schedule (GPipe, 1F1B, interleaved with 2–4 virtual stages); samples moved between the
+//! replicas of two GPU types; a replica or a whole stage left out; idle GPUs added as a
+//! replica; TP communication overlap on or off; stages split or merged; expert and context
+//! parallelism — each made to fit, where it does not, by a few rungs of a memory ladder
 //! (`repair`) — and moves to the best neighbour that fits, until none is faster (a local
 //! optimum) or a limit stops it.
 //!
@@ -1500,6 +1503,23 @@ inter_node_bandwidth = "100 Gbps"
         )
         .unwrap();
         assert!(neighbours(&problem, &sp).contains(&Move::TpCommOverlap { on: true }));
+        // Offloaded weights or gradients (only the memory ladder puts them there) can come back.
+        let mut offloaded = plan.clone();
+        offloaded.stages[1].offload.weights = 1.0;
+        offloaded.stages[1].offload.gradients = 0.5;
+        let moves = neighbours(&problem, &offloaded);
+        for weights in [true, false] {
+            let m = Move::StatesOnGpu { stage: 1, weights };
+            assert!(moves.contains(&m), "{m:?}");
+            let back = apply(&problem, &offloaded, &m).unwrap().stages[1].offload;
+            assert_eq!(
+                (back.weights, back.gradients),
+                if weights { (0.0, 0.5) } else { (1.0, 0.0) }
+            );
+        }
+        assert!(!neighbours(&problem, &plan)
+            .iter()
+            .any(|m| matches!(m, Move::StatesOnGpu { .. })));
         let on = apply(&problem, &sp, &Move::TpCommOverlap { on: true }).unwrap();
         assert!(on.tp_comm_overlap && common::evaluate(&problem, &on).is_some());
         let mut valid = 0;
