@@ -254,15 +254,19 @@ def _modules(shape: dict, torch, dtype, device, tp: int = 1, rank: int = 0, grou
             picked = reduce(picked.masked_fill(outside, 0.0))
             return (total.log() - picked).mean()
 
+    # Built where they run: initialising a 7B model's weights on the host takes minutes.
     if blocks is not None:
-        whole = (Embedding(), nn.ModuleList(Block(e) for e in blocks), Head())
+        with torch.device(device):
+            whole = (Embedding(), nn.ModuleList(Block(e) for e in blocks), Head())
         if shape.get("tied_embeddings"):
             whole[2].proj.weight = whole[0].table.weight  # one matrix, as the model has
         return [m.to(device=device, dtype=dtype) for m in whole]
     # A dense block where the model has one (every block of a dense model, DeepSeek's first
     # ones), a MoE block where it has experts.
     dense = not moe or any(quirks.get("dense_layers", []))
-    modules = (Embedding(), Block(False) if dense else None, Block(True) if moe else None, Head())
+    with torch.device(device):
+        modules = (Embedding(), Block(False) if dense else None, Block(True) if moe else None,
+                   Head())
     return [m.to(device=device, dtype=dtype) if m is not None else None for m in modules]
 
 

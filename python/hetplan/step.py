@@ -6,13 +6,16 @@ beside hetplan's estimate of the same step: the check of the cost model against 
 
 The model is built as `python -m hetplan.profile` builds its layers (hetplan's description,
 random weights, nothing downloaded), whole: embedding, every block, head. A step is
-`accumulation` micro-batches forward and backward, then an AdamW step, as PyTorch's automatic
-mixed precision runs it (FP32 weights, gradients and optimizer states; BF16 or FP16 matrix
-products under `torch.autocast`), without activation checkpointing. The median of `repeats`
-steps after `warmup` is measured (CUDA events on a GPU, the host clock on the CPU), and on a
-GPU the peak allocated and reserved memory. hetplan's estimate is of the matching one-GPU plan
-(`dp=1`, engine `fsdp`, whose dtypes are these) on GPU type `--gpu`, analytic and, with
-`--profile`, from the measured layer times. The output is one JSON object.
+`accumulation` micro-batches forward and backward, then an AdamW step (fused, as torchtitan
+runs it; `--optimizer foreach` for PyTorch's default), as PyTorch's automatic mixed precision
+runs it (FP32 weights, gradients and optimizer states; BF16 or FP16 matrix products under
+`torch.autocast`), without activation checkpointing. The median of `repeats` steps after
+`warmup` is measured (CUDA events on a GPU, the host clock on the CPU), and on a GPU the peak
+allocated and reserved memory and what the CUDA context adds to them. A step that runs out of
+memory is a result too (`out_of_memory`), set beside hetplan's verdict (`verdict_holds`).
+hetplan's estimate is of the matching one-GPU plan (`dp=1`, engine `fsdp`, whose dtypes are
+these) on GPU type `--gpu`, analytic and, with `--profile`, from the measured layer times. The
+output is one JSON object.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ def measure(
     device: Optional[str] = None,
     warmup: int = 2,
     repeats: int = 5,
+    optimizer: str = "fused",
 ) -> Dict:
     """Seconds per training step (median, and the spread: slowest over fastest) and, on a
     GPU, the peak bytes allocated and reserved, of `model` at micro-batch size `mbs`."""
@@ -59,7 +63,12 @@ def measure(
     emb, layers, head = _modules(shape, torch, torch.float32, dev, blocks=experts)
     # Each parameter once (a tied head shares the embedding's matrix).
     params = list({id(p): p for m in (emb, layers, head) for p in m.parameters()}.values())
-    opt = torch.optim.AdamW(params, lr=1e-5)
+    if optimizer not in ("fused", "foreach"):
+        raise hetplan.HetplanError(f"optimizer {optimizer!r}: fused or foreach")
+    # torchtitan's default (`optimizer.implementation = "fused"`): one kernel per parameter
+    # group, no temporaries. PyTorch's own default, foreach, keeps a list as large as the
+    # parameters (the square root of the second moments) over the step, and time to match.
+    opt = torch.optim.AdamW(params, lr=1e-5, **{optimizer: True})
     scaler = torch.amp.GradScaler(dev.type) if precision == "fp16" else None
     gen = torch.Generator(device="cpu").manual_seed(0)
     tokens = torch.randint(0, shape["vocab"], (mbs, seq), generator=gen).to(dev)
@@ -83,16 +92,26 @@ def measure(
     timer = _Timer(torch, dev)
     cuda = dev.type == "cuda"
     times: List[float] = []
-    for i in range(warmup + repeats):
-        if cuda and i == warmup:
-            torch.cuda.synchronize(dev)
-            torch.cuda.reset_peak_memory_stats(dev)
-        t = timer(step)
-        if i >= warmup:
-            times.append(t)
     out = {
         "device": torch.cuda.get_device_name(dev) if cuda else dev.type,
         "torch": torch.__version__,
+    }
+    try:
+        for i in range(warmup + repeats):
+            if cuda and i == warmup:
+                torch.cuda.synchronize(dev)
+                torch.cuda.reset_peak_memory_stats(dev)
+            t = timer(step)
+            if i >= warmup:
+                times.append(t)
+    except torch.cuda.OutOfMemoryError as e:
+        # The verdict to check hetplan's against: the step does not fit. What the allocator
+        # held when it gave up goes with it; the model's tensors are freed before returning.
+        out["out_of_memory"] = True
+        out["message"] = str(e).split("\n")[0]
+        out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
+        return out
+    out.update({
         "step_s": statistics.median(times),
         "spread": max(times) / max(min(times), 1e-12),
         # The block built is the plain decoder of the family's shape: a family's extras
@@ -100,10 +119,16 @@ def measure(
         # fall short of hetplan's count by their parameters.
         "parameters": sum(p.numel() for p in params),
         "hetplan_parameters": int(model.parameters),
-    }
+    })
     if cuda:
         out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
         out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
+        # What nvidia-smi shows beyond the allocator's reservation: the CUDA context, cuBLAS
+        # workspaces and the kernels' modules, read as the device's used memory less what
+        # the allocator holds now.
+        free, total = torch.cuda.mem_get_info(dev)
+        out["context_bytes"] = total - free - torch.cuda.memory_reserved(dev)
+        out["device_total_bytes"] = total
     return out
 
 
@@ -118,11 +143,13 @@ def compare(
     warmup: int = 2,
     repeats: int = 5,
     profile=None,
+    optimizer: str = "fused",
 ) -> Dict:
     """`measure`'s step beside hetplan's estimate of the same one-GPU plan on GPU type `gpu`
     (analytic, and from `profile` where given): times, their ratio, and the memory."""
     seq = seq_len or model.default_seq_len
-    measured = measure(model, seq, mbs, accumulation, precision, device, warmup, repeats)
+    measured = measure(model, seq, mbs, accumulation, precision, device, warmup, repeats,
+                       optimizer)
     cluster = hetplan.cluster(f"1x1x{gpu}")
     plan = hetplan.load_plan(
         model, cluster,
@@ -130,16 +157,25 @@ def compare(
         seq_len=seq,
     )
     out = {"model": model.name, "gpu": gpu, "seq_len": seq, "mbs": mbs,
-           "accumulation": accumulation, "precision": precision, "measured": measured}
+           "accumulation": accumulation, "precision": precision, "optimizer": optimizer,
+           "measured": measured}
     for name, prof in (("analytic", None), ("profiled", profile)):
         if name == "profiled" and prof is None:
             continue
         e = plan.estimate(profile=prof)
-        est = {"step_s": e.iteration_time_s, "error": e.iteration_time_s / measured["step_s"] - 1,
-               "compute_source": e.stages[0].compute_source,
+        est = {"step_s": e.iteration_time_s, "compute_source": e.stages[0].compute_source,
                "memory_bytes": e.stages[0].memory.total, "fits": e.fits}
-        if "peak_allocated_bytes" in measured:
-            est["memory_error"] = est["memory_bytes"] / measured["peak_allocated_bytes"] - 1
+        if measured.get("out_of_memory"):
+            # Only the verdict can be compared: hetplan must not call this step a fit.
+            est["verdict_holds"] = not e.fits
+        else:
+            est["error"] = e.iteration_time_s / measured["step_s"] - 1
+            if "peak_reserved_bytes" in measured:
+                # hetplan's total is the device's (nvidia-smi's): the allocator's reservation
+                # and the CUDA context beside it.
+                device = measured["peak_reserved_bytes"] + measured["context_bytes"]
+                est["memory_error"] = est["memory_bytes"] / device - 1
+                est["verdict_holds"] = e.fits
         out[name] = est
     return out
 
@@ -156,10 +192,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--profile", default=None, help="a profile database to estimate with as well")
+    p.add_argument("--optimizer", default="fused", choices=["fused", "foreach"],
+                   help="AdamW's implementation (default: fused, as torchtitan runs it)")
     a = p.parse_args(argv)
     try:
         r = compare(hetplan.model(a.model), a.gpu, a.seq_len, a.mbs, a.accumulation, a.precision,
-                    a.device, a.warmup, a.repeats, a.profile)
+                    a.device, a.warmup, a.repeats, a.profile, a.optimizer)
     except (hetplan.HetplanError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
