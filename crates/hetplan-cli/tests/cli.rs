@@ -1567,8 +1567,8 @@ fn a_huggingface_moe_config_with_expert_parallelism() {
 }
 
 /// Context parallelism end to end: an inline plan with `cp` estimates with its ring priced, a
-/// plan file whose stages disagree on `cp` is a located error (exit 2), and `plan` at 128k
-/// tokens chooses it and says what it buys.
+/// plan file whose stages disagree on `cp` is a located error (exit 2), and `plan` at 256k
+/// tokens on GPUs one per node chooses it and says what it buys.
 #[test]
 fn context_parallelism_from_the_command_line() {
     let cluster = "2x4xa100-sxm4-80gb@25Gbps";
@@ -1638,11 +1638,11 @@ fn context_parallelism_from_the_command_line() {
         "--model",
         "llama3-8b",
         "--cluster",
-        "1x8xh100-sxm5-80gb@400Gbps+1x8xa100-sxm4-80gb@200Gbps",
+        "4x1xh100-sxm5-80gb@25Gbps+4x1xa100-sxm4-80gb@25Gbps",
         "--seq-len",
-        "131072",
+        "262144",
         "--gbs",
-        "8",
+        "4",
         "--max-nodes",
         "20000",
         "--time-limit",

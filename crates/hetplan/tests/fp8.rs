@@ -21,6 +21,8 @@ fn shape(precision: Precision) -> LayerShape {
         etp: None,
         cp: 1,
         cp_all_to_all: false,
+        native_attention: false,
+        weight_cast_shard: 0,
     }
 }
 

@@ -83,14 +83,17 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // overlap priced (the README's `--tp-comm-overlap`, torchtitan's async TP) Megatron's
     // median fell from 22.5% to 14.0%; torchtitan's H100 medians rose (13.9% → 20.3% BF16,
     // 9.6% → 17.5% FP8) because its async-TP rows, priced as blocking before, had offset the
-    // optimism every torchtitan row shares (docs/validation.md §8).
+    // optimism every torchtitan row shares. The Hopper kernel rates measured on an H200
+    // (attention per kernel, HBM, FP8 GEMMs) and PyTorch's mixed-precision casts then moved
+    // Megatron to 12.4%, torchtitan H100 to 21.6% (BF16) and 19.2% (FP8), H200 to 10.7%, A100
+    // torchtitan to 12.9% (docs/validation.md §5 and §8).
     let bounds = [
         ("bigscience_bloom_prequel", "a100", false, 0.13),
-        ("torchtitan", "a100", false, 0.16),
-        ("megatron_lm_readme", "h100", false, 0.15),
-        ("torchtitan", "h100", false, 0.21),
-        ("torchtitan", "h100", true, 0.18),
-        ("torchtitan", "h200", true, 0.10),
+        ("torchtitan", "a100", false, 0.14),
+        ("megatron_lm_readme", "h100", false, 0.13),
+        ("torchtitan", "h100", false, 0.22),
+        ("torchtitan", "h100", true, 0.20),
+        ("torchtitan", "h200", true, 0.11),
     ];
     for (source, gpu, fp8, bound) in bounds {
         let rows = group(&all, source, gpu, fp8);

@@ -1,7 +1,7 @@
 //! Compute time of a layer on one GPU: from a profile when one is given, otherwise from the
 //! analytic op model
 //!
-//! `time(op) = max(FLOPs ÷ (peak × efficiency(shape)), bytes ÷ (HBM × HBM_EFFICIENCY)) + kernel overhead`
+//! `time(op) = max(FLOPs ÷ (peak × efficiency(shape)), bytes ÷ (HBM × hbm_efficiency)) + kernel overhead`
 //!
 //! per kernel (docs/cost-model.md §2).
 
@@ -63,6 +63,19 @@ pub struct LayerShape {
     /// Context parallelism by all-to-all (Ulysses) instead of the ring: each GPU attends
     /// `1/cp` of its heads over the whole sequence, in one kernel.
     pub cp_all_to_all: bool,
+    /// The engine runs an attention kernel written for the GPU's architecture where there is
+    /// one (Transformer Engine's cuDNN fused attention on Hopper and later:
+    /// [`crate::plan::Engine::native_attention`]), not FlashAttention-2 (PyTorch's SDPA as the
+    /// published torchtitan runs picked it, DeepSpeed's flash-attn). Changes nothing before
+    /// Hopper.
+    pub native_attention: bool,
+    /// PyTorch's mixed precision (torchtitan, FSDP, AMP): FP32 weights cast to 16 bits at each
+    /// use and 16-bit weight gradients cast to FP32, per micro-batch — over `1/n` of the
+    /// weights under FSDP's full sharding (n = dp), where the cast precedes the all-gather, in
+    /// forward and again in backward. 0: the engine keeps 16-bit weights the optimizer writes
+    /// (Megatron, DeepSpeed) and accumulates gradients into FP32 in the product itself
+    /// (Megatron's `gradient_accumulation_fusion`), or the precision is FP32.
+    pub weight_cast_shard: u32,
 }
 
 /// A source of layer compute times. `Sync`: hetplan's planner estimates plans in parallel.
@@ -133,8 +146,13 @@ pub fn matmul_peak(gpu: &GpuSpec, p: Precision) -> FlopPerSec {
     }
 }
 
+/// Bytes per second a streaming kernel moves through `gpu`'s memory.
+pub(crate) fn hbm_rate(gpu: &GpuSpec) -> f64 {
+    gpu.hbm_bandwidth.get() * k::hbm_efficiency(gpu.arch)
+}
+
 fn hbm_time(gpu: &GpuSpec, bytes: f64) -> f64 {
-    bytes / (gpu.hbm_bandwidth.get() * k::HBM_EFFICIENCY)
+    bytes / hbm_rate(gpu)
 }
 
 /// (forward seconds, backward seconds, forward FLOPs, backward FLOPs, selective-recompute part)
@@ -199,19 +217,36 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             let shape_eff = saturate(mt, k::GEMM_HALF_DIM)
                 * saturate(kl, k::GEMM_HALF_DIM)
                 * saturate(nl, k::GEMM_HALF_DIM);
+            // PyTorch's mixed precision casts this GPU's share of the FP32 weights to 16 bits
+            // at each use (forward; FSDP's re-gather in backward) and the 16-bit weight
+            // gradient to FP32 after it.
+            let (cast_fwd, cast_bwd) = match s.weight_cast_shard {
+                0 => (0.0, 0.0),
+                shard => {
+                    let weights = kl * nl * cnt;
+                    let own = k::MASTER_CAST_BYTES_PER_ELEMENT * weights / shard as f64;
+                    let grad = k::MASTER_CAST_BYTES_PER_ELEMENT * weights;
+                    let regather = if shard > 1 { own } else { 0.0 };
+                    (
+                        hbm_time(gpu, own) + ovh,
+                        hbm_time(gpu, grad + regather) + ovh,
+                    )
+                }
+            };
             if let (true, Some(fp8_peak)) = (fp8, crate::gpu::fp8_peak(gpu)) {
                 // FP8: 1-byte operands at the FP8 peak, BF16 output; before each product its
                 // BF16 operands are cast (and transposed for the backward's products), the
                 // gradient of the output in backward: memory-bound kernels of their own.
-                let compute = flop / (fp8_peak.get() * eff * shape_eff);
+                let fp8_eff = eff * k::FP8_GEMM_RELATIVE_EFFICIENCY;
+                let compute = flop / (fp8_peak.get() * fp8_eff * shape_eff);
                 let bytes = (mt * kl + kl * nl + 2.0 * mt * nl) * cnt;
                 let gemm = compute.max(hbm_time(gpu, bytes)) + ovh * cnt;
                 let cast = |elements: f64| {
                     hbm_time(gpu, k::FP8_CAST_BYTES_PER_ELEMENT * elements * cnt) + ovh * cnt
                 };
                 return OpCost {
-                    fwd: gemm + cast(mt * kl) + cast(kl * nl),
-                    bwd: 2.0 * gemm + cast(mt * nl),
+                    fwd: gemm + cast(mt * kl) + cast(kl * nl) + cast_fwd,
+                    bwd: 2.0 * gemm + cast(mt * nl) + cast_bwd,
                     fwd_flop: flop,
                     bwd_flop: 2.0 * flop,
                     selective: 0.0,
@@ -222,8 +257,8 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             let fwd = compute.max(hbm_time(gpu, bytes)) + ovh * cnt;
             // Backward: the data-gradient and the weight-gradient products, same sizes.
             OpCost {
-                fwd,
-                bwd: 2.0 * fwd,
+                fwd: fwd + cast_fwd,
+                bwd: 2.0 * fwd + cast_bwd,
                 fwd_flop: flop,
                 bwd_flop: 2.0 * flop,
                 selective: 0.0,
@@ -252,8 +287,9 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             };
             match implementation {
                 AttnImpl::Flash | AttnImpl::Triton => {
-                    let a_eff = k::attention_efficiency_on(*implementation, gpu.arch)
-                        * saturate(block, k::ATTN_HALF_SEQ);
+                    let a_eff =
+                        k::attention_efficiency_on(*implementation, gpu.arch, s.native_attention)
+                            * saturate(block, k::attention_half_seq(gpu.arch));
                     // Flash kernels skip the masked part of the score matrix: the upper half
                     // of a causal one, and beyond a sliding window.
                     let flop = full * keys_per_query(s.seq, *causal, *window) / seq;
@@ -274,7 +310,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                     // The two products are batched GEMMs (s × d)·(d × s) and (s × s)·(s × d): GEMM
                     // efficiency of the GPU with the head dimension as their short side.
                     let flop = full;
-                    let g_eff = k::attention_efficiency_on(AttnImpl::Torch, gpu.arch)
+                    let g_eff = k::attention_efficiency_on(AttnImpl::Torch, gpu.arch, false)
                         * saturate(seq, k::GEMM_HALF_DIM)
                         * saturate(seq, k::GEMM_HALF_DIM)
                         * saturate(d, k::GEMM_HALF_DIM);

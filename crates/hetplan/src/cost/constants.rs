@@ -20,7 +20,10 @@ use crate::plan::Engine;
 /// - Volta 0.80: ~100 of 125 TFLOP/s on V100 for large FP16 GEMMs (Jia et al. 2018,
 ///   "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", §4.2).
 /// - Hopper 0.70: cuBLAS BF16 on H100-SXM ~ 660–750 of 989 TFLOP/s (NVIDIA Transformer Engine
-///   GEMM benchmarks; power-capped clocks under sustained load).
+///   GEMM benchmarks; power-capped clocks under sustained load). Measured on an H200: the
+///   forward, input- and weight-gradient products of Llama-3-8B's and -70B's linear layers at
+///   2,048–16,384 tokens, median 0.684 of the peak (0.60–0.78), at 665 W of its 700 W cap and
+///   1,470 MHz (`data/measured/h200-sxm-141gb/kernels.json`).
 /// - Turing 0.60: T4 at its 70 W cap sustains ~40 of 65 TFLOP/s FP16 (NVIDIA T4 inference
 ///   whitepaper; clocks throttle from 1590 MHz boost to ~1000 MHz under full load).
 /// - Ada 0.70, Blackwell 0.70: as Hopper (same cuBLAS generation, clocks reduced under load),
@@ -65,17 +68,32 @@ fn flash_efficiency(imp: AttnImpl) -> f64 {
 }
 
 /// Attention kernels written for Ampere (FlashAttention-2, the Triton kernel) on Hopper and later
-/// use the legacy `mma.sync` path, not Hopper's asynchronous warpgroup MMA (`wgmma`), and reach
-/// half the utilisation they reach on Ampere: "FlashAttention-2 achieves only 35% utilization
-/// on H100 GPUs compared to 70% on A100" (Shah et al. 2024, FlashAttention-3, §1). cuBLAS GEMMs
-/// use `wgmma` and are not affected; FlashAttention-3 (`flash3`) is written for Hopper.
-pub const PRE_HOPPER_KERNEL_ON_HOPPER: f64 = 0.5;
+/// use the legacy `mma.sync` path, not Hopper's asynchronous warpgroup MMA (`wgmma`): "FlashAttention-2
+/// achieves only 35% utilization on H100 GPUs compared to 70% on A100" (Shah et al. 2024,
+/// FlashAttention-3, §1). Measured on an H200 (PyTorch 2.11's FlashAttention-2 backend, causal,
+/// 128-wide heads, `data/measured/h200-sxm-141gb/kernels.json`): forward + backward at 0.316 of
+/// the BF16 peak at sequence 16,384, i.e. 0.336 saturated (`attention_half_seq`), 0.61 of the
+/// 0.55 it reaches on Ampere. cuBLAS GEMMs use `wgmma` and are not affected.
+pub const PRE_HOPPER_KERNEL_ON_HOPPER: f64 = 0.6;
 
-/// Achievable fraction of peak of an attention kernel on a GPU architecture.
-pub fn attention_efficiency_on(imp: AttnImpl, arch: Arch) -> f64 {
+/// Achievable fraction of the BF16 peak of an attention kernel written for Hopper — cuDNN's
+/// fused attention, which Transformer Engine prefers on Hopper and later ("Disabling
+/// FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
+/// `transformer_engine/pytorch/attention` backend selection), and FlashAttention-3 — forward +
+/// backward, saturated. Measured on an H200 through PyTorch 2.11's SDPA cuDNN backend: 0.537 of
+/// the peak at sequence 16,384, 0.461 at 4,096, 0.182 at 512 (`data/measured/h200-sxm-141gb/
+/// kernels.json`); with `attention_half_seq` = 1,024 the model is within 0.01 of each of the
+/// six lengths measured (docs/validation.md §5).
+pub const NATIVE_HOPPER_ATTENTION: f64 = 0.57;
+
+/// Achievable fraction of peak of an attention kernel on a GPU architecture, saturated (long
+/// sequences). `native`: the engine runs a kernel written for Hopper there (see
+/// [`NATIVE_HOPPER_ATTENTION`]); before Hopper it changes nothing.
+pub fn attention_efficiency_on(imp: AttnImpl, arch: Arch, native: bool) -> f64 {
     let hopper_or_later = matches!(arch, Arch::Hopper | Arch::Blackwell);
     match imp {
         AttnImpl::Torch => gemm_efficiency(arch),
+        AttnImpl::Flash | AttnImpl::Triton if hopper_or_later && native => NATIVE_HOPPER_ATTENTION,
         AttnImpl::Flash | AttnImpl::Triton if hopper_or_later => {
             flash_efficiency(imp) * PRE_HOPPER_KERNEL_ON_HOPPER
         }
@@ -83,19 +101,41 @@ pub fn attention_efficiency_on(imp: AttnImpl, arch: Arch) -> f64 {
     }
 }
 
-/// Attention kernels parallelise over (batch × heads × query blocks); short sequences leave
-/// the GPU under-filled. Efficiency scales by s / (s + ATTN_HALF_SEQ): FlashAttention-2 at
-/// sequence 512 runs at ~65–70% of its 8k throughput (Dao 2023, Fig. 4), i.e. ≈ 256.
-pub const ATTN_HALF_SEQ: f64 = 256.0;
+/// Attention kernels run each query tile over its keys; a short sequence leaves each tile little
+/// work beside its fixed cost (loading the queries, writing the output and the softmax
+/// statistics). Efficiency scales by s / (s + attention_half_seq(arch)):
+/// - before Hopper 256: FlashAttention-2 at sequence 512 runs at ~65–70% of its 8k throughput
+///   (Dao 2023, Fig. 4);
+/// - Hopper and later 1,024: measured on an H200 at a fixed 16,384 tokens (so the grid of
+///   query tiles is the same at every length), forward + backward, both kernels alike — cuDNN
+///   0.182, 0.287, 0.379, 0.461, 0.508, 0.537 of peak and FlashAttention-2 0.113, 0.170, 0.224,
+///   0.266, 0.294, 0.316 at 512, 1,024 … 16,384 (`data/measured/h200-sxm-141gb/kernels.json`);
+///   the half-length that fits each point is 968–1,170. Hopper's warpgroup kernels spend
+///   longer per tile outside the loop over keys.
+pub fn attention_half_seq(arch: Arch) -> f64 {
+    match arch {
+        Arch::Hopper | Arch::Blackwell => 1024.0,
+        _ => 256.0,
+    }
+}
 
 /// Backward/forward FLOP ratio of a flash attention core: the backward recomputes QKᵀ and runs
 /// four more products, five against the forward's two (Dao 2023, §3.2).
 pub const FLASH_BWD_RATIO: f64 = 2.5;
 
-/// Achievable fraction of HBM bandwidth for streaming element-wise kernels: STREAM-like copies
-/// reach ~1.6–1.7 TB/s of 2.04 TB/s on A100-80GB and ~2.6–2.9 of 3.35 TB/s on H100
-/// (Citadel "Dissecting the Ampere GPU architecture", and NVIDIA babelstream results) ≈ 0.80.
-pub const HBM_EFFICIENCY: f64 = 0.80;
+/// Achievable fraction of HBM bandwidth for streaming element-wise kernels, per architecture.
+/// - 0.80 before Hopper: STREAM-like copies reach ~1.6–1.7 TB/s of 2.04 TB/s on A100-80GB
+///   (Citadel, "Dissecting the Ampere GPU architecture"; NVIDIA babelstream results).
+/// - Hopper and later 0.88: measured on an H200, a 2 GiB BF16 copy moved 4.20 TB/s and an
+///   element-wise add 4.30 TB/s of the 4.8 TB/s datasheet rate (0.875, 0.897;
+///   `data/measured/h200-sxm-141gb/kernels.json`); on an H100 a device-to-device copy moved
+///   about 3.0 of 3.35 TB/s (this workplace's machine notes, 0.90).
+pub fn hbm_efficiency(arch: Arch) -> f64 {
+    match arch {
+        Arch::Hopper | Arch::Blackwell => 0.88,
+        _ => 0.80,
+    }
+}
 
 /// Fixed cost of one GPU kernel in an eager PyTorch step (launch + tail effect), ~4 µs
 /// (PyTorch profiler traces of small kernels on A100; CUDA launch latency 2–5 µs, NVIDIA
@@ -225,3 +265,16 @@ pub fn grad_bucket_params(engine: Engine, dp: u32) -> Option<f64> {
 /// per-tensor scale fused (transformer_engine/common/transpose/cast_transpose.cu); torchao's
 /// Float8 casts likewise. A byte count, not a fitted number.
 pub const FP8_CAST_BYTES_PER_ELEMENT: f64 = 4.0;
+
+/// HBM bytes per element of a mixed-precision cast between FP32 and 16 bits: read 4 B and
+/// write 2 (a weight to BF16), or read 2 and write 4 (a gradient to FP32). A byte count.
+pub const MASTER_CAST_BYTES_PER_ELEMENT: f64 = 6.0;
+
+/// An FP8 GEMM's achievable fraction of the FP8 peak, relative to a BF16 GEMM's of the BF16
+/// peak ([`gemm_efficiency`]): at twice the rate the same tiles spend a larger share in their
+/// prologue, epilogue (the scaled BF16 output) and memory. Measured on an H200 with cuBLASLt
+/// through `torch._scaled_mm` (E4M3, per-tensor scales, BF16 out — the call Transformer
+/// Engine and torchao make) on Llama-3-8B's and -70B's forward products at 8,192–16,384
+/// tokens: median 0.648 of 1,979 TFLOP/s against BF16's 0.685 of 989 on the same shapes
+/// (`data/measured/h200-sxm-141gb/kernels.json`): 0.95.
+pub const FP8_GEMM_RELATIVE_EFFICIENCY: f64 = 0.95;

@@ -776,6 +776,12 @@ fn layer_costs_in(
         etp: st.etp.filter(|&e| e != st.tp),
         cp: st.cp,
         cp_all_to_all: st.cp > 1 && plan.cp_comm == CpComm::AllToAll,
+        native_attention: plan.engine.native_attention(),
+        weight_cast_shard: match plan.engine.casts_weights_at_use(plan.precision) {
+            false => 0,
+            true if st.zero >= 3 => st.dp.max(1),
+            true => 1,
+        },
     };
     let cp = st.cp.max(1);
     // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of
@@ -908,11 +914,10 @@ pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f
             .map(|g| f(cluster.gpu(*g)))
             .fold(f64::INFINITY, f64::min)
     };
-    let hbm = slowest(&|g| g.hbm_bandwidth.get());
+    let hbm = slowest(&compute::hbm_rate);
     let pcie = slowest(&|g| g.pcie_bandwidth.get());
     let off = st.offload.optimizer;
-    let mut t =
-        params_local / shard * (1.0 - off) * k::ADAM_BYTES_PER_PARAM / (hbm * k::HBM_EFFICIENCY);
+    let mut t = params_local / shard * (1.0 - off) * k::ADAM_BYTES_PER_PARAM / hbm;
     if off > 0.0 {
         let off_params = params_local / shard * off;
         t += off_params / k::CPU_ADAM_PARAMS_PER_S + off_params * (g_bytes + w_bytes) / pcie;

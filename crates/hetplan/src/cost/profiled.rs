@@ -240,6 +240,8 @@ pub fn compare_with_model(
                 etp: None,
                 cp: 1,
                 cp_all_to_all: false,
+                native_attention: false,
+                weight_cast_shard: 0,
             };
             let predicted = Analytic.layer_time(&gpu, model, index, shape);
             let tokens = s.mbs as f64 * model.tokens_per_sample(seq) as f64;

@@ -72,6 +72,25 @@ impl Engine {
     pub fn gathers_params_during_forward(self) -> bool {
         matches!(self, Engine::Megatron | Engine::Fsdp)
     }
+
+    /// Whether the engine's attention runs a kernel written for Hopper there: Megatron's
+    /// Transformer Engine selects cuDNN's fused attention over FlashAttention on Hopper and
+    /// later (its backend selection: "to give FusedAttention preference on Hopper+ for
+    /// performance reasons"). DeepSpeed's Megatron runs the flash-attn package (v2), and
+    /// torchtitan/FSDP PyTorch's SDPA, whose priority put FlashAttention-2 first in the
+    /// releases the published runs used (PyTorch 2.11 on an H200 picked cuDNN:
+    /// docs/validation.md §5).
+    pub fn native_attention(self) -> bool {
+        matches!(self, Engine::Megatron)
+    }
+
+    /// Whether the engine trains from FP32 weights cast to 16 bits at each use, with 16-bit
+    /// gradients cast back to FP32: PyTorch's mixed precision (AMP's autocast, FSDP's
+    /// `MixedPrecisionPolicy`), which torchtitan and FSDP run. Megatron and DeepSpeed keep
+    /// 16-bit weights that the optimizer step writes (in `ADAM_BYTES_PER_PARAM`).
+    pub fn casts_weights_at_use(self, precision: Precision) -> bool {
+        self == Engine::Fsdp && precision != Precision::Fp32
+    }
 }
 
 /// Numeric precision of training.

@@ -560,6 +560,8 @@ impl Planner for AlpaAverage {
                             etp: None,
                             cp: 1,
                             cp_all_to_all: false,
+                            native_attention: problem.options.engine.native_attention(),
+                            weight_cast_shard: 0,
                         };
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {

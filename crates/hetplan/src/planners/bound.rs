@@ -142,6 +142,8 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         etp: None,
                                         cp,
                                         cp_all_to_all,
+                                        native_attention: true,
+                                        weight_cast_shard: 0,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

@@ -361,6 +361,8 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         etp: None,
         cp: 1,
         cp_all_to_all: false,
+        native_attention: problem.options.engine.native_attention(),
+        weight_cast_shard: 0,
     };
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;

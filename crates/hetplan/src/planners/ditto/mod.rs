@@ -361,6 +361,8 @@ impl<'p> Model<'p> {
                     etp: None,
                     cp: 1,
                     cp_all_to_all: false,
+                    native_attention: problem.options.engine.native_attention(),
+                    weight_cast_shard: 0,
                 };
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];

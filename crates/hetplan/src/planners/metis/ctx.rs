@@ -238,6 +238,8 @@ impl<'a, 'p> Ctx<'a, 'p> {
             etp: None,
             cp: 1,
             cp_all_to_all: false,
+            native_attention: p.options.engine.native_attention(),
+            weight_cast_shard: 0,
         };
         let mut v = Vec::with_capacity(p.model.layers.len() + 1);
         v.push(0.0);

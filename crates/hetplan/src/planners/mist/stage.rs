@@ -150,6 +150,8 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         etp: None,
         cp: 1,
         cp_all_to_all: false,
+        native_attention: p.options.engine.native_attention(),
+        weight_cast_shard: 0,
     };
     let n = spec.end - spec.start;
     let mut t = Table {
@@ -343,7 +345,7 @@ pub fn intra_stage(
     let cap = ctx.gpu.memory.get();
     let room_all = memory::allocatable_bytes(cap);
     let pcie = ctx.gpu.pcie_bandwidth.get();
-    let hbm = ctx.gpu.hbm_bandwidth.get();
+    let hbm = crate::cost::compute::hbm_rate(ctx.gpu);
     let nl = (spec.end - spec.start) as u32;
     let hidden = 1.0 - 1.0 / nl.max(1) as f64;
     let gpn = devices_per_node(&spec.devices);
@@ -513,8 +515,7 @@ pub fn intra_stage(
                 } else {
                     pass(c_b, nccl_b + reduce, wo + ao, go)
                 };
-                let adam = (opt_params - off_p) * k::ADAM_BYTES_PER_PARAM
-                    / (hbm * k::HBM_EFFICIENCY)
+                let adam = (opt_params - off_p) * k::ADAM_BYTES_PER_PARAM / hbm
                     + off_p / k::CPU_ADAM_PARAMS_PER_S;
                 (t, (first - fwd) + (last - bwd) + adam + tied)
             };

@@ -1,0 +1,114 @@
+//! hetplan's estimate against whole training steps measured on an NVIDIA H200
+//! (`data/measured/h200-sxm-141gb/steps.jsonl`, written by `tools/gpu_check/steps.py` with
+//! `python -m hetplan.step`'s recipe: plain PyTorch, BF16 autocast over FP32 weights, fused
+//! AdamW, no checkpointing, one GPU). The measurements are fixed; the model moves. This holds
+//! the model to them: the step time within today's error, the memory (the device's, as
+//! nvidia-smi counts it: the allocator's peak reservation and the CUDA context) within 5%
+//! median, and the out-of-memory verdict wherever a step ran out of memory
+//! (docs/validation.md §5).
+
+use hetplan::cluster::spec::catalog_cluster;
+use hetplan::cost::{estimate, Analytic, Workload};
+use hetplan::model::catalog::catalog_model;
+use hetplan::plan::inline::parse_inline_plan;
+
+const STEPS: &str = include_str!("../../../data/measured/h200-sxm-141gb/steps.jsonl");
+
+struct Row {
+    model: String,
+    seq: u64,
+    mbs: u64,
+    optimizer: String,
+    /// None: out of memory.
+    step_s: Option<f64>,
+    device_bytes: Option<f64>,
+}
+
+fn rows() -> Vec<Row> {
+    STEPS
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            let m = &v["measured"];
+            let oom = m["out_of_memory"].as_bool().unwrap_or(false);
+            let device = match (
+                m["peak_reserved_bytes"].as_f64(),
+                m["context_bytes"].as_f64(),
+            ) {
+                (Some(r), Some(c)) if !oom => Some(r + c),
+                _ => None,
+            };
+            Row {
+                model: v["model"].as_str().unwrap().to_string(),
+                seq: v["seq_len"].as_u64().unwrap(),
+                mbs: v["mbs"].as_u64().unwrap(),
+                optimizer: v["optimizer"].as_str().unwrap().to_string(),
+                step_s: if oom { None } else { m["step_s"].as_f64() },
+                device_bytes: device,
+            }
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[test]
+fn one_gpu_steps_on_an_h200_time_memory_and_the_verdict() {
+    let cluster = catalog_cluster("1x1xh200-sxm-141gb").unwrap();
+    let rows = rows();
+    // The data is what the test says it is: steps that ran and steps that did not.
+    assert!(rows.len() >= 10, "{} rows", rows.len());
+    let (mut time_err, mut mem_err) = (Vec::new(), Vec::new());
+    let mut ooms = 0;
+    for r in &rows {
+        // The estimate prices fused AdamW (torchtitan's), which keeps no temporaries.
+        if r.optimizer != "fused" {
+            continue;
+        }
+        let model = catalog_model(&r.model).unwrap();
+        let w = Workload {
+            model: &model,
+            cluster: &cluster,
+            seq_len: r.seq,
+        };
+        let spec = format!(
+            "dp=1,mbs={},gbs={},engine=fsdp,precision=bf16",
+            r.mbs, r.mbs
+        );
+        let plan = parse_inline_plan(&spec, &model, &cluster).unwrap();
+        let e = estimate(w, &w.validate(&plan).unwrap(), &Analytic);
+        let what = format!("{} seq {} mbs {}", r.model, r.seq, r.mbs);
+        match (r.step_s, r.device_bytes) {
+            (Some(t), Some(b)) => {
+                time_err.push(e.iteration_time_s / t - 1.0);
+                mem_err.push(e.peak_memory_bytes / b - 1.0);
+            }
+            _ => {
+                ooms += 1;
+                assert!(!e.fits, "{what} ran out of memory; hetplan says it fits");
+            }
+        }
+    }
+    assert!(ooms >= 1 && time_err.len() >= 6);
+    let t = median(time_err.iter().map(|e| e.abs()).collect());
+    let m = median(mem_err.iter().map(|e| e.abs()).collect());
+    // Today's values (docs/validation.md §5): the time within 10% median (7.6%; the GPT-3
+    // steps' head runs 5x slower than priced, its 50,257-entry vocabulary unaligned); the
+    // memory within 5% median (2.4%) and 10% on every step (6.9%).
+    assert!(t <= 0.10, "median |time error| {t:.3}: {time_err:?}");
+    assert!(m <= 0.05, "median |memory error| {m:.3}: {mem_err:?}");
+    let worst = mem_err.iter().fold(0.0f64, |a, e| a.max(e.abs()));
+    assert!(
+        worst <= 0.10,
+        "largest |memory error| {worst:.3}: {mem_err:?}"
+    );
+}
