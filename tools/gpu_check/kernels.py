@@ -1,6 +1,6 @@
 """Achievable rates of the kernels hetplan's analytic cost model prices, measured on this GPU.
 
-    python3 tools/gpu_check/kernels.py > kernels.json
+    python3 tools/gpu_check/kernels.py [SECTION,...] > kernels.json
 
 hetplan's compute model (docs/cost-model.md §2, `crates/hetplan/src/cost/constants.rs`) times a
 matrix product at a per-architecture fraction of the tensor-core peak, shrunk for short
@@ -15,6 +15,8 @@ layers, so the constants can be set beside a measurement instead of a datasheet:
 - `attention`: `scaled_dot_product_attention`, causal, 128-wide heads, forward and forward +
   backward, 16,384 tokens split into sequences of 512–16,384, per SDPA backend available.
 - `hbm`: a 2 GiB copy and an element-wise add.
+- `alignment`: an output layer of GPT-2's 50,257-entry vocabulary against the same padded to a
+  multiple of 128.
 
 Each figure is the median of `REPEATS` timed calls (CUDA events) after warm-up, on random
 data. The GPU's clocks, power and temperature are read with nvidia-smi before and after.
@@ -163,6 +165,27 @@ def hbm(dev):
             "add_spread": s_add}
 
 
+def alignment(dev):
+    """An output layer whose vocabulary is not a multiple of 8 (GPT-2's 50,257) against the
+    same padded to 50,304 (Megatron's multiple of 128): forward and both backward products at
+    16,384 tokens of width 2,048."""
+    rows = []
+    x = torch.randn(16384, 2048, device=dev, dtype=torch.bfloat16)
+    for vocab in (50257, 50304):
+        w = torch.randn(vocab, 2048, device=dev, dtype=torch.bfloat16) * 0.02
+        g = torch.randn(16384, vocab, device=dev, dtype=torch.bfloat16)
+        flops = 2.0 * 16384 * 2048 * vocab
+        row = {"vocab": vocab, "tokens": 16384, "k": 2048, "flops": flops}
+        for what, fn in (("fwd", lambda: F.linear(x, w)), ("dgrad", lambda: g @ w),
+                         ("wgrad", lambda: g.t() @ x)):
+            t, spread = timed(fn)
+            row[f"bf16_{what}_s"] = t
+            row[f"bf16_{what}_tflops"] = flops / t / 1e12
+        rows.append(row)
+        del w, g
+    return rows
+
+
 def main():
     if not torch.cuda.is_available():
         print("kernels.py measures a CUDA GPU; none is visible", file=sys.stderr)
@@ -173,7 +196,9 @@ def main():
            "cuda": torch.version.cuda, "sms": props.multi_processor_count,
            "memory_bytes": props.total_memory, "smi_before": smi(),
            "warmup": WARMUP, "repeats": REPEATS}
-    for name, fn in (("hbm", hbm), ("attention", attention), ("gemm", gemms)):
+    sections = {"hbm": hbm, "attention": attention, "gemm": gemms, "alignment": alignment}
+    only = sys.argv[1].split(",") if len(sys.argv) > 1 else list(sections)
+    for name, fn in ((n, sections[n]) for n in only):
         print(f"kernels: {name}", file=sys.stderr, flush=True)
         try:
             out[name] = fn(dev)

@@ -407,7 +407,7 @@ fn measured_moe_layers_are_read_at_the_stages_ep_degree() {
         cp: 1,
         cp_all_to_all: false,
         native_attention: false,
-        weight_cast_shard: 0,
+        weight_casts: hetplan::cost::WeightCasts::None,
     };
     let fwd = |layer, ep, etp| {
         profiled

@@ -22,7 +22,7 @@ fn shape(precision: Precision) -> LayerShape {
         cp: 1,
         cp_all_to_all: false,
         native_attention: false,
-        weight_cast_shard: 0,
+        weight_casts: hetplan::cost::WeightCasts::None,
     }
 }
 

@@ -84,16 +84,16 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // median fell from 22.5% to 14.0%; torchtitan's H100 medians rose (13.9% → 20.3% BF16,
     // 9.6% → 17.5% FP8) because its async-TP rows, priced as blocking before, had offset the
     // optimism every torchtitan row shares. The Hopper kernel rates measured on an H200
-    // (attention per kernel, HBM, FP8 GEMMs) and PyTorch's mixed-precision casts then moved
-    // Megatron to 12.4%, torchtitan H100 to 21.6% (BF16) and 19.2% (FP8), H200 to 10.7%, A100
-    // torchtitan to 12.9% (docs/validation.md §5 and §8).
+    // (attention per kernel, HBM, FP8 GEMMs), PyTorch's mixed-precision casts and FSDP2's
+    // copies then moved Megatron to 12.4%, torchtitan H100 to 19.4% (BF16) and 16.8% (FP8),
+    // H200 to 9.3%, A100 torchtitan to 10.7% (docs/validation.md §5 and §8).
     let bounds = [
         ("bigscience_bloom_prequel", "a100", false, 0.13),
-        ("torchtitan", "a100", false, 0.14),
+        ("torchtitan", "a100", false, 0.12),
         ("megatron_lm_readme", "h100", false, 0.13),
-        ("torchtitan", "h100", false, 0.22),
-        ("torchtitan", "h100", true, 0.20),
-        ("torchtitan", "h200", true, 0.11),
+        ("torchtitan", "h100", false, 0.20),
+        ("torchtitan", "h100", true, 0.18),
+        ("torchtitan", "h200", true, 0.10),
     ];
     for (source, gpu, fp8, bound) in bounds {
         let rows = group(&all, source, gpu, fp8);

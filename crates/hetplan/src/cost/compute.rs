@@ -69,13 +69,45 @@ pub struct LayerShape {
     /// published torchtitan runs picked it, DeepSpeed's flash-attn). Changes nothing before
     /// Hopper.
     pub native_attention: bool,
-    /// PyTorch's mixed precision (torchtitan, FSDP, AMP): FP32 weights cast to 16 bits at each
-    /// use and 16-bit weight gradients cast to FP32, per micro-batch — over `1/n` of the
-    /// weights under FSDP's full sharding (n = dp), where the cast precedes the all-gather, in
-    /// forward and again in backward. 0: the engine keeps 16-bit weights the optimizer writes
-    /// (Megatron, DeepSpeed) and accumulates gradients into FP32 in the product itself
-    /// (Megatron's `gradient_accumulation_fusion`), or the precision is FP32.
-    pub weight_cast_shard: u32,
+    /// The weight and gradient traffic of PyTorch's mixed precision beside the products, per
+    /// micro-batch ([`WeightCasts`]).
+    pub weight_casts: WeightCasts,
+}
+
+/// What PyTorch's mixed precision moves through HBM beside each matrix product, per
+/// micro-batch, per weight of it on this GPU (`constants::MASTER_CAST_BYTES_PER_ELEMENT`,
+/// `FSDP_COPY_OUT_BYTES_PER_ELEMENT`). Measured on an H200 (docs/validation.md §5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightCasts {
+    /// The engine keeps 16-bit weights that the optimizer step writes and accumulates
+    /// gradients into FP32 inside the product (Megatron's `gradient_accumulation_fusion`,
+    /// DeepSpeed's BF16 optimizer), or trains in FP32.
+    #[default]
+    None,
+    /// Autocast over FP32 weights (AMP and DDP; FSDP's stages under a pipeline, whose weights
+    /// stay gathered): each weight cast to 16 bits at its use, each 16-bit weight gradient
+    /// cast to FP32.
+    Autocast,
+    /// FSDP2's full sharding over `shard` ranks (torchtitan): forward and again backward, its
+    /// `1/shard` of the weights cast into the all-gather's input and the gathered buffer copied
+    /// out into the parameters; backward, the 16-bit gradients copied into the FP32
+    /// reduce-scatter's input (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py).
+    FullShard { shard: u32 },
+}
+
+impl WeightCasts {
+    /// (forward, backward) HBM bytes per weight element.
+    pub fn bytes_per_weight(self) -> (f64, f64) {
+        let cast = k::MASTER_CAST_BYTES_PER_ELEMENT;
+        match self {
+            WeightCasts::None => (0.0, 0.0),
+            WeightCasts::Autocast => (cast, cast),
+            WeightCasts::FullShard { shard } => {
+                let gather = cast / shard.max(1) as f64 + k::FSDP_COPY_OUT_BYTES_PER_ELEMENT;
+                (gather, gather + cast)
+            }
+        }
+    }
 }
 
 /// A source of layer compute times. `Sync`: hetplan's planner estimates plans in parallel.
@@ -217,20 +249,13 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             let shape_eff = saturate(mt, k::GEMM_HALF_DIM)
                 * saturate(kl, k::GEMM_HALF_DIM)
                 * saturate(nl, k::GEMM_HALF_DIM);
-            // PyTorch's mixed precision casts this GPU's share of the FP32 weights to 16 bits
-            // at each use (forward; FSDP's re-gather in backward) and the 16-bit weight
-            // gradient to FP32 after it.
-            let (cast_fwd, cast_bwd) = match s.weight_cast_shard {
-                0 => (0.0, 0.0),
-                shard => {
+            // PyTorch's mixed precision: the weights' casts and FSDP's copies around its
+            // collectives, memory-bound kernels beside the product.
+            let (cast_fwd, cast_bwd) = match s.weight_casts.bytes_per_weight() {
+                (0.0, 0.0) => (0.0, 0.0),
+                (f, b) => {
                     let weights = kl * nl * cnt;
-                    let own = k::MASTER_CAST_BYTES_PER_ELEMENT * weights / shard as f64;
-                    let grad = k::MASTER_CAST_BYTES_PER_ELEMENT * weights;
-                    let regather = if shard > 1 { own } else { 0.0 };
-                    (
-                        hbm_time(gpu, own) + ovh,
-                        hbm_time(gpu, grad + regather) + ovh,
-                    )
+                    (hbm_time(gpu, f * weights) + ovh, hbm_time(gpu, b * weights) + ovh)
                 }
             };
             if let (true, Some(fp8_peak)) = (fp8, crate::gpu::fp8_peak(gpu)) {

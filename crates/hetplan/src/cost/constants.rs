@@ -270,6 +270,15 @@ pub const FP8_CAST_BYTES_PER_ELEMENT: f64 = 4.0;
 /// write 2 (a weight to BF16), or read 2 and write 4 (a gradient to FP32). A byte count.
 pub const MASTER_CAST_BYTES_PER_ELEMENT: f64 = 6.0;
 
+/// HBM bytes per element of FSDP2's copy-out after an all-gather: read the gathered 16-bit
+/// buffer, write the parameter (`foreach_all_gather_copy_out`,
+/// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). A byte count. With the casts
+/// above it prices FSDP2's own work: on an H200 one rank of FSDP2 over Llama-2 7B, blocks
+/// compiled, ran 43 ms a step above autocast with the same blocks; these bytes give 22 ms, and
+/// that rank's all-gathers and reduce-scatter, copies of 16 B per weight there, 25 ms more
+/// (docs/validation.md §5).
+pub const FSDP_COPY_OUT_BYTES_PER_ELEMENT: f64 = 4.0;
+
 /// An FP8 GEMM's achievable fraction of the FP8 peak, relative to a BF16 GEMM's of the BF16
 /// peak ([`gemm_efficiency`]): at twice the rate the same tiles spend a larger share in their
 /// prologue, epilogue (the scaled BF16 output) and memory. Measured on an H200 with cuBLASLt

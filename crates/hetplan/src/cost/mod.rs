@@ -11,7 +11,7 @@ pub mod memory;
 pub mod overlap;
 pub mod profiled;
 
-pub use compute::{Analytic, ComputeTimes, LayerShape, LayerTime, TimeSource};
+pub use compute::{Analytic, ComputeTimes, LayerShape, LayerTime, TimeSource, WeightCasts};
 pub use memory::MemoryBreakdown;
 pub use profiled::Profiled;
 
@@ -777,10 +777,10 @@ fn layer_costs_in(
         cp: st.cp,
         cp_all_to_all: st.cp > 1 && plan.cp_comm == CpComm::AllToAll,
         native_attention: plan.engine.native_attention(),
-        weight_cast_shard: match plan.engine.casts_weights_at_use(plan.precision) {
-            false => 0,
-            true if st.zero >= 3 => st.dp.max(1),
-            true => 1,
+        weight_casts: match plan.engine.casts_weights_at_use(plan.precision) {
+            false => WeightCasts::None,
+            true if st.zero >= 3 => WeightCasts::FullShard { shard: st.dp.max(1) },
+            true => WeightCasts::Autocast,
         },
     };
     let cp = st.cp.max(1);

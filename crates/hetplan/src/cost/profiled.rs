@@ -241,7 +241,7 @@ pub fn compare_with_model(
                 cp: 1,
                 cp_all_to_all: false,
                 native_attention: false,
-                weight_cast_shard: 0,
+                weight_casts: crate::cost::WeightCasts::None,
             };
             let predicted = Analytic.layer_time(&gpu, model, index, shape);
             let tokens = s.mbs as f64 * model.tokens_per_sample(seq) as f64;

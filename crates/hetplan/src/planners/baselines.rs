@@ -561,7 +561,7 @@ impl Planner for AlpaAverage {
                             cp: 1,
                             cp_all_to_all: false,
                             native_attention: problem.options.engine.native_attention(),
-                            weight_cast_shard: 0,
+                            weight_casts: crate::cost::WeightCasts::None,
                         };
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {

@@ -143,7 +143,7 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         cp,
                                         cp_all_to_all,
                                         native_attention: true,
-                                        weight_cast_shard: 0,
+                                        weight_casts: crate::cost::WeightCasts::None,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

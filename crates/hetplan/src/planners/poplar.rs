@@ -362,7 +362,7 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         cp: 1,
         cp_all_to_all: false,
         native_attention: problem.options.engine.native_attention(),
-        weight_cast_shard: 0,
+        weight_casts: crate::cost::WeightCasts::None,
     };
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;

@@ -362,7 +362,7 @@ impl<'p> Model<'p> {
                     cp: 1,
                     cp_all_to_all: false,
                     native_attention: problem.options.engine.native_attention(),
-                    weight_cast_shard: 0,
+                    weight_casts: crate::cost::WeightCasts::None,
                 };
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];

@@ -239,7 +239,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             cp: 1,
             cp_all_to_all: false,
             native_attention: p.options.engine.native_attention(),
-            weight_cast_shard: 0,
+            weight_casts: crate::cost::WeightCasts::None,
         };
         let mut v = Vec::with_capacity(p.model.layers.len() + 1);
         v.push(0.0);

@@ -151,7 +151,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         cp: 1,
         cp_all_to_all: false,
         native_attention: p.options.engine.native_attention(),
-        weight_cast_shard: 0,
+        weight_casts: crate::cost::WeightCasts::None,
     };
     let n = spec.end - spec.start;
     let mut t = Table {
