@@ -147,7 +147,10 @@ fn fsdp2_against_autocast_on_one_h200() {
         ("autocast", amp, measured("amp-compile")),
         ("FSDP2", fsdp, measured("fsdp2-compile")),
     ] {
-        assert!((e / m - 1.0).abs() <= 0.10, "{what}: estimate {e:.4} s, measured {m:.4} s");
+        assert!(
+            (e / m - 1.0).abs() <= 0.10,
+            "{what}: estimate {e:.4} s, measured {m:.4} s"
+        );
     }
     // FSDP2's copy-out and its casts of the reduce-scatter's input are charged beside the
     // autocast plan's: 14 B per weight more at one rank, 22 ms of Llama-2 7B's 6.7 billion.

@@ -255,7 +255,10 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 (0.0, 0.0) => (0.0, 0.0),
                 (f, b) => {
                     let weights = kl * nl * cnt;
-                    (hbm_time(gpu, f * weights) + ovh, hbm_time(gpu, b * weights) + ovh)
+                    (
+                        hbm_time(gpu, f * weights) + ovh,
+                        hbm_time(gpu, b * weights) + ovh,
+                    )
                 }
             };
             if let (true, Some(fp8_peak)) = (fp8, crate::gpu::fp8_peak(gpu)) {

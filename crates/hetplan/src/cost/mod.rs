@@ -779,7 +779,9 @@ fn layer_costs_in(
         native_attention: plan.engine.native_attention(),
         weight_casts: match plan.engine.casts_weights_at_use(plan.precision) {
             false => WeightCasts::None,
-            true if st.zero >= 3 => WeightCasts::FullShard { shard: st.dp.max(1) },
+            true if st.zero >= 3 => WeightCasts::FullShard {
+                shard: st.dp.max(1),
+            },
             true => WeightCasts::Autocast,
         },
     };

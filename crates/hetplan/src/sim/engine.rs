@@ -10,9 +10,12 @@
 //!
 //! - compute: `1 / duration`, slowed by `COMPUTE_SLOWDOWN_UNDER_NCCL` while a flow of the same
 //!   executor is active (Mist's interference model);
-//! - flow: `1 / max(latency + max over edges of bytes / (efficiency · bandwidth), floor)`, an
-//!   edge's bandwidth the smallest over its resources of `capacity / (edges on that resource)` —
-//!   fair sharing of every link and NIC it crosses — slowed by `NCCL_SLOWDOWN_UNDER_COMPUTE`
+//! - flow: `1 / max(latency + max over edges of bytes / (efficiency · bandwidth), floor)`, the
+//!   bandwidths max-min fair over every link and NIC the flows cross (progressive filling: all
+//!   flows' paces rise together until a resource is full, whose flows then stop while the
+//!   others go on — so a flow held back by a slow resource elsewhere leaves the rest of a
+//!   shared one to the others, as congestion control does; a flow's edges move in proportion
+//!   to their bytes, finishing together, and hold no more than that) — slowed by `NCCL_SLOWDOWN_UNDER_COMPUTE`
 //!   while its executor computes. `floor` is the time the same transfer took when measured
 //!   alone (a profile's collective curves): the hardware achieves no better, sharing adds to it. The time a flow takes is thus computed here, from bytes and capacities,
 //!   not given to the engine.
@@ -169,8 +172,8 @@ impl Graph {
         let mut events = 0u64;
         let mut exec_flows = vec![0usize; self.executors];
         let mut exec_compute = vec![0usize; self.executors];
-        let mut res_flows = vec![0usize; self.capacity.len()];
         let mut rates: Vec<f64> = Vec::new();
+        let mut shares = FairShares::default();
         loop {
             // Start everything that is ready (in id order).
             ready.sort_unstable();
@@ -178,10 +181,7 @@ impl Graph {
                 self.tasks[t].start = now;
                 match &self.tasks[t].work {
                     Work::Compute { exec, .. } => exec_compute[*exec] += 1,
-                    Work::Flow { edges, execs, .. } => {
-                        for r in edges.iter().flat_map(|e| &e.resources) {
-                            res_flows[*r] += 1;
-                        }
+                    Work::Flow { execs, .. } => {
                         for e in execs {
                             exec_flows[*e] += 1;
                         }
@@ -197,10 +197,11 @@ impl Graph {
                 return Err(EngineError::EventLimit(max_events));
             }
             // Rates and the next completion.
+            shares.fill(&self.tasks, &active, &self.capacity);
             rates.clear();
             let mut next = f64::INFINITY;
-            for &(t, left) in &active {
-                let rate = self.rate(t, &exec_flows, &exec_compute, &res_flows);
+            for (i, &(t, left)) in active.iter().enumerate() {
+                let rate = self.rate(t, &exec_flows, &exec_compute, shares.of(i));
                 rates.push(rate);
                 let eta = if rate.is_infinite() { 0.0 } else { left / rate };
                 if eta < next {
@@ -225,10 +226,7 @@ impl Graph {
                 done += 1;
                 match &self.tasks[t].work {
                     Work::Compute { exec, .. } => exec_compute[*exec] -= 1,
-                    Work::Flow { edges, execs, .. } => {
-                        for r in edges.iter().flat_map(|e| &e.resources) {
-                            res_flows[*r] -= 1;
-                        }
+                    Work::Flow { execs, .. } => {
                         for e in execs {
                             exec_flows[*e] -= 1;
                         }
@@ -250,12 +248,13 @@ impl Graph {
         Ok(events)
     }
 
+    /// The rate of task `t`; `bandwidth` holds its edges' fair shares when it is a flow.
     fn rate(
         &self,
         t: TaskId,
         exec_flows: &[usize],
         exec_compute: &[usize],
-        res_flows: &[usize],
+        bandwidth: &[f64],
     ) -> f64 {
         match &self.tasks[t].work {
             Work::Compute { exec, duration } => {
@@ -277,15 +276,10 @@ impl Graph {
                 floor,
             } => {
                 let mut transfer = 0.0f64;
-                for e in edges {
+                for (e, &bw) in edges.iter().zip(bandwidth) {
                     if e.bytes <= 0.0 {
                         continue;
                     }
-                    let bw = e
-                        .resources
-                        .iter()
-                        .map(|&r| self.capacity[r] / res_flows[r].max(1) as f64)
-                        .fold(f64::INFINITY, f64::min);
                     transfer = transfer.max(e.bytes / (bw * efficiency));
                 }
                 let duration = (latency + transfer).max(*floor);
@@ -300,6 +294,152 @@ impl Graph {
                 1.0 / (duration * slow)
             }
         }
+    }
+}
+
+/// Max-min fair bandwidths of the active flows over the resources they cross, by progressive
+/// filling; buffers kept between events. A flow's edges finish together, so each moves at its
+/// share of the flow's pace — `b · bytes / largest edge's bytes` — and a flow holds on each
+/// resource what its edges there move at that pace, no more: a ring held back at one hop does
+/// not take bandwidth at the others that it cannot use.
+#[derive(Default)]
+struct FairShares {
+    /// Per active task, where its edges' bandwidths start in `bw` (and end: the next start).
+    start: Vec<usize>,
+    bw: Vec<f64>,
+    /// The active flows that move bytes.
+    flows: Vec<FairFlow>,
+    /// The resources in use (sorted), their capacity left and the weight still rising on them.
+    resources: Vec<usize>,
+    left: Vec<f64>,
+    rising: Vec<f64>,
+}
+
+/// A flow in [`FairShares`]: its index in the active list, its pace (its largest edge's
+/// bandwidth), the weight it puts on each resource (index into `resources`) per unit of pace,
+/// and whether its pace has stopped rising.
+struct FairFlow {
+    active: usize,
+    pace: f64,
+    weights: Vec<(usize, f64)>,
+    frozen: bool,
+}
+
+impl FairShares {
+    fn fill(&mut self, tasks: &[Task], active: &[(TaskId, f64)], capacity: &[f64]) {
+        self.start.clear();
+        self.bw.clear();
+        self.resources.clear();
+        self.flows.clear();
+        for &(t, _) in active {
+            self.start.push(self.bw.len());
+            if let Work::Flow { edges, .. } = &tasks[t].work {
+                for e in edges {
+                    self.bw.push(f64::INFINITY);
+                    if e.bytes > 0.0 {
+                        self.resources.extend(&e.resources);
+                    }
+                }
+            }
+        }
+        self.start.push(self.bw.len());
+        self.resources.sort_unstable();
+        self.resources.dedup();
+        self.left.clear();
+        self.left
+            .extend(self.resources.iter().map(|&r| capacity[r]));
+        self.rising.clear();
+        self.rising.resize(self.resources.len(), 0.0);
+        for (i, &(t, _)) in active.iter().enumerate() {
+            let Work::Flow { edges, .. } = &tasks[t].work else {
+                continue;
+            };
+            let largest = edges
+                .iter()
+                .filter(|e| !e.resources.is_empty())
+                .map(|e| e.bytes)
+                .fold(0.0f64, f64::max);
+            if largest <= 0.0 {
+                continue;
+            }
+            let mut weights: Vec<(usize, f64)> = Vec::new();
+            for e in edges.iter().filter(|e| e.bytes > 0.0) {
+                for r in &e.resources {
+                    let ri = self.resources.binary_search(r).expect("collected above");
+                    match weights.iter_mut().find(|(x, _)| *x == ri) {
+                        Some((_, w)) => *w += e.bytes / largest,
+                        None => weights.push((ri, e.bytes / largest)),
+                    }
+                }
+            }
+            for &(ri, w) in &weights {
+                self.rising[ri] += w;
+            }
+            self.flows.push(FairFlow {
+                active: i,
+                pace: 0.0,
+                weights,
+                frozen: false,
+            });
+        }
+        // Raise every rising flow's pace together until a resource fills; freeze the flows
+        // crossing it; repeat. Each round freezes at least one resource's flows.
+        loop {
+            let step = self
+                .rising
+                .iter()
+                .zip(&self.left)
+                .filter(|(&w, _)| w > 1e-12)
+                .map(|(&w, &l)| l.max(0.0) / w)
+                .fold(f64::INFINITY, f64::min);
+            if !step.is_finite() {
+                break;
+            }
+            for f in self.flows.iter_mut().filter(|f| !f.frozen) {
+                f.pace += step;
+            }
+            for (l, &w) in self.left.iter_mut().zip(&self.rising) {
+                *l -= step * w;
+            }
+            for f in self.flows.iter_mut().filter(|f| !f.frozen) {
+                let full = f.weights.iter().any(|&(ri, _)| {
+                    self.rising[ri] > 1e-12 && self.left[ri] <= 1e-9 * capacity[self.resources[ri]]
+                });
+                if full {
+                    f.frozen = true;
+                }
+            }
+            for ri in 0..self.rising.len() {
+                self.rising[ri] = 0.0;
+            }
+            for f in self.flows.iter().filter(|f| !f.frozen) {
+                for &(ri, w) in &f.weights {
+                    self.rising[ri] += w;
+                }
+            }
+        }
+        for f in &self.flows {
+            let (i, pace) = (f.active, f.pace);
+            let t = active[i].0;
+            let Work::Flow { edges, .. } = &tasks[t].work else {
+                unreachable!("only flows are listed")
+            };
+            let largest = edges
+                .iter()
+                .filter(|e| !e.resources.is_empty())
+                .map(|e| e.bytes)
+                .fold(0.0f64, f64::max);
+            for (k, e) in edges.iter().enumerate() {
+                if e.bytes > 0.0 && !e.resources.is_empty() {
+                    self.bw[self.start[i] + k] = pace * e.bytes / largest;
+                }
+            }
+        }
+    }
+
+    /// The edge bandwidths of the `i`-th active task (empty for compute).
+    fn of(&self, i: usize) -> &[f64] {
+        &self.bw[self.start[i]..self.start[i + 1]]
     }
 }
 
@@ -419,6 +559,19 @@ mod tests {
         assert!((g.tasks[a].end - 2.0).abs() < 1e-12);
         assert!((g.tasks[b].end - 2.0).abs() < 1e-12);
         assert!((g.tasks[c].end - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_flow_held_back_elsewhere_leaves_the_rest_of_a_shared_link() {
+        // Link 0 (1 byte/s) carries both; flow a also crosses link 1 (0.25 byte/s), which holds
+        // it at 0.25: max-min fairness gives b the other 0.75, not half. 0.25 and 0.75 bytes:
+        // both end at 1 s (an equal split would end b at 1.5 s).
+        let mut g = Graph::new(0, vec![1.0, 0.25]);
+        let a = g.add(flow(&[0, 1], 0.25, &[]), vec![]);
+        let b = g.add(flow(&[0], 0.75, &[]), vec![]);
+        g.run(100).unwrap();
+        assert!((g.tasks[a].end - 1.0).abs() < 1e-9, "{}", g.tasks[a].end);
+        assert!((g.tasks[b].end - 1.0).abs() < 1e-9, "{}", g.tasks[b].end);
     }
 
     #[test]
