@@ -1,6 +1,6 @@
 //! Layer times from a profile database, the analytic model where it has no point.
 
-use super::compute::{Analytic, ComputeTimes, LayerShape, LayerTime, TimeSource};
+use super::compute::{Analytic, ComputeTimes, LayerShape, LayerTime, TimeSource, WeightCasts};
 use crate::gpu::GpuSpec;
 use crate::model::Model;
 use crate::plan::Precision;
@@ -59,18 +59,35 @@ impl ComputeTimes for Profiled<'_> {
             self.interpolation,
         ) {
             Some(p) => {
+                // The profiler runs its layers in the training precision itself: PyTorch's
+                // mixed-precision casts and FSDP's copies beside them are the engine's, added as
+                // the analytic model prices them.
+                let bare_shape = LayerShape {
+                    weight_casts: WeightCasts::None,
+                    ..shape
+                };
+                let bare = Analytic.layer_time(gpu, model, layer, bare_shape);
                 // Measured at whole sequences: with context parallelism each GPU holds 1/cp of
                 // them, scaled by the analytic model's ratio.
                 let (forward, backward) = if shape.cp > 1 {
-                    let whole =
-                        Analytic.layer_time(gpu, model, layer, LayerShape { cp: 1, ..shape });
+                    let whole = Analytic.layer_time(
+                        gpu,
+                        model,
+                        layer,
+                        LayerShape {
+                            cp: 1,
+                            ..bare_shape
+                        },
+                    );
                     (
-                        p.forward * ratio(analytic.forward, whole.forward),
-                        p.backward * ratio(analytic.backward, whole.backward),
+                        p.forward * ratio(bare.forward, whole.forward),
+                        p.backward * ratio(bare.backward, whole.backward),
                     )
                 } else {
                     (p.forward, p.backward)
                 };
+                let forward = forward + (analytic.forward - bare.forward);
+                let backward = backward + (analytic.backward - bare.backward);
                 measured(analytic, forward, backward, shape, p.how)
             }
             None => analytic,
@@ -241,7 +258,7 @@ pub fn compare_with_model(
                 cp: 1,
                 cp_all_to_all: false,
                 native_attention: false,
-                weight_casts: crate::cost::WeightCasts::None,
+                weight_casts: WeightCasts::None,
             };
             let predicted = Analytic.layer_time(&gpu, model, index, shape);
             let tokens = s.mbs as f64 * model.tokens_per_sample(seq) as f64;
