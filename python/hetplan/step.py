@@ -60,7 +60,12 @@ def measure(
     n_blocks = sum(1 for k in model._h.layer_kinds if k == "transformer")
     experts = [bool(moe) and not (j < len(dense) and dense[j]) for j in range(n_blocks)]
     torch.manual_seed(0)
-    emb, layers, head = _modules(shape, torch, torch.float32, dev, blocks=experts)
+    try:
+        emb, layers, head = _modules(shape, torch, torch.float32, dev, blocks=experts)
+    except torch.cuda.OutOfMemoryError as e:
+        # The weights alone do not fit: a verdict as well.
+        return {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+                "out_of_memory": True, "message": str(e).split("\n")[0]}
     # Each parameter once (a tied head shares the embedding's matrix).
     params = list({id(p): p for m in (emb, layers, head) for p in m.parameters()}.values())
     if optimizer not in ("fused", "foreach"):
@@ -68,7 +73,8 @@ def measure(
     # torchtitan's default (`optimizer.implementation = "fused"`): one kernel per parameter
     # group, no temporaries. PyTorch's own default, foreach, keeps a list as large as the
     # parameters (the square root of the second moments) over the step, and time to match.
-    opt = torch.optim.AdamW(params, lr=1e-5, **{optimizer: True})
+    # Fused AdamW on the CPU needs PyTorch 2.4; there the default implementation serves.
+    opt = torch.optim.AdamW(params, lr=1e-5, **({optimizer: True} if dev.type == "cuda" else {}))
     scaler = torch.amp.GradScaler(dev.type) if precision == "fp16" else None
     gen = torch.Generator(device="cpu").manual_seed(0)
     tokens = torch.randint(0, shape["vocab"], (mbs, seq), generator=gen).to(dev)

@@ -497,7 +497,7 @@ mod tests {
     /// above today's medians (docs/validation.md) so that a regression fails.
     #[test]
     fn held_out_accuracy() {
-        for ((name, src), bound) in HELD_OUT.iter().zip([0.065, 0.05, 0.09]) {
+        for ((name, src), bound) in HELD_OUT.iter().zip([0.065, 0.05, 0.10]) {
             let r = check(&parse_csv(src).unwrap()).unwrap();
             assert!(
                 r.median_abs_error <= bound,

@@ -71,8 +71,9 @@ fn flash_efficiency(imp: AttnImpl) -> f64 {
 /// use the legacy `mma.sync` path, not Hopper's asynchronous warpgroup MMA (`wgmma`): "FlashAttention-2
 /// achieves only 35% utilization on H100 GPUs compared to 70% on A100" (Shah et al. 2024,
 /// FlashAttention-3, §1). Measured on an H200 (PyTorch 2.11's FlashAttention-2 backend, causal,
-/// 128-wide heads, `data/measured/h200-sxm-141gb/kernels.json`): forward + backward at 0.316 of
-/// the BF16 peak at sequence 16,384, i.e. 0.336 saturated (`attention_half_seq`), 0.61 of the
+/// 128-wide heads, `data/measured/h200-sxm-141gb/kernels.json`, corrected for the gradient
+/// accumulation the script timed with each call, docs/validation.md §5): forward + backward at
+/// 0.32 of the BF16 peak at sequence 16,384, 0.33 saturated (`attention_half_seq`), 0.6 of the
 /// 0.55 it reaches on Ampere. cuBLAS GEMMs use `wgmma` and are not affected.
 pub const PRE_HOPPER_KERNEL_ON_HOPPER: f64 = 0.6;
 
@@ -80,11 +81,11 @@ pub const PRE_HOPPER_KERNEL_ON_HOPPER: f64 = 0.6;
 /// fused attention, which Transformer Engine prefers on Hopper and later ("Disabling
 /// FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
 /// `transformer_engine/pytorch/attention` backend selection), and FlashAttention-3 — forward +
-/// backward, saturated. Measured on an H200 through PyTorch 2.11's SDPA cuDNN backend: 0.537 of
-/// the peak at sequence 16,384, 0.461 at 4,096, 0.182 at 512 (`data/measured/h200-sxm-141gb/
-/// kernels.json`); with `attention_half_seq` = 1,024 the model is within 0.01 of each of the
-/// six lengths measured (docs/validation.md §5).
-pub const NATIVE_HOPPER_ATTENTION: f64 = 0.57;
+/// backward, saturated. Measured on an H200 through PyTorch 2.11's SDPA cuDNN backend
+/// (corrected as above): 0.548 of the peak at sequence 16,384, 0.493 at 4,096, 0.230 at 512;
+/// with `attention_half_seq` = 768 the model is within 0.015 of each of the six lengths
+/// measured (docs/validation.md §5).
+pub const NATIVE_HOPPER_ATTENTION: f64 = 0.58;
 
 /// Achievable fraction of peak of an attention kernel on a GPU architecture, saturated (long
 /// sequences). `native`: the engine runs a kernel written for Hopper there (see
@@ -106,15 +107,16 @@ pub fn attention_efficiency_on(imp: AttnImpl, arch: Arch, native: bool) -> f64 {
 /// statistics). Efficiency scales by s / (s + attention_half_seq(arch)):
 /// - before Hopper 256: FlashAttention-2 at sequence 512 runs at ~65–70% of its 8k throughput
 ///   (Dao 2023, Fig. 4);
-/// - Hopper and later 1,024: measured on an H200 at a fixed 16,384 tokens (so the grid of
-///   query tiles is the same at every length), forward + backward, both kernels alike — cuDNN
-///   0.182, 0.287, 0.379, 0.461, 0.508, 0.537 of peak and FlashAttention-2 0.113, 0.170, 0.224,
-///   0.266, 0.294, 0.316 at 512, 1,024 … 16,384 (`data/measured/h200-sxm-141gb/kernels.json`);
-///   the half-length that fits each point is 968–1,170. Hopper's warpgroup kernels spend
-///   longer per tile outside the loop over keys.
+/// - Hopper and later 768: measured on an H200 at a fixed 16,384 tokens (so the grid of query
+///   tiles is the same at every length), forward + backward, both kernels alike — cuDNN 0.230,
+///   0.345, 0.425, 0.493, 0.528, 0.548 of peak and FlashAttention-2 0.130, 0.189, 0.239,
+///   0.276, 0.300, 0.320 at 512, 1,024 … 16,384 (`data/measured/h200-sxm-141gb/kernels.json`,
+///   less the 0.28 ms of gradient accumulation the script timed with each call); the
+///   half-length that fits each point is 510–960, 750–800 but at the longest. Hopper's
+///   warpgroup kernels spend longer per tile outside the loop over keys.
 pub fn attention_half_seq(arch: Arch) -> f64 {
     match arch {
-        Arch::Hopper | Arch::Blackwell => 1024.0,
+        Arch::Hopper | Arch::Blackwell => 768.0,
         _ => 256.0,
     }
 }

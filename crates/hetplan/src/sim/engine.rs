@@ -298,7 +298,9 @@ impl Graph {
 }
 
 /// Max-min fair bandwidths of the active flows over the resources they cross, by progressive
-/// filling; buffers kept between events. A flow's edges finish together, so each moves at its
+/// filling, recomputed at every event. Only a full resource holds a flow back here: a flow
+/// slowed by its latency, its measured floor or interference keeps the share it would move
+/// at without them. A flow's edges finish together, so each moves at its
 /// share of the flow's pace — `b · bytes / largest edge's bytes` — and a flow holds on each
 /// resource what its edges there move at that pace, no more: a ring held back at one hop does
 /// not take bandwidth at the others that it cannot use.
