@@ -364,16 +364,25 @@ impl FairShares {
             if largest <= 0.0 {
                 continue;
             }
-            let mut weights: Vec<(usize, f64)> = Vec::new();
-            for e in edges.iter().filter(|e| e.bytes > 0.0) {
-                for r in &e.resources {
-                    let ri = self.resources.binary_search(r).expect("collected above");
-                    match weights.iter_mut().find(|(x, _)| *x == ri) {
-                        Some((_, w)) => *w += e.bytes / largest,
-                        None => weights.push((ri, e.bytes / largest)),
-                    }
+            // (resource, weight) pairs, a resource crossed by several edges summed: sorted
+            // by resource, then merged in one pass.
+            let mut weights: Vec<(usize, f64)> = edges
+                .iter()
+                .filter(|e| e.bytes > 0.0)
+                .flat_map(|e| e.resources.iter().map(move |r| (*r, e.bytes / largest)))
+                .map(|(r, w)| {
+                    let ri = self.resources.binary_search(&r).expect("collected above");
+                    (ri, w)
+                })
+                .collect();
+            weights.sort_by_key(|&(ri, _)| ri);
+            weights.dedup_by(|next, kept| {
+                let same = next.0 == kept.0;
+                if same {
+                    kept.1 += next.1;
                 }
-            }
+                same
+            });
             for &(ri, w) in &weights {
                 self.rising[ri] += w;
             }
