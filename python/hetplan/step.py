@@ -24,7 +24,7 @@ import argparse
 import json
 import statistics
 import sys
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import hetplan
 from hetplan.profile import _Timer, _modules, _torch
@@ -95,13 +95,27 @@ def measure(
             opt.step()
         opt.zero_grad(set_to_none=True)
 
+    out = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type,
+           "torch": torch.__version__}
+    out.update(time_steps(torch, dev, step, warmup, repeats))
+    if not out.get("out_of_memory"):
+        # The block built is the plain decoder of the family's shape: a family's extras
+        # (learned positions, QK-norm, a shared expert's gate, ...) are not, so this may fall
+        # short of hetplan's count by their parameters.
+        out["parameters"] = sum(p.numel() for p in params)
+        out["hetplan_parameters"] = int(model.parameters)
+    return out
+
+
+def time_steps(torch, dev, step: Callable[[], None], warmup: int, repeats: int) -> Dict:
+    """Runs `step()` `warmup + repeats` times: the median seconds of the timed ones and their
+    spread (slowest over fastest), and on a GPU the peak bytes allocated and reserved over
+    them and what the CUDA context holds beside the allocator (`context_bytes`: the device's
+    used memory less the reservation — what nvidia-smi adds). A step that runs out of memory
+    is a result too, `out_of_memory` with the message and what the allocator held."""
     timer = _Timer(torch, dev)
     cuda = dev.type == "cuda"
     times: List[float] = []
-    out = {
-        "device": torch.cuda.get_device_name(dev) if cuda else dev.type,
-        "torch": torch.__version__,
-    }
     try:
         for i in range(warmup + repeats):
             if cuda and i == warmup:
@@ -111,30 +125,16 @@ def measure(
             if i >= warmup:
                 times.append(t)
     except torch.cuda.OutOfMemoryError as e:
-        # The verdict to check hetplan's against: the step does not fit. What the allocator
-        # held when it gave up goes with it; the model's tensors are freed before returning.
-        out["out_of_memory"] = True
-        out["message"] = str(e).split("\n")[0]
-        out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
-        return out
-    out.update({
-        "step_s": statistics.median(times),
-        "spread": max(times) / max(min(times), 1e-12),
-        # The block built is the plain decoder of the family's shape: a family's extras
-        # (learned positions, QK-norm, a shared expert's gate, ...) are not, so this may
-        # fall short of hetplan's count by their parameters.
-        "parameters": sum(p.numel() for p in params),
-        "hetplan_parameters": int(model.parameters),
-    })
+        # The verdict to check hetplan's against: the step does not fit.
+        return {"out_of_memory": True, "message": str(e).split("\n")[0],
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated(dev)}
+    out = {"step_s": statistics.median(times), "spread": max(times) / max(min(times), 1e-12)}
     if cuda:
-        out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
-        out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
-        # What nvidia-smi shows beyond the allocator's reservation: the CUDA context, cuBLAS
-        # workspaces and the kernels' modules, read as the device's used memory less what
-        # the allocator holds now.
         free, total = torch.cuda.mem_get_info(dev)
-        out["context_bytes"] = total - free - torch.cuda.memory_reserved(dev)
-        out["device_total_bytes"] = total
+        out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
+                   peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
+                   context_bytes=total - free - torch.cuda.memory_reserved(dev),
+                   device_total_bytes=total)
     return out
 
 

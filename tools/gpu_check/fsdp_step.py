@@ -19,13 +19,13 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import sys
 
 import torch
 
 import hetplan
-from hetplan.profile import _modules, _Timer
+from hetplan.profile import _modules
+from hetplan.step import time_steps
 
 
 def build(model, dev):
@@ -79,29 +79,10 @@ def run(variant, model, seq, mbs, warmup, repeats, dev):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    timer = _Timer(torch, dev)
-    cuda = dev.type == "cuda"
     out = {"model": model.name, "seq_len": seq, "mbs": mbs, "variant": variant,
-           "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "torch": torch.__version__}
-    times = []
-    try:
-        for i in range(warmup + repeats):
-            if i == warmup and cuda:
-                torch.cuda.synchronize(dev)
-                torch.cuda.reset_peak_memory_stats(dev)
-            t = timer(step)
-            if i >= warmup:
-                times.append(t)
-    except torch.cuda.OutOfMemoryError as e:
-        out.update(out_of_memory=True, message=str(e).split("\n")[0])
-        return out
-    out.update(step_s=statistics.median(times), spread=max(times) / min(times))
-    if cuda:
-        free, total = torch.cuda.mem_get_info(dev)
-        out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
-                   peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
-                   context_bytes=total - free - torch.cuda.memory_reserved(dev))
+    out.update(time_steps(torch, dev, step, warmup, repeats))
     return out
 
 

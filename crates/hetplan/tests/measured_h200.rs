@@ -8,7 +8,7 @@
 //! (docs/validation.md §5).
 
 use hetplan::cluster::spec::catalog_cluster;
-use hetplan::cost::{estimate, Analytic, Workload};
+use hetplan::cost::{estimate, Analytic, ComputeTimes, Estimate, Workload};
 use hetplan::model::catalog::catalog_model;
 use hetplan::plan::inline::parse_inline_plan;
 
@@ -62,9 +62,29 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// hetplan's estimate of the one-GPU step the measurements ran: `dp=1`, engine `fsdp` (PyTorch's
+/// mixed precision), BF16, one micro-batch of `mbs`, ZeRO `zero`.
+fn one_gpu_step(
+    model: &str,
+    seq: u64,
+    mbs: u64,
+    zero: u32,
+    compute: &dyn ComputeTimes,
+) -> Estimate {
+    let cluster = catalog_cluster("1x1xh200-sxm-141gb").unwrap();
+    let model = catalog_model(model).unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: seq,
+    };
+    let spec = format!("dp=1,mbs={mbs},gbs={mbs},zero={zero},engine=fsdp,precision=bf16");
+    let plan = parse_inline_plan(&spec, &model, &cluster).unwrap();
+    estimate(w, &w.validate(&plan).unwrap(), compute)
+}
+
 #[test]
 fn one_gpu_steps_on_an_h200_time_memory_and_the_verdict() {
-    let cluster = catalog_cluster("1x1xh200-sxm-141gb").unwrap();
     let rows = rows();
     // The data is what the test says it is: steps that ran and steps that did not.
     assert!(rows.len() >= 10, "{} rows", rows.len());
@@ -75,18 +95,7 @@ fn one_gpu_steps_on_an_h200_time_memory_and_the_verdict() {
         if r.optimizer != "fused" {
             continue;
         }
-        let model = catalog_model(&r.model).unwrap();
-        let w = Workload {
-            model: &model,
-            cluster: &cluster,
-            seq_len: r.seq,
-        };
-        let spec = format!(
-            "dp=1,mbs={},gbs={},engine=fsdp,precision=bf16",
-            r.mbs, r.mbs
-        );
-        let plan = parse_inline_plan(&spec, &model, &cluster).unwrap();
-        let e = estimate(w, &w.validate(&plan).unwrap(), &Analytic);
+        let e = one_gpu_step(&r.model, r.seq, r.mbs, 0, &Analytic);
         let what = format!("{} seq {} mbs {}", r.model, r.seq, r.mbs);
         match (r.step_s, r.device_bytes) {
             (Some(t), Some(b)) => {
@@ -119,18 +128,7 @@ fn one_gpu_steps_on_an_h200_time_memory_and_the_verdict() {
 /// and ZeRO-3 on engine `fsdp`, within 10% of each, and FSDP2's own copies priced.
 #[test]
 fn fsdp2_against_autocast_on_one_h200() {
-    let cluster = catalog_cluster("1x1xh200-sxm-141gb").unwrap();
-    let model = catalog_model("llama2-7b").unwrap();
-    let w = Workload {
-        model: &model,
-        cluster: &cluster,
-        seq_len: 2048,
-    };
-    let est = |zero: u32| {
-        let spec = format!("dp=1,mbs=1,gbs=1,zero={zero},engine=fsdp,precision=bf16");
-        let plan = parse_inline_plan(&spec, &model, &cluster).unwrap();
-        estimate(w, &w.validate(&plan).unwrap(), &Analytic).iteration_time_s
-    };
+    let est = |zero: u32| one_gpu_step("llama2-7b", 2048, 1, zero, &Analytic).iteration_time_s;
     let measured = |variant: &str| -> f64 {
         let times: Vec<f64> = FSDP
             .lines()
@@ -174,13 +172,6 @@ fn profiled_estimates_of_the_measured_steps() {
         index: &index,
         interpolation: Default::default(),
     };
-    let cluster = catalog_cluster("1x1xh200-sxm-141gb").unwrap();
-    let model = catalog_model("llama2-7b").unwrap();
-    let w = Workload {
-        model: &model,
-        cluster: &cluster,
-        seq_len: 2048,
-    };
     let mut checked = 0;
     for r in rows() {
         let (true, Some(t)) = (
@@ -189,14 +180,8 @@ fn profiled_estimates_of_the_measured_steps() {
         ) else {
             continue;
         };
-        let spec = format!(
-            "dp=1,mbs={},gbs={},engine=fsdp,precision=bf16",
-            r.mbs, r.mbs
-        );
-        let plan = parse_inline_plan(&spec, &model, &cluster).unwrap();
-        let valid = w.validate(&plan).unwrap();
-        let with = estimate(w, &valid, &profiled).iteration_time_s;
-        let analytic = estimate(w, &valid, &Analytic).iteration_time_s;
+        let with = one_gpu_step("llama2-7b", 2048, r.mbs, 0, &profiled).iteration_time_s;
+        let analytic = one_gpu_step("llama2-7b", 2048, r.mbs, 0, &Analytic).iteration_time_s;
         assert!(with != analytic, "mbs {}: the profile was not used", r.mbs);
         assert!(
             (with / t - 1.0).abs() <= 0.10,

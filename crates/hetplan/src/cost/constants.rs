@@ -112,7 +112,8 @@ pub fn attention_efficiency_on(imp: AttnImpl, arch: Arch, native: bool) -> f64 {
 ///   0.345, 0.425, 0.493, 0.528, 0.548 of peak and FlashAttention-2 0.130, 0.189, 0.239,
 ///   0.276, 0.300, 0.320 at 512, 1,024 … 16,384 (`data/measured/h200-sxm-141gb/kernels.json`,
 ///   less the 0.28 ms of gradient accumulation the script timed with each call); the
-///   half-length that fits each point is 510–960, 750–800 but at the longest. Hopper's
+///   half-length that fits each point is 697–819 at every length but the longest (957 for
+///   cuDNN, 512 for FlashAttention-2, where both are within 0.01 of saturation). Hopper's
 ///   warpgroup kernels spend longer per tile outside the loop over keys.
 pub fn attention_half_seq(arch: Arch) -> f64 {
     match arch {
