@@ -157,9 +157,12 @@ def compare(
     measured = measure(model, seq, mbs, accumulation, precision, device, warmup, repeats,
                        optimizer)
     cluster = hetplan.cluster(f"1x1x{gpu}")
+    # The step's loss is `F.cross_entropy` uncompiled and its blocks' norm one kernel
+    # (`nn.RMSNorm`): compile=blocks (hetplan's Plan.compile).
     plan = hetplan.load_plan(
         model, cluster,
-        f"dp=1,mbs={mbs},gbs={mbs * accumulation},engine=fsdp,precision={precision}",
+        f"dp=1,mbs={mbs},gbs={mbs * accumulation},engine=fsdp,precision={precision},"
+        "compile=blocks",
         seq_len=seq,
     )
     out = {"model": model.name, "gpu": gpu, "seq_len": seq, "mbs": mbs,

@@ -4,7 +4,7 @@ use crate::diag::{CliError, Result};
 use crate::inputs;
 use hetplan::cost::{Analytic, ComputeTimes, Profiled, Workload};
 use hetplan::plan::runtime::Runtime;
-use hetplan::plan::{Engine, Plan, Precision, ValidPlan};
+use hetplan::plan::{Compile, Engine, Plan, Precision, ValidPlan};
 use hetplan::planners::{
     self, Clock, Limits, Outcome, PlanOptions, Planner, Problem, Progress, Search,
 };
@@ -111,6 +111,30 @@ pub struct ProblemArgs {
     /// Training precision; layer times of a --profile are looked up in it.
     #[arg(long, value_enum, default_value_t = PrecisionArg::Bf16)]
     pub precision: PrecisionArg,
+    /// How much of the model's PyTorch code runs under torch.compile, with --engine
+    /// torchtitan or fsdp: `on`, the blocks and the loss (torchtitan's CompileConfig
+    /// components); `blocks`, the loss eager; `off`, eagerly (torchtitan's default), each
+    /// norm, rotary embedding and gated activation the separate kernels its code writes.
+    #[arg(long, value_enum, default_value_t = CompileArg::On)]
+    pub compile: CompileArg,
+}
+
+/// `--compile`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompileArg {
+    On,
+    Blocks,
+    Off,
+}
+
+impl From<CompileArg> for Compile {
+    fn from(c: CompileArg) -> Compile {
+        match c {
+            CompileArg::On => Compile::On,
+            CompileArg::Blocks => Compile::Blocks,
+            CompileArg::Off => Compile::Off,
+        }
+    }
 }
 
 /// `--engine`.
@@ -196,6 +220,14 @@ fn load(a: &ProblemArgs) -> Result<LoadedProblem> {
     };
     if global_batch == 0 {
         return Err(CliError::Usage("--gbs must be at least 1".into()));
+    }
+    if a.compile != CompileArg::On && !matches!(a.engine, EngineArg::Torchtitan | EngineArg::Fsdp) {
+        return Err(CliError::Usage(format!(
+            "--compile {}: only PyTorch's own model code (--engine torchtitan or fsdp) runs \
+             uncompiled; Megatron and DeepSpeed run their own fused kernels (drop --compile, or \
+             give --engine torchtitan)",
+            Compile::from(a.compile).name()
+        )));
     }
     let seq_len = a.seq_len.unwrap_or(default_seq);
     hetplan::plan::validate::validate_seq_len(&model, seq_len)
@@ -291,6 +323,7 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
             engine: a.engine.into(),
             runtime: a.engine.runtime(),
             precision,
+            compile: a.compile.into(),
             ..PlanOptions::default()
         },
     };
@@ -734,6 +767,7 @@ pub fn hetplan_best(
             engine: runtime.map_or(Engine::Megatron, Runtime::engine),
             runtime,
             precision: plan.precision,
+            compile: plan.compile,
             ..PlanOptions::default()
         },
     };

@@ -1733,3 +1733,54 @@ fn calibrate_checks_the_published_runs() {
     assert!(o.stderr.contains("mine.csv:1:1"), "{}", o.stderr);
     assert!(o.stderr.contains("no column `gpus`"), "{}", o.stderr);
 }
+
+/// `--compile` says how much of PyTorch's model code runs compiled: only engines that run that
+/// code take anything but `on`, and an eager plan is slower than a compiled one.
+#[test]
+fn plan_compile_is_for_pytorchs_engines_and_costs_when_off() {
+    let err = bad(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "1x8xh100",
+        "--gbs",
+        "16",
+        "--compile",
+        "off",
+    ]);
+    assert!(
+        err.contains("--compile off") && err.contains("--engine torchtitan"),
+        "{err}"
+    );
+    let tokens = |compile: &str| -> f64 {
+        let out = ok(&[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "1x8xh100",
+            "--gbs",
+            "16",
+            "--engine",
+            "fsdp",
+            "--compile",
+            compile,
+            "--time-limit",
+            "2s",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["plan"]["compile"].as_str(),
+            (compile != "on").then_some(compile),
+            "{out}"
+        );
+        v["estimate"]["tokens_per_s_per_gpu"].as_f64().unwrap()
+    };
+    let (on, off) = (tokens("on"), tokens("off"));
+    assert!(
+        off < on * 0.95,
+        "eager {off} vs compiled {on} tokens/s per GPU"
+    );
+}

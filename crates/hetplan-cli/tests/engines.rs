@@ -340,7 +340,8 @@ fn deepspeed_accepts_every_export() {
 
 /// Plans that exercise every torchtitan key hetplan writes: interleaving with sequence
 /// parallelism and selective checkpointing, FSDP2 (ZeRO-3) with CPU offload, GPipe with full
-/// checkpointing in FP32, an uneven 1F1B split of a model read from its config.json.
+/// checkpointing in FP32, an uneven 1F1B split of a model read from its config.json, a model
+/// run eagerly.
 const TORCHTITAN_INLINE: &[(&str, &str, &str)] = &[
     (
         "llama3-8b",
@@ -361,6 +362,12 @@ const TORCHTITAN_INLINE: &[(&str, &str, &str)] = &[
         "TINY_LLAMA",
         "1x4xa100-80gb@100Gbps+1x4xv100-32gb@100Gbps",
         "tp=2,pp=2,mbs=2,gbs=32",
+    ),
+    // Eager (no CompileConfig): every export above is compiled.
+    (
+        "llama2-7b",
+        "1x8xa100-80gb",
+        "dp=8,mbs=1,gbs=16,zero=3,engine=fsdp,compile=off",
     ),
 ];
 

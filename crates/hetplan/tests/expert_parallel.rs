@@ -408,6 +408,7 @@ fn measured_moe_layers_are_read_at_the_stages_ep_degree() {
         cp_all_to_all: false,
         native_attention: false,
         weight_casts: hetplan::cost::WeightCasts::None,
+        eager: false,
     };
     let fwd = |layer, ep, etp| {
         profiled

@@ -23,6 +23,7 @@ fn shape(precision: Precision) -> LayerShape {
         cp_all_to_all: false,
         native_attention: false,
         weight_casts: hetplan::cost::WeightCasts::None,
+        eager: false,
     }
 }
 

@@ -63,7 +63,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// hetplan's estimate of the one-GPU step the measurements ran: `dp=1`, engine `fsdp` (PyTorch's
-/// mixed precision), BF16, one micro-batch of `mbs`, ZeRO `zero`.
+/// mixed precision), BF16, one micro-batch of `mbs`, ZeRO `zero`, the loss eager
+/// (`compile=blocks`: the scripts call `F.cross_entropy` uncompiled; their blocks' norm is
+/// `nn.RMSNorm`, one kernel, and they have no rotary embedding, so the blocks' elementwise work
+/// is priced fused).
 fn one_gpu_step(
     model: &str,
     seq: u64,
@@ -78,7 +81,8 @@ fn one_gpu_step(
         cluster: &cluster,
         seq_len: seq,
     };
-    let spec = format!("dp=1,mbs={mbs},gbs={mbs},zero={zero},engine=fsdp,precision=bf16");
+    let spec =
+        format!("dp=1,mbs={mbs},gbs={mbs},zero={zero},engine=fsdp,precision=bf16,compile=blocks");
     let plan = parse_inline_plan(&spec, &model, &cluster).unwrap();
     estimate(w, &w.validate(&plan).unwrap(), compute)
 }

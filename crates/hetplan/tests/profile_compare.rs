@@ -32,6 +32,7 @@ fn each_sample_stands_beside_the_models_prediction_for_its_layer_and_shape() {
         cp_all_to_all: false,
         native_attention: false,
         weight_casts: hetplan::cost::WeightCasts::None,
+        eager: false,
     };
     // The block at tp 2, mbs 4, measured exactly twice as slow as the model says, with
     // measured activations; the head by its index, as fast as the model.

@@ -364,6 +364,7 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         moe_capacity_factor: None,
         cp_comm: Default::default(),
         tp_comm_overlap: false,
+        compile: Default::default(),
         collective_dtypes: if row.precision == "amp_bf16" {
             CollectiveDtypes {
                 params: Some(Precision::Fp32),

@@ -155,6 +155,11 @@ impl Row<'_> {
         self.get(name).map(|(v, _)| v)
     }
 
+    /// A cell of a column the schema does not require: `None` without the column.
+    fn text_opt(&self, name: &str) -> Option<&str> {
+        self.get(name).ok().map(|(v, _)| v)
+    }
+
     /// A whole number in 1..=`parse::MAX_BATCH` (so that no product of two overflows), or
     /// `None` when the cell is empty.
     fn whole_opt(&self, name: &str) -> Result<Option<u64>, InputError> {
@@ -523,11 +528,33 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     } else {
         ""
     };
+    // torchtitan's rows that say they ran without `torch.compile` (its default then) run the
+    // model's code eagerly. The others say they were compiled (async TP is compiled too), or
+    // say nothing, and then compiled is an assumption. torchtitan compiles the loss with the
+    // model since April 2025 (its commit bbb1b616e; `train.py` of its December 2024
+    // benchmarks, 9dec370, has `torch.compile(loss_fn)` commented out): the blocks alone
+    // before 2025.
+    let notes = r.text_opt("notes").unwrap_or("").to_ascii_lowercase();
+    let source_ref = r.text_opt("source_ref").unwrap_or("");
+    let compile = if engine != "fsdp" {
+        ""
+    } else if notes.contains("no torch.compile") {
+        ",compile=off"
+    } else {
+        if !notes.contains("compile") && !table.contains("compile") && !tp_overlap {
+            assumptions.push("torch.compile not stated: compiled".into());
+        }
+        if source_ref.contains("2025") {
+            ""
+        } else {
+            ",compile=blocks"
+        }
+    };
     let spec = format!(
         "tp={tp},pp={pp},dp={dp},cp={cp},mbs={mbs},gbs={gbs},zero={zero},ckpt={ckpt},\
-         sp={},tp_overlap={},engine={engine},precision={precision_name}{interleave}",
+         sp={},tp_overlap={},engine={engine},precision={precision_name}{interleave}{compile}",
         if sp { "on" } else { "off" },
-        if tp_overlap { "on" } else { "off" }
+        if tp_overlap { "on" } else { "off" },
     );
     let mut plan = match parse_inline_plan(&spec, &model, &cluster) {
         Ok(p) => p,

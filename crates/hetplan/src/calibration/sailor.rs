@@ -184,6 +184,7 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         moe_capacity_factor: None,
         cp_comm: Default::default(),
         tp_comm_overlap: false,
+        compile: Default::default(),
         made_for: None,
         stages,
     };

@@ -72,6 +72,9 @@ pub struct LayerShape {
     /// The weight and gradient traffic of PyTorch's mixed precision beside the products, per
     /// micro-batch ([`WeightCasts`]).
     pub weight_casts: WeightCasts,
+    /// The model's PyTorch code runs eagerly (`Plan::eager`, under the FSDP engine): each
+    /// elementwise op moves its `eager_bytes_per_token`, one kernel per tensor operation.
+    pub eager: bool,
 }
 
 /// What PyTorch's mixed precision moves through HBM beside each matrix product, per
@@ -358,6 +361,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
         }
         OpKind::Elementwise {
             bytes_per_token,
+            eager_bytes_per_token,
             flops_per_token,
             sharded,
         } => {
@@ -366,7 +370,12 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             } else {
                 1.0
             };
-            let bytes = m * bytes_per_token * act_scale / split;
+            let per_token = if s.eager {
+                eager_bytes_per_token
+            } else {
+                bytes_per_token
+            };
+            let bytes = m * per_token * act_scale / split;
             let fwd = hbm_time(gpu, bytes) + ovh;
             // Backward reads the saved input and the incoming gradient, writes the gradient.
             OpCost {

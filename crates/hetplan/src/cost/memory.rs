@@ -172,8 +172,9 @@ pub fn reduce_bucket_bytes(engine: Engine, zero: u8, dp: u32, gradient_bytes: f6
 
 /// Bytes per vocabulary entry and token that the loss keeps for backward.
 /// - A fused cross-entropy kernel (`fused`: flash-attn's, as llm-foundry runs MPT with
-///   `loss_fn: fused_crossentropy`): only the 16-bit logits, whose buffer receives the
-///   gradient in place, 2 B.
+///   `loss_fn: fused_crossentropy`, or PyTorch's compiled, `Plan::compiles_loss`: Inductor
+///   fuses `F.cross_entropy(logits.float())` into passes over the 16-bit logits that keep a
+///   log-sum-exp per token and write the 16-bit gradient): only the 16-bit logits, 2 B.
 /// - Otherwise every engine keeps the fp32 softmax or log-softmax, 4 B: Megatron's
 ///   vocab-parallel cross-entropy and DeepSpeed's (Korthikanti et al. 2022 §4.1, 4sbv/t), and
 ///   PyTorch's `F.cross_entropy(logits.float(), …)` as torchtitan calls it (log_softmax saves
@@ -200,7 +201,8 @@ pub fn loss_transient_bytes_per_entry(fused: bool, engine: Engine) -> f64 {
     }
 }
 
-/// Bytes one layer keeps for backward for one micro-batch on one TP rank, without checkpointing.
+/// Bytes one layer keeps for backward for one micro-batch on one TP rank, without checkpointing;
+/// `compiled_loss`: the plan compiles PyTorch's loss (`Plan::compiles_loss`).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_saved_bytes(
     layer: &Layer,
@@ -210,6 +212,7 @@ pub fn layer_saved_bytes(
     sequence_parallel: bool,
     selective: bool,
     precision: Precision,
+    compiled_loss: bool,
 ) -> f64 {
     let tp = tp.max(1) as f64;
     let scale = precision.element_bytes() / 2.0;
@@ -217,7 +220,7 @@ pub fn layer_saved_bytes(
     for op in &layer.ops {
         let (mut all, recomputed) = op.saved_bytes_per_token(seq);
         if let OpKind::Loss { vocab, fused } = op.kind {
-            all = loss_saved_bytes_per_entry(fused) * vocab as f64;
+            all = loss_saved_bytes_per_entry(fused || compiled_loss) * vocab as f64;
         }
         let kept = if selective { all - recomputed } else { all };
         let split = if op.saved_sharded || sequence_parallel {
@@ -266,6 +269,7 @@ pub fn micro_batch_activations(
     tp: u32,
     seq: u64,
     precision: Precision,
+    compiled_loss: bool,
 ) -> (f64, f64) {
     // Context parallelism: 1/cp of each sequence on this GPU.
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
@@ -282,6 +286,7 @@ pub fn micro_batch_activations(
             stage.sequence_parallel,
             selective,
             precision,
+            compiled_loss,
         );
         if j < n_ckpt {
             kept += checkpoint_bytes(model, i, tokens, tp, stage.sequence_parallel, precision);
@@ -321,13 +326,14 @@ pub fn transient_bytes(
     tp: u32,
     seq: u64,
     engine: Engine,
+    compiled_loss: bool,
 ) -> f64 {
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
     let mut t: f64 = 0.0;
     for i in stage.layers.iter() {
         for op in &model.layers[i].ops {
             if let OpKind::Loss { vocab, fused } = op.kind {
-                let per_entry = loss_transient_bytes_per_entry(fused, engine);
+                let per_entry = loss_transient_bytes_per_entry(fused || compiled_loss, engine);
                 t = t.max(per_entry * tokens * vocab as f64 / tp.max(1) as f64);
             }
         }

@@ -784,6 +784,7 @@ fn layer_costs_in(
             },
             true => WeightCasts::Autocast,
         },
+        eager: plan.runs_eagerly(),
     };
     let cp = st.cp.max(1);
     // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of
@@ -1070,6 +1071,7 @@ pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64,
         st.tp_of(r),
         w.seq_len,
         plan.precision,
+        plan.compiles_loss(),
     );
     let ab = off.activations * act;
     let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
@@ -1543,10 +1545,20 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let mut transient: f64 = 0.0;
     let mut gathered: f64 = 0.0;
     for c in &chunks {
-        let (a, wk) = memory::micro_batch_activations(model, c, mbs, tp, seq, plan.precision);
+        let compiled_loss = plan.compiles_loss();
+        let (a, wk) =
+            memory::micro_batch_activations(model, c, mbs, tp, seq, plan.precision, compiled_loss);
         act_per_mb += a;
         working = working.max(wk);
-        transient = transient.max(memory::transient_bytes(model, c, mbs, tp, seq, plan.engine));
+        transient = transient.max(memory::transient_bytes(
+            model,
+            c,
+            mbs,
+            tp,
+            seq,
+            plan.engine,
+            compiled_loss,
+        ));
         if c.zero >= 3 {
             // ZeRO-3 holds the gathered current layer and the prefetched next one.
             let largest = c

@@ -59,11 +59,13 @@ impl ComputeTimes for Profiled<'_> {
             self.interpolation,
         ) {
             Some(p) => {
-                // The profiler runs its layers in the training precision itself: PyTorch's
-                // mixed-precision casts and FSDP's copies beside them are the engine's, added as
-                // the analytic model prices them.
+                // The profiler runs its layers in the training precision itself, with PyTorch's
+                // own norm kernels: PyTorch's mixed-precision casts and FSDP's copies beside
+                // them, and the extra kernels of eagerly run model code (`Plan::eager`), are
+                // the engine's, added as the analytic model prices them.
                 let bare_shape = LayerShape {
                     weight_casts: WeightCasts::None,
+                    eager: false,
                     ..shape
                 };
                 let bare = Analytic.layer_time(gpu, model, layer, bare_shape);
@@ -259,6 +261,7 @@ pub fn compare_with_model(
                 cp_all_to_all: false,
                 native_attention: false,
                 weight_casts: WeightCasts::None,
+                eager: false,
             };
             let predicted = Analytic.layer_time(&gpu, model, index, shape);
             let tokens = s.mbs as f64 * model.tokens_per_sample(seq) as f64;
@@ -270,6 +273,8 @@ pub fn compare_with_model(
                 false,
                 false,
                 precision,
+                // The profiler's head runs PyTorch's loss eagerly.
+                false,
             );
             out.push(SampleCheck {
                 gpu: gpu.name.clone(),

@@ -215,6 +215,7 @@ mod tests {
             moe_capacity_factor: None,
             cp_comm: Default::default(),
             tp_comm_overlap: false,
+            compile: Default::default(),
             stages,
             made_for: None,
         }

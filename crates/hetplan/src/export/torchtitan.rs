@@ -35,8 +35,10 @@
 //!   no FP16), `disable_cuda_graphs` (required with pipelining, `trainer.py:185`);
 //! - `activation_checkpoint`: `None`, `SelectiveAC.Config()` or `FullAC.Config()`
 //!   (`distributed/activation_checkpoint.py:332`);
-//! - `compile=CompileConfig(enable=True, enable_async_tensor_parallel=True)` for a plan with
-//!   TP communication overlap (`config/configs.py:291`; async TP is an Inductor pass);
+//! - `compile=CompileConfig(enable=True)` unless the plan runs eagerly (`Plan::compile`: hetplan
+//!   priced the elementwise work and the loss fused), `components=["model"]` for a plan whose
+//!   loss runs eagerly, `enable_async_tensor_parallel=True` for a plan with TP communication
+//!   overlap (`config/configs.py:291`; async TP is an Inductor pass);
 //! - data: `HuggingFaceTextDataLoader.Config(dataset="c4_test")` and `hf_assets_path=
 //!   "./tests/assets/tokenizer"`, as `llama3_debugmodel` (`models/llama3/config_registry.py`)
 //!   trains without downloads from a torchtitan checkout; torchtitan has no mock dataset;
@@ -64,7 +66,7 @@ use super::ranks::{self, RankLayout};
 use super::{shell_quote, Export, ExportError, ExportFile, Job, Target};
 use crate::model::{AttnImpl, LayerKind, MlpKind, Model, NormKind, PositionKind};
 use crate::plan::runtime::Runtime;
-use crate::plan::{Plan, Precision, Recompute, Schedule};
+use crate::plan::{Compile, Plan, Precision, Recompute, Schedule};
 
 /// The module `torchtitan.train --module` imports (the file `hetplan_job.py`).
 pub const MODULE: &str = "hetplan_job";
@@ -162,6 +164,7 @@ pub const KEYWORDS: &[(&str, &str)] = &[
     ("activation_checkpoint", "trainer.py:108"),
     ("compile", "trainer.py:111"),
     ("enable", "config/configs.py:292 CompileConfig"),
+    ("components", "config/configs.py:301 CompileConfig"),
     (
         "enable_async_tensor_parallel",
         "config/configs.py:295 CompileConfig",
@@ -669,15 +672,7 @@ fn job_module(job: Job<'_>) -> String {
         },
         tp = st.tp,
         sp = py_bool(st.sequence_parallel && st.tp > 1),
-        // Async TP (torch's micro-pipelined collectives) is an Inductor pass: it needs the
-        // model compiled (CompileConfig.__post_init__).
-        compile = if plan.tp_comm_overlap && st.sequence_parallel && st.tp > 1 {
-            "        # Async TP: the TP all-gathers and reduce-scatters pipelined with the matmuls\n        \
-             # (an Inductor pass, so the model is compiled).\n        \
-             compile=CompileConfig(enable=True, enable_async_tensor_parallel=True),\n"
-        } else {
-            ""
-        },
+        compile = compile_config(plan, st.sequence_parallel && st.tp > 1),
         pp_keys = if pp > 1 {
             format!(
                 "            pipeline_parallel_schedule=\"{}\",\n            \
@@ -690,6 +685,38 @@ fn job_module(job: Job<'_>) -> String {
         },
     ));
     s
+}
+
+/// The `compile=` keyword as hetplan priced the plan (`Plan::compile`): the blocks and the loss
+/// (CompileConfig's default components), the blocks alone, or nothing (eager, CompileConfig's
+/// default); with async TP, an Inductor pass that needs the model compiled
+/// (CompileConfig.__post_init__; an eager plan with it is refused by `Runtime::why_not`).
+fn compile_config(plan: &Plan, tp_with_sp: bool) -> String {
+    let components = match plan.compile {
+        Compile::Off => {
+            return "        # Eager, as the plan was priced (compile=off): CompileConfig's default.\n"
+                .into()
+        }
+        Compile::On => "",
+        Compile::Blocks => ", components=[\"model\"]",
+    };
+    let (async_tp, note) = if plan.tp_comm_overlap && tp_with_sp {
+        (
+            ", enable_async_tensor_parallel=True",
+            "\n        # Async TP: the TP all-gathers and reduce-scatters pipelined with the matmuls \
+             (an Inductor pass).",
+        )
+    } else {
+        ("", "")
+    };
+    let what = match plan.compile {
+        Compile::Blocks => "the norms, rotary embeddings and activations fused, the loss eager",
+        _ => "the norms, rotary embeddings, activations and the loss fused",
+    };
+    format!(
+        "        # Compiled: hetplan priced {what}.{note}\n        \
+         compile=CompileConfig(enable=True{components}{async_tp}),\n"
+    )
 }
 
 /// `launch.sh`: this directory on `PYTHONPATH` (the config module), then the shared launch.

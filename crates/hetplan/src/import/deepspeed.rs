@@ -247,6 +247,7 @@ impl DeepspeedJob {
             moe_capacity_factor: None,
             cp_comm: Default::default(),
             tp_comm_overlap: false,
+            compile: Default::default(),
             stages,
             made_for: Some(crate::plan::MadeFor::of(model, cluster)),
         })

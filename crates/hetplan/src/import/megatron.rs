@@ -696,6 +696,7 @@ impl MegatronJob {
             // arguments.py asserts --sequence-parallel with it, and turns sequence parallelism
             // off (so the assertion fails) without TP.
             tp_comm_overlap: self.has("tp-comm-overlap") && tp > 1 && self.has("sequence-parallel"),
+            compile: Default::default(),
             stages,
             made_for: Some(crate::plan::MadeFor::of(&self.model, cluster)),
         })

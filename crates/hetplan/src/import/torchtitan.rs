@@ -17,7 +17,9 @@ use crate::cluster::{Cluster, GpuId};
 use crate::error::InputError;
 use crate::export::ranks::NodeLaunch;
 use crate::model::{AttnImpl, MlpKind, Model, NormKind, PositionKind, TransformerConfig};
-use crate::plan::{Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
+use crate::plan::{
+    Compile, Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage,
+};
 use std::collections::BTreeMap;
 
 /// A literal value and where it starts.
@@ -169,6 +171,27 @@ impl TorchtitanJob {
         self.kwargs
             .get(key)
             .map(|l| l.text.trim_matches(|c| c == '"' || c == '\'').to_string())
+    }
+
+    /// What runs under `torch.compile`: `compile=CompileConfig(enable=True, ...)` compiles
+    /// its `components` (`["model", "loss"]` by default); `enable` is False by default
+    /// (config/configs.py).
+    fn compile(&self) -> Compile {
+        let Some(l) = self.kwargs.get("compile") else {
+            return Compile::Off;
+        };
+        let text: String = l.text.chars().filter(|c| !c.is_whitespace()).collect();
+        let enabled = text.starts_with("CompileConfig(")
+            && text.split(['(', ',', ')']).any(|arg| arg == "enable=True");
+        let components = text
+            .split_once("components=[")
+            .map(|(_, rest)| rest.split(']').next().unwrap_or(""));
+        match components {
+            _ if !enabled => Compile::Off,
+            Some(c) if !c.contains("model") => Compile::Off,
+            Some(c) if !c.contains("\"loss\"") && !c.contains("'loss'") => Compile::Blocks,
+            _ => Compile::On,
+        }
     }
 
     fn flag(&self, key: &str, default: bool) -> bool {
@@ -409,6 +432,7 @@ impl TorchtitanJob {
                 tp_comm_overlap: tp > 1
                     && self.flag("enable_sequence_parallel", true)
                     && self.flag("enable_async_tensor_parallel", false),
+                compile: self.compile(),
                 stages,
                 made_for: Some(crate::plan::MadeFor::of(model, cluster)),
             },

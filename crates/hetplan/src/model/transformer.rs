@@ -365,6 +365,7 @@ impl TransformerConfig {
             // scale, shift).
             kind: OpKind::Elementwise {
                 bytes_per_token: 4.0 * h,
+                eager_bytes_per_token: self.eager_norm_bytes_per_element() * h,
                 flops_per_token: 5.0 * h,
                 sharded: false,
             },
@@ -389,6 +390,7 @@ impl TransformerConfig {
             name: "qk_norm".to_string(),
             kind: OpKind::Elementwise {
                 bytes_per_token: 4.0 * w,
+                eager_bytes_per_token: self.eager_norm_bytes_per_element() * w,
                 flops_per_token: 5.0 * w,
                 sharded: true,
             },
@@ -401,6 +403,46 @@ impl TransformerConfig {
             tied: false,
             saved_bytes_per_token: 2.0 * w,
             saved_sharded: true,
+        }
+    }
+
+    /// Rotary position embedding of `width` query and key elements per token, split over TP
+    /// ranks with the heads. Fused (Transformer Engine's and Megatron's `apply_rope_fusion`,
+    /// or the code under `torch.compile`): one kernel reads and writes each element, 2 B each,
+    /// ~3 FLOP (two products and a sum). Eager, torchtitan's `apply_rotary_emb`
+    /// (torchtitan/models/llama/model.py at 9dec370, the commit of its December 2024
+    /// benchmarks): `x.float()` (reads 2 B, writes 4), the complex product with the
+    /// frequencies (reads 4, writes 4; the frequencies broadcast, one row per position) and
+    /// `type_as` (reads 4, writes 2): 20 B. Backward needs only the frequencies (the op is
+    /// linear in its input): nothing kept.
+    fn rope_op(&self, width: u64) -> Op {
+        let w = width as f64;
+        Op {
+            name: "rope".to_string(),
+            kind: OpKind::Elementwise {
+                bytes_per_token: 4.0 * w,
+                eager_bytes_per_token: 20.0 * w,
+                flops_per_token: 3.0 * w,
+                sharded: true,
+            },
+            params: 0,
+            params_sharded: false,
+            tied: false,
+            saved_bytes_per_token: 0.0,
+            saved_sharded: true,
+        }
+    }
+
+    /// HBM bytes per element of a norm run eagerly. RMSNorm as torchtitan writes it
+    /// (torchtitan/models/norms.py at 9dec370; transformers' `LlamaRMSNorm` runs the same
+    /// operations): `x.float()` (reads 2 B, writes 4), `pow(2)` (4 + 4), `mean(-1)` (reads 4),
+    /// the product with the reciprocal root (4 + 4), `type_as` (4 + 2) and the weight's
+    /// product (2 + 2): 36 B against the fused kernel's 4. `nn.LayerNorm` is one kernel
+    /// eagerly too: 4 B.
+    fn eager_norm_bytes_per_element(&self) -> f64 {
+        match self.norm {
+            NormKind::RmsNorm => 36.0,
+            NormKind::LayerNorm => 4.0,
         }
     }
 
@@ -449,6 +491,7 @@ impl TransformerConfig {
             name: name.to_string(),
             kind: OpKind::Elementwise {
                 bytes_per_token: 4.0 * n as f64 * copies,
+                eager_bytes_per_token: 4.0 * n as f64 * copies,
                 flops_per_token: n as f64 * copies,
                 sharded: false,
             },
@@ -467,6 +510,7 @@ impl TransformerConfig {
             name: name.to_string(),
             kind: OpKind::Elementwise {
                 bytes_per_token: 6.0 * h,
+                eager_bytes_per_token: 6.0 * h,
                 flops_per_token: h,
                 sharded: false,
             },
@@ -513,17 +557,20 @@ impl TransformerConfig {
             token_fraction,
             input_saved,
         ));
-        let (act_bytes, act_saved, act_flops) = match self.mlp {
+        let (act_bytes, eager_bytes, act_saved, act_flops) = match self.mlp {
             // GeLU reads 2f and writes 2f bytes and keeps its input (2f); ~8 FLOP per element
-            // (tanh approximation).
-            MlpKind::Gelu => (4.0 * f, 2.0 * f, 8.0 * f),
-            // SwiGLU reads gate and up (4f), writes 2f, keeps both inputs.
-            MlpKind::SwiGlu => (6.0 * f, 4.0 * f, 6.0 * f),
+            // (tanh approximation). Eager `F.gelu` is the same one kernel.
+            MlpKind::Gelu => (4.0 * f, 4.0 * f, 2.0 * f, 8.0 * f),
+            // SwiGLU reads gate and up (4f), writes 2f, keeps both inputs. Eager,
+            // `F.silu(w1(x)) * w3(x)` (torchtitan's FeedForward, transformers' LlamaMLP) is two
+            // kernels: the SiLU reads and writes 2f, the product reads 4f and writes 2f.
+            MlpKind::SwiGlu => (6.0 * f, 10.0 * f, 4.0 * f, 6.0 * f),
         };
         ops.push(Op {
             name: format!("{prefix}act"),
             kind: OpKind::Elementwise {
                 bytes_per_token: act_bytes * copies,
+                eager_bytes_per_token: eager_bytes * copies,
                 flops_per_token: act_flops * copies,
                 sharded: true,
             },
@@ -647,6 +694,16 @@ impl TransformerConfig {
         };
         if let Some(q) = self.quirks.qk_norm {
             ops.push(self.qk_norm_op(q, a.saturating_add(kv).saturating_mul(dq)));
+        }
+        if self.position == PositionKind::Rotary {
+            // The rotary part of every query and key: the whole head (partial rotary, as
+            // GPT-NeoX's `rotary_pct`, is taken whole), or MLA's rope part of each query and
+            // the one key part the heads share.
+            let rotated = match self.quirks.mla {
+                None => a.saturating_add(kv).saturating_mul(dq),
+                Some(m) => a.saturating_add(1).saturating_mul(m.qk_rope_head_dim),
+            };
+            ops.push(self.rope_op(rotated));
         }
         // Q, K and V as the core keeps them (2 bytes per element).
         let core_saved = 2.0 * ((a + kv) as f64 * dq as f64 + kv as f64 * dv as f64);
@@ -855,6 +912,7 @@ impl TransformerConfig {
                 name: "logits_bias".to_string(),
                 kind: OpKind::Elementwise {
                     bytes_per_token: 4.0 * v,
+                    eager_bytes_per_token: 4.0 * v,
                     flops_per_token: v,
                     sharded: true,
                 },

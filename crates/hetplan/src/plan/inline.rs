@@ -15,6 +15,7 @@
 //! | `ckpt` | activation checkpointing: `none`, `selective`, `full` or a number of layers per stage | `none` |
 //! | `sp` | sequence parallelism `on`/`off` | `off` |
 //! | `tp_overlap` | tensor-parallel collectives pipelined with their GEMMs `on`/`off` (Megatron's `--tp-comm-overlap`, torchtitan's async TP; needs `sp=on` with `tp` > 1) | `off` |
+//! | `compile` | how much of the model's PyTorch code runs under `torch.compile` (engine `fsdp` only): `on`, the blocks and the loss (torchtitan's default components); `blocks`, the loss eager (torchtitan before April 2025); `off`, eagerly, each norm, rotary embedding and gated activation the separate kernels its code writes. Megatron and DeepSpeed run their own fused kernels (`on`) | `on` |
 //! | `cp_comm` | how a context-parallel group runs attention: `ring` (Megatron's `p2p`: keys and values around a ring, overlapped) or `a2a` (Ulysses: all-to-alls trade sequence chunks for heads) | `ring` |
 //! | `capacity` | MoE token dropping: no expert takes more than this many times its even share of the tokens (Megatron's `--moe-expert-capacity-factor`) | dropless |
 //! | `ep` | expert parallelism: each MoE layer's experts split over `ep` DP replicas (stages without MoE layers keep 1) | 1 |
@@ -23,7 +24,7 @@
 //! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
 //! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
 //! | `engine` | `megatron`, `deepspeed` or `fsdp` | `megatron` |
-//! | `precision` | `bf16`, `fp16` or `fp32` | `bf16` |
+//! | `precision` | `bf16`, `fp16`, `fp32` or `fp8` | `bf16` |
 //! | `offload_w`, `offload_g`, `offload_opt`, `offload_act` | fractions 0–1 of weights, gradients, optimizer states, activations kept in host memory | 0 |
 //!
 //! One of `gbs` and `m` is required; given both, they must agree. `mbs`, `gbs` and `m` (and so
@@ -47,7 +48,9 @@
 //! layers. With interleaving chunk `j` runs on the GPUs of stage `j mod pp`.
 
 use super::validate::{tp_fits_kv_heads, validate, PlanError};
-use super::{CpComm, Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
+use super::{
+    Compile, CpComm, Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage,
+};
 use crate::cluster::{Cluster, GpuId};
 use crate::error::InputError;
 use crate::model::{LayerKind, Model};
@@ -68,6 +71,7 @@ pub const KEYS: &[&str] = &[
     "ckpt",
     "sp",
     "tp_overlap",
+    "compile",
     "ep",
     "etp",
     "cp",
@@ -503,6 +507,16 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     ];
     let sequence_parallel = s.choice("sp", &on_off)?.unwrap_or(false);
     let tp_comm_overlap = s.choice("tp_overlap", &on_off)?.unwrap_or(false);
+    let compile = s
+        .choice(
+            "compile",
+            &[
+                ("on", Compile::On),
+                ("blocks", Compile::Blocks),
+                ("off", Compile::Off),
+            ],
+        )?
+        .unwrap_or_default();
     let engine = s
         .choice(
             "engine",
@@ -584,6 +598,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         collective_dtypes: Default::default(),
         moe_capacity_factor: s.positive("capacity")?,
         tp_comm_overlap,
+        compile,
         cp_comm: s
             .choice(
                 "cp_comm",
@@ -608,6 +623,9 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             Some(PlanError::Fp8Unsupported { .. }) => {
                 Some("train in BF16 (precision=bf16), or on a cluster of FP8 GPUs".to_string())
             }
+            Some(PlanError::CompileOutsideFsdp { .. }) => Some(
+                "engine=fsdp (torchtitan, PyTorch FSDP), or leave out compile= (on)".to_string(),
+            ),
             _ => None,
         };
         return Err(s.err(
@@ -641,6 +659,7 @@ fn key_of(e: &PlanError) -> &'static str {
         PlanError::ZeroStage { .. } => "zero",
         PlanError::RecomputeLayers { .. } => "ckpt",
         PlanError::Fp8Unsupported { .. } => "precision",
+        PlanError::CompileOutsideFsdp { .. } => "compile",
         PlanError::OffloadRatio { which, .. } => match *which {
             "weights" => "offload_w",
             "gradients" => "offload_g",

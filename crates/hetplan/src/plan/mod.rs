@@ -462,6 +462,42 @@ impl Stage {
     }
 }
 
+/// How much of a model's PyTorch code runs under `torch.compile` (`Plan::compile`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compile {
+    /// The blocks and the loss compiled: torchtitan's `compile.components = ["model",
+    /// "loss"]` (its default with `compile.enable` since April 2025,
+    /// torchtitan/components/loss.py). Norms, rotary embeddings and activations each one fused
+    /// kernel; the cross-entropy one pass over the logits. For Megatron and DeepSpeed: their
+    /// own fused kernels.
+    #[default]
+    On,
+    /// The blocks compiled, the loss eager: torchtitan before it compiled the loss (its
+    /// December 2024 benchmarks: `train.py` at 9dec370 leaves `torch.compile(loss_fn)`
+    /// commented out), or `components = ["model"]`.
+    Blocks,
+    /// Eager (torchtitan's `compile.enable = false`, its default): norms, rotary embeddings and
+    /// gated activations as the separate kernels the code writes, each through HBM
+    /// (`OpKind::Elementwise`'s eager bytes).
+    Off,
+}
+
+impl Compile {
+    pub fn is_on(&self) -> bool {
+        *self == Compile::On
+    }
+
+    /// The inline plan's word for it (`compile=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Compile::On => "on",
+            Compile::Blocks => "blocks",
+            Compile::Off => "off",
+        }
+    }
+}
+
 /// A complete training plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -496,6 +532,11 @@ pub struct Plan {
     /// through mapped peer memory, so every TP group sits in one node (`Stage::can_overlap_tp`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tp_comm_overlap: bool,
+    /// How much of the model's PyTorch code runs under `torch.compile` (engine `fsdp`:
+    /// torchtitan's `compile.enable` and `compile.components`); Megatron and DeepSpeed run
+    /// their own fused kernels, which `Compile::On` stands for.
+    #[serde(default, skip_serializing_if = "Compile::is_on")]
+    pub compile: Compile,
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
     /// order, chunk j on the devices of chunk j mod pp).
     pub stages: Vec<Stage>,
@@ -676,6 +717,18 @@ impl Plan {
     /// the simulator both ask.
     pub fn overlaps_tp(&self, st: &Stage, r: usize) -> bool {
         self.tp_comm_overlap && st.sequence_parallel && st.tp_of(r) > 1
+    }
+
+    /// Whether the model's elementwise ops run as eager PyTorch's separate kernels
+    /// (`compile: off`, which validation accepts only under the FSDP engine).
+    pub fn runs_eagerly(&self) -> bool {
+        self.compile == Compile::Off && self.engine == Engine::Fsdp
+    }
+
+    /// Whether the loss is PyTorch's cross-entropy compiled (`compile: on` under the FSDP
+    /// engine): one fused pass that keeps no FP32 copy of the logits (`cost::memory`).
+    pub fn compiles_loss(&self) -> bool {
+        self.compile == Compile::On && self.engine == Engine::Fsdp
     }
 
     /// Number of physical pipeline stages (chunks ÷ virtual stages).

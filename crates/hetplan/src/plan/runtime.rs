@@ -8,7 +8,7 @@
 //! November 2026: Megatron-Core 0.19, DeepSpeed 0.19.6, torchtitan 0.2.2/0.3); each rule names
 //! its source. Where the sheet is silent the rule is the conservative one, said so.
 
-use super::{LayerRange, Plan, Recompute, Schedule, Stage};
+use super::{Compile, LayerRange, Plan, Recompute, Schedule, Stage};
 use serde::Serialize;
 
 /// A mainstream training engine a plan may be restricted to (`--engine`).
@@ -197,6 +197,28 @@ impl Runtime {
             why.push(format!(
                 "hetplan exports tensor-parallel communication overlap to Megatron and \
                  torchtitan; {name} runs the plan without it"
+            ));
+        }
+        if !plan.compile.is_on() && self.engine() != super::Engine::Fsdp {
+            why.push(format!(
+                "{name} runs its own fused kernels; the plan runs PyTorch's model code {} \
+                 (compile={})",
+                if plan.compile == Compile::Off {
+                    "eagerly"
+                } else {
+                    "with an eager loss"
+                },
+                plan.compile.name()
+            ));
+        }
+        // CompileConfig.__post_init__: async TP is an Inductor pass.
+        if plan.compile == Compile::Off
+            && plan.tp_comm_overlap
+            && plan.stages.iter().any(|s| s.tp > 1)
+        {
+            why.push(format!(
+                "{name}'s tensor-parallel overlap (async TP) needs the model compiled; the plan \
+                 runs it eagerly (compile=off)"
             ));
         }
         if plan.moe_capacity_factor.is_some() && self != Runtime::Megatron {
@@ -412,8 +434,12 @@ impl Runtime {
                 _ => None,
             };
         }
-        p.tp_comm_overlap &= self.overlaps_tp() && sp;
         p.engine = self.engine();
+        // Eager model code is PyTorch's; async TP needs it compiled.
+        if p.engine != super::Engine::Fsdp {
+            p.compile = Compile::On;
+        }
+        p.tp_comm_overlap &= self.overlaps_tp() && sp && p.compile != Compile::Off;
         p.schedule = match (self, p.schedule) {
             (Runtime::Megatron, Schedule::Gpipe) => Schedule::OneFOneB,
             (Runtime::Deepspeed, Schedule::Interleaved { .. }) => {
@@ -493,6 +519,7 @@ mod tests {
             moe_capacity_factor: None,
             cp_comm: Default::default(),
             tp_comm_overlap: false,
+            compile: Default::default(),
             stages,
             made_for: None,
         }

@@ -76,6 +76,9 @@
 //! - `tp_comm_overlap` (plan level, default false): tensor-parallel collectives pipelined with
 //!   their GEMMs; every stage with `tp > 1` must have `sequence_parallel` on, and every TP
 //!   group must sit in one node.
+//! - `compile` (plan level, default `"on"`): how much of the model's PyTorch code runs under
+//!   `torch.compile`, `"on"` (blocks and loss), `"blocks"` or `"off"` (eager); anything but
+//!   `"on"` only with engine `fsdp`.
 //!
 //! Unknown fields are errors, with the nearest known field as hint.
 
@@ -379,6 +382,14 @@ pub enum PlanError {
          exchanges the chunks through the GPUs' mapped memory, inside one node"
     )]
     TpOverlapAcrossNodes { stage: usize, replica: usize },
+    #[error(
+        "compile is {compile}, but the engine is {engine}: it runs its own fused kernels, not \
+         PyTorch's model code"
+    )]
+    CompileOutsideFsdp {
+        engine: &'static str,
+        compile: &'static str,
+    },
     #[error("stage {stage} has ep = {ep}, which does not divide its dp = {dp}")]
     ExpertParallelDivides { stage: usize, ep: u32, dp: u32 },
     #[error("stage {stage} has ep = {ep}, but none of its layers is a mixture of experts")]
@@ -497,6 +508,7 @@ impl PlanError {
             PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
             PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
             PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
+            PlanError::CompileOutsideFsdp { .. } => "compile".into(),
             PlanError::TpOverlapAcrossNodes { stage, .. } => st(stage, "devices"),
             PlanError::TpOverlapWithoutSequenceParallel { stage, .. } => {
                 st(stage, "sequence_parallel")
@@ -621,6 +633,9 @@ impl PlanError {
                  symmetric memory map the peers' buffers over the node's GPU links), or turn \
                  tp_comm_overlap off"
                     .into()
+            }
+            PlanError::CompileOutsideFsdp { .. } => {
+                "set engine to fsdp (torchtitan, PyTorch FSDP), or leave compile out (on)".into()
             }
             PlanError::TpOverlapWithoutSequenceParallel { .. } => {
                 "turn sequence_parallel on in every stage with tp > 1 (Megatron's arguments.py \
@@ -815,6 +830,16 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
         }
     }
     check_layers(plan, model, &mut errs);
+    if !plan.compile.is_on() && plan.engine != super::Engine::Fsdp {
+        errs.push(PlanError::CompileOutsideFsdp {
+            engine: match plan.engine {
+                super::Engine::Megatron => "megatron",
+                super::Engine::Deepspeed => "deepspeed",
+                super::Engine::Fsdp => "fsdp",
+            },
+            compile: plan.compile.name(),
+        });
+    }
     if plan.tp_comm_overlap {
         for (i, st) in plan.stages.iter().enumerate() {
             if st.tp > 1 && !st.sequence_parallel {

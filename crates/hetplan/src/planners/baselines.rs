@@ -120,10 +120,11 @@ fn megatron_plan(
     mbs: u64,
 ) -> Option<Plan> {
     let spec = format!(
-        "tp={tp},pp={pp},dp={dp},mbs={mbs},gbs={},engine={},precision={}",
+        "tp={tp},pp={pp},dp={dp},mbs={mbs},gbs={},engine={},precision={},compile={}",
         problem.global_batch,
         engine_key(problem.options.engine),
-        precision_key(problem.options.precision)
+        precision_key(problem.options.precision),
+        problem.options.compile_of().name()
     );
     parse_inline_plan(&spec, problem.model, cluster).ok()
 }
@@ -562,6 +563,7 @@ impl Planner for AlpaAverage {
                             cp_all_to_all: false,
                             native_attention: problem.options.engine.native_attention(),
                             weight_casts: crate::cost::WeightCasts::None,
+                            eager: problem.options.runs_eagerly(),
                         };
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {

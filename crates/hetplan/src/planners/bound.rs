@@ -144,6 +144,7 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         cp_all_to_all,
                                         native_attention: true,
                                         weight_casts: crate::cost::WeightCasts::None,
+                                        eager: false,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

@@ -52,6 +52,7 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
         moe_capacity_factor: None,
         cp_comm: Default::default(),
         tp_comm_overlap: false,
+        compile: problem.options.compile_of(),
         made_for: None,
         stages: stages
             .into_iter()

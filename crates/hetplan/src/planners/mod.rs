@@ -24,7 +24,7 @@ pub mod referee;
 use crate::cluster::Cluster;
 use crate::cost::{ComputeTimes, Estimate};
 use crate::model::Model;
-use crate::plan::{Engine, Plan, Precision};
+use crate::plan::{Compile, Engine, Plan, Precision};
 use crate::units::{Bytes, Seconds};
 use serde::Serialize;
 
@@ -58,6 +58,31 @@ pub struct PlanOptions {
     /// The engine the plan must run on (`--engine`); `None`: any, a heterogeneity-aware
     /// runtime included. Honoured by hetplan's planner; the seeds search their own spaces.
     pub runtime: Option<crate::plan::runtime::Runtime>,
+    /// How much of the model's PyTorch code the plans run compiled (`Plan::compile`; engine
+    /// `fsdp` only, the others run their own fused kernels).
+    pub compile: Compile,
+}
+
+impl PlanOptions {
+    /// The `Plan::compile` of the plans the planners make: the option under the FSDP engine,
+    /// `on` (the engine's own kernels) under the others.
+    pub fn compile_of(&self) -> Compile {
+        if self.engine == Engine::Fsdp {
+            self.compile
+        } else {
+            Compile::On
+        }
+    }
+
+    /// Whether those plans compile PyTorch's loss (`Plan::compiles_loss`).
+    pub fn compiles_loss(&self) -> bool {
+        self.engine == Engine::Fsdp && self.compile == Compile::On
+    }
+
+    /// Whether they run the model's code eagerly (`Plan::runs_eagerly`).
+    pub fn runs_eagerly(&self) -> bool {
+        self.engine == Engine::Fsdp && self.compile == Compile::Off
+    }
 }
 
 impl Default for PlanOptions {
@@ -70,6 +95,7 @@ impl Default for PlanOptions {
             max_ep: 64,
             max_cp: 16,
             runtime: None,
+            compile: Compile::On,
         }
     }
 }

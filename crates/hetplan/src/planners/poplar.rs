@@ -331,8 +331,16 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
     } else {
         0.0
     };
-    let (act, working) =
-        memory::micro_batch_activations(model, &stage, batch, stage.tp, problem.seq_len, precision);
+    let compiled_loss = problem.options.compiles_loss();
+    let (act, working) = memory::micro_batch_activations(
+        model,
+        &stage,
+        batch,
+        stage.tp,
+        problem.seq_len,
+        precision,
+        compiled_loss,
+    );
     let transient = memory::transient_bytes(
         model,
         &stage,
@@ -340,6 +348,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
         stage.tp,
         problem.seq_len,
         problem.options.engine,
+        compiled_loss,
     );
     let before = weights + gradients + optimizer + gathered;
     let forward = act + working + transient;
@@ -363,6 +372,7 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         cp_all_to_all: false,
         native_attention: problem.options.engine.native_attention(),
         weight_casts: crate::cost::WeightCasts::None,
+        eager: problem.options.runs_eagerly(),
     };
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;

@@ -557,6 +557,7 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
         moe_capacity_factor: None,
         cp_comm: Default::default(),
         tp_comm_overlap: sk.tp_overlap,
+        compile: problem.options.compile_of(),
         stages,
         made_for: None,
     }

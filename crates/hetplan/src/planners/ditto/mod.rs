@@ -363,6 +363,7 @@ impl<'p> Model<'p> {
                     cp_all_to_all: false,
                     native_attention: problem.options.engine.native_attention(),
                     weight_casts: crate::cost::WeightCasts::None,
+                    eager: problem.options.runs_eagerly(),
                 };
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];
@@ -416,6 +417,7 @@ impl<'p> Model<'p> {
                                 false,
                                 false,
                                 precision,
+                                problem.options.compiles_loss(),
                             )
                         })),
                         transient: prefix((0..layers).map(|l| {

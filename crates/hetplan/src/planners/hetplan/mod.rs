@@ -635,8 +635,10 @@ fn evaluate_starts(
             .par_iter()
             .map(|(_, plan)| {
                 let mut plan = plan.clone()?;
-                // The problem's engine and precision, as every seed's plans have them.
+                // The problem's engine, precision and compilation, as every seed's plans have
+                // them.
                 (plan.engine, plan.precision) = (problem.options.engine, problem.options.precision);
+                plan.compile = problem.options.compile_of();
                 let plan = match problem.options.runtime {
                     Some(_) => refine::conformed(problem, plan)?,
                     None => plan,

@@ -1395,6 +1395,7 @@ inter_node_bandwidth = "100 Gbps"
             moe_capacity_factor: None,
             cp_comm: Default::default(),
             tp_comm_overlap: false,
+            compile: Default::default(),
             stages: vec![a, b],
             made_for: None,
         }

@@ -240,6 +240,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             cp_all_to_all: false,
             native_attention: p.options.engine.native_attention(),
             weight_casts: crate::cost::WeightCasts::None,
+            eager: p.options.runs_eagerly(),
         };
         let mut v = Vec::with_capacity(p.model.layers.len() + 1);
         v.push(0.0);
@@ -328,6 +329,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                         false,
                         false,
                         p.options.precision,
+                        p.options.compiles_loss(),
                     );
                 t.transient[l] = trans;
                 t.bad[l + 1] = t.bad[l] + u32::from(bad);

@@ -152,6 +152,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         cp_all_to_all: false,
         native_attention: p.options.engine.native_attention(),
         weight_casts: crate::cost::WeightCasts::None,
+        eager: p.options.runs_eagerly(),
     };
     let n = spec.end - spec.start;
     let mut t = Table {
@@ -190,6 +191,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
             false,
             false,
             p.options.precision,
+            p.options.compiles_loss(),
         ));
         // Full checkpointing keeps the layer's input: the previous layer's output.
         let input = if li == 0 {
@@ -234,8 +236,15 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         replica_samples: Vec::new(),
         replica_tp: Vec::new(),
     };
-    t.transient =
-        memory::transient_bytes(model, &dummy, mbs, dummy.tp, p.seq_len, p.options.engine);
+    t.transient = memory::transient_bytes(
+        model,
+        &dummy,
+        mbs,
+        dummy.tp,
+        p.seq_len,
+        p.options.engine,
+        p.options.compiles_loss(),
+    );
     // Pipeline sends (§5.3: part of tᵢ): the boundary activation, 1/tp per rank, to a GPU of
     // another node when the cluster has more than one, else of the same node.
     if spec.sends > 0 {
