@@ -174,6 +174,7 @@ impl Graph {
         let mut exec_compute = vec![0usize; self.executors];
         let mut rates: Vec<f64> = Vec::new();
         let mut shares = FairShares::default();
+        let mut finished: Vec<TaskId> = Vec::new();
         loop {
             // Start everything that is ready (in id order).
             ready.sort_unstable();
@@ -211,7 +212,7 @@ impl Graph {
             // Advance; finish what reaches zero (with a relative tolerance for rounding).
             let dt = next;
             now += dt;
-            let mut finished = Vec::new();
+            finished.clear();
             for (i, (t, left)) in active.iter_mut().enumerate() {
                 let rate = rates[i];
                 *left -= if rate.is_infinite() { *left } else { rate * dt };
@@ -221,7 +222,7 @@ impl Graph {
             }
             active.retain(|(t, _)| !finished.contains(t));
             finished.sort_unstable();
-            for t in finished {
+            for &t in &finished {
                 self.tasks[t].end = now;
                 done += 1;
                 match &self.tasks[t].work {
@@ -311,19 +312,24 @@ struct FairShares {
     bw: Vec<f64>,
     /// The active flows that move bytes.
     flows: Vec<FairFlow>,
+    /// Every flow's (resource index into `resources`, weight) pairs, flow after flow
+    /// (`FairFlow::weights`): one buffer kept across events, so that filling allocates nothing
+    /// once it has grown.
+    weights: Vec<(usize, f64)>,
     /// The resources in use (sorted), their capacity left and the weight still rising on them.
     resources: Vec<usize>,
     left: Vec<f64>,
     rising: Vec<f64>,
 }
 
-/// A flow in [`FairShares`]: its index in the active list, its pace (its largest edge's
-/// bandwidth), the weight it puts on each resource (index into `resources`) per unit of pace,
-/// and whether its pace has stopped rising.
+/// A flow in [`FairShares`]: its index in the active list, its largest edge's bytes, its pace
+/// (its largest edge's bandwidth), where its weights lie in `FairShares::weights` (the weight
+/// it puts on each resource per unit of pace), and whether its pace has stopped rising.
 struct FairFlow {
     active: usize,
+    largest: f64,
     pace: f64,
-    weights: Vec<(usize, f64)>,
+    weights: std::ops::Range<usize>,
     frozen: bool,
 }
 
@@ -333,6 +339,7 @@ impl FairShares {
         self.bw.clear();
         self.resources.clear();
         self.flows.clear();
+        self.weights.clear();
         for &(t, _) in active {
             self.start.push(self.bw.len());
             if let Work::Flow { edges, .. } = &tasks[t].work {
@@ -365,31 +372,34 @@ impl FairShares {
                 continue;
             }
             // (resource, weight) pairs, a resource crossed by several edges summed: sorted
-            // by resource, then merged in one pass.
-            let mut weights: Vec<(usize, f64)> = edges
-                .iter()
-                .filter(|e| e.bytes > 0.0)
-                .flat_map(|e| e.resources.iter().map(move |r| (*r, e.bytes / largest)))
-                .map(|(r, w)| {
-                    let ri = self.resources.binary_search(&r).expect("collected above");
-                    (ri, w)
-                })
-                .collect();
-            weights.sort_by_key(|&(ri, _)| ri);
-            weights.dedup_by(|next, kept| {
-                let same = next.0 == kept.0;
-                if same {
-                    kept.1 += next.1;
+            // by resource, then merged in one pass, in place at the buffer's end.
+            let from = self.weights.len();
+            for e in edges.iter().filter(|e| e.bytes > 0.0) {
+                for r in &e.resources {
+                    let ri = self.resources.binary_search(r).expect("collected above");
+                    self.weights.push((ri, e.bytes / largest));
                 }
-                same
-            });
-            for &(ri, w) in &weights {
+            }
+            self.weights[from..].sort_by_key(|&(ri, _)| ri);
+            let mut kept = from;
+            for k in from..self.weights.len() {
+                let (ri, w) = self.weights[k];
+                if k > from && self.weights[kept - 1].0 == ri {
+                    self.weights[kept - 1].1 += w;
+                } else {
+                    self.weights[kept] = (ri, w);
+                    kept += 1;
+                }
+            }
+            self.weights.truncate(kept);
+            for &(ri, w) in &self.weights[from..] {
                 self.rising[ri] += w;
             }
             self.flows.push(FairFlow {
                 active: i,
+                largest,
                 pace: 0.0,
-                weights,
+                weights: from..kept,
                 frozen: false,
             });
         }
@@ -413,7 +423,7 @@ impl FairShares {
                 *l -= step * w;
             }
             for f in self.flows.iter_mut().filter(|f| !f.frozen) {
-                let full = f.weights.iter().any(|&(ri, _)| {
+                let full = self.weights[f.weights.clone()].iter().any(|&(ri, _)| {
                     self.rising[ri] > 1e-12 && self.left[ri] <= 1e-9 * capacity[self.resources[ri]]
                 });
                 if full {
@@ -424,22 +434,17 @@ impl FairShares {
                 self.rising[ri] = 0.0;
             }
             for f in self.flows.iter().filter(|f| !f.frozen) {
-                for &(ri, w) in &f.weights {
+                for &(ri, w) in &self.weights[f.weights.clone()] {
                     self.rising[ri] += w;
                 }
             }
         }
         for f in &self.flows {
-            let (i, pace) = (f.active, f.pace);
+            let (i, pace, largest) = (f.active, f.pace, f.largest);
             let t = active[i].0;
             let Work::Flow { edges, .. } = &tasks[t].work else {
                 unreachable!("only flows are listed")
             };
-            let largest = edges
-                .iter()
-                .filter(|e| !e.resources.is_empty())
-                .map(|e| e.bytes)
-                .fold(0.0f64, f64::max);
             for (k, e) in edges.iter().enumerate() {
                 if e.bytes > 0.0 && !e.resources.is_empty() {
                     self.bw[self.start[i] + k] = pace * e.bytes / largest;
