@@ -291,6 +291,14 @@ impl<'a> Search<'a> {
             .map(|t| Seconds((t.get() - self.clock.elapsed().get()).max(0.0)))
     }
 
+    /// Stops the search with `TimeLimit` before the limit is reached: the work it would start
+    /// next is measured to take longer than the time left.
+    pub fn stop_for_time(&mut self) {
+        if self.stopped.is_none() {
+            self.stopped = Some(StopReason::TimeLimit);
+        }
+    }
+
     /// Reads the clock now (`tick` reads it every 256 nodes): `false`, and the search stops
     /// with `TimeLimit`, once the time limit has passed.
     pub fn within_time(&mut self) -> bool {
