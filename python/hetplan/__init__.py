@@ -319,13 +319,16 @@ def plan(
     time_limit: Optional[float] = 30.0,
     max_nodes: Optional[int] = None,
     precision: str = "bf16",
+    compile: str = "on",
 ) -> PlanResult:
     """Finds a plan, as `hetplan plan` does: `algo` one of `catalogs()["planners"]`, `engine`
     any/megatron/deepspeed/torchtitan/fsdp, `time_limit` in seconds (None: none, then at most
-    10⁷ candidates unless `max_nodes` says otherwise). The search runs without the GIL."""
+    10⁷ candidates unless `max_nodes` says otherwise), `compile` how much of PyTorch's model
+    code torchtitan or fsdp run under torch.compile (on, blocks: the loss eager, off). The
+    search runs without the GIL."""
     seq = seq_len or model.default_seq_len
     out = _hetplan.search_plan(
-        model._h, cluster._h, gbs, seq, algo, engine, time_limit, max_nodes, precision
+        model._h, cluster._h, gbs, seq, algo, engine, time_limit, max_nodes, precision, compile
     )
     return PlanResult(json.loads(out), model, cluster, seq)
 

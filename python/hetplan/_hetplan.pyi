@@ -48,6 +48,7 @@ def search_plan(
     time_limit: Optional[float] = None,
     max_nodes: Optional[int] = None,
     precision: str = "bf16",
+    compile: str = "on",
 ) -> str: ...
 def export_plan(
     model: ModelHandle, cluster: ClusterHandle, plan: str, seq_len: int, target: str

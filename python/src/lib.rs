@@ -7,7 +7,7 @@ use hetplan::cost::{estimate, Analytic, Profiled, Workload};
 use hetplan::error::InputError;
 use hetplan::export::{export, Job, Target};
 use hetplan::plan::runtime::Runtime;
-use hetplan::plan::{Engine, Plan, Precision, ValidPlan};
+use hetplan::plan::{Compile, Engine, Plan, Precision, ValidPlan};
 use hetplan::planners::{self, Clock, Limits, NoProgress, PlanOptions, Problem, Search};
 use hetplan::profile::ProfileIndex;
 use hetplan::sim::{simulate, SimOptions};
@@ -245,7 +245,7 @@ impl Clock for WallClock {
 
 /// Searches a plan: the planner's outcome (JSON: plan, estimate, notes, stop reason, ...).
 #[pyfunction]
-#[pyo3(signature = (model, cluster, gbs, seq_len, algo, engine, time_limit=None, max_nodes=None, precision="bf16"))]
+#[pyo3(signature = (model, cluster, gbs, seq_len, algo, engine, time_limit=None, max_nodes=None, precision="bf16", compile="on"))]
 #[allow(clippy::too_many_arguments)]
 fn search_plan(
     py: Python<'_>,
@@ -258,8 +258,10 @@ fn search_plan(
     time_limit: Option<f64>,
     max_nodes: Option<u64>,
     precision: &str,
+    compile: &str,
 ) -> PyResult<String> {
     let (runtime, precision) = (runtime_of(py, engine)?, precision_of(py, precision)?);
+    let compile = compile_of(py, compile, runtime)?;
     if gbs == 0 {
         return Err(error(py, "gbs must be at least 1", None));
     }
@@ -282,6 +284,7 @@ fn search_plan(
             engine: runtime.map_or(Engine::Megatron, Runtime::engine),
             runtime,
             precision,
+            compile,
             ..PlanOptions::default()
         },
     };
@@ -401,9 +404,37 @@ fn precision_of(py: Python<'_>, precision: &str) -> PyResult<Precision> {
         other => Err(error(
             py,
             format!("precision {other:?} is not one hetplan knows"),
-            Some("bf16, fp16 or fp32".into()),
+            Some("bf16, fp16, fp32 or fp8".into()),
         )),
     }
+}
+
+/// How much of PyTorch's model code runs compiled (`Plan::compile`): anything but "on" only
+/// where the engine runs PyTorch's model code (torchtitan, fsdp).
+fn compile_of(py: Python<'_>, compile: &str, runtime: Option<Runtime>) -> PyResult<Compile> {
+    let c = match compile {
+        "on" => Compile::On,
+        "blocks" => Compile::Blocks,
+        "off" => Compile::Off,
+        other => {
+            return Err(error(
+                py,
+                format!("compile {other:?} is not one hetplan knows"),
+                Some("on, blocks or off".into()),
+            ))
+        }
+    };
+    if c != Compile::On && !runtime.is_some_and(|r| r.engine() == Engine::Fsdp) {
+        return Err(error(
+            py,
+            format!(
+                "compile={compile:?}: only PyTorch's own model code (engine torchtitan or fsdp) \
+                 runs uncompiled; Megatron and DeepSpeed run their own fused kernels"
+            ),
+            Some("engine=\"torchtitan\", or leave compile out".into()),
+        ));
+    }
+    Ok(c)
 }
 
 /// The names `load_model` and `load_cluster` take from the catalogs, and the planners.

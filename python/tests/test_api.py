@@ -101,6 +101,20 @@ def test_plan_searches_like_the_command_line(llama, mixed):
     assert "<table>" in r._repr_html_()
 
 
+def test_plan_takes_how_much_pytorch_code_runs_compiled(llama, mixed):
+    kw = dict(gbs=64, seq_len=4096, algo="dp", engine="fsdp", time_limit=5)
+    on = hetplan.plan(llama, mixed, **kw)
+    off = hetplan.plan(llama, mixed, compile="off", **kw)
+    assert "compile" not in on.plan.to_dict() and off.plan.to_dict()["compile"] == "off"
+    assert off.estimate.iteration_time_s > on.estimate.iteration_time_s
+    with pytest.raises(hetplan.HetplanError) as e:
+        hetplan.plan(llama, mixed, gbs=64, engine="megatron", compile="off")
+    assert "torchtitan" in e.value.hint
+    with pytest.raises(hetplan.HetplanError) as e:
+        hetplan.plan(llama, mixed, gbs=64, engine="fsdp", compile="maybe")
+    assert "blocks" in e.value.hint
+
+
 def test_the_search_releases_the_gil(llama, mixed):
     # Two searches on two threads finish; a Python thread keeps running beside them.
     ticks = []
