@@ -409,6 +409,7 @@ fn measured_moe_layers_are_read_at_the_stages_ep_degree() {
         native_attention: false,
         weight_casts: hetplan::cost::WeightCasts::None,
         eager: false,
+        pads_vocabulary: false,
     };
     let fwd = |layer, ep, etp| {
         profiled

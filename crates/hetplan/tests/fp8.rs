@@ -11,20 +11,7 @@ use hetplan::plan::validate::PlanError;
 use hetplan::plan::Precision;
 
 fn shape(precision: Precision) -> LayerShape {
-    LayerShape {
-        mbs: 2,
-        seq: 8192,
-        tp: 1,
-        sequence_parallel: false,
-        precision,
-        ep: 1,
-        etp: None,
-        cp: 1,
-        cp_all_to_all: false,
-        native_attention: false,
-        weight_casts: hetplan::cost::WeightCasts::None,
-        eager: false,
-    }
+    LayerShape::plain(2, 8192, 1, precision)
 }
 
 #[test]

@@ -115,10 +115,15 @@ fn one_gpu_steps_on_an_h200_time_memory_and_the_verdict() {
     assert!(ooms >= 1 && time_err.len() >= 6);
     let t = median(time_err.iter().map(|e| e.abs()).collect());
     let m = median(mem_err.iter().map(|e| e.abs()).collect());
-    // Today's values (docs/validation.md §5): the time within 10% median (7.6%; the GPT-3
-    // steps' head runs 5x slower than priced, its 50,257-entry vocabulary unaligned); the
-    // memory within 5% median (2.4%) and 10% on every step (6.9%).
+    // Today's values (docs/validation.md §5): the time within 10% median (7.3%) and 12.5% on
+    // every step (11.8%: GPT-3 1.3B, whose unaligned 50,257-entry head runs 5-7x slower, now
+    // priced so; 27.7% before); the memory within 5% median (2.4%) and 10% on every step (6.9%).
     assert!(t <= 0.10, "median |time error| {t:.3}: {time_err:?}");
+    let worst_time = time_err.iter().fold(0.0f64, |a, e| a.max(e.abs()));
+    assert!(
+        worst_time <= 0.125,
+        "largest |time error| {worst_time:.3}: {time_err:?}"
+    );
     assert!(m <= 0.05, "median |memory error| {m:.3}: {mem_err:?}");
     let worst = mem_err.iter().fold(0.0f64, |a, e| a.max(e.abs()));
     assert!(
@@ -195,4 +200,32 @@ fn profiled_estimates_of_the_measured_steps() {
         checked += 1;
     }
     assert!(checked >= 2, "{checked} steps checked");
+}
+
+/// GPT-2's 50,257-entry head leaves cuBLAS its unaligned kernels (`alignment.json`: 5-7x
+/// slower than the same head padded to 50,304): priced so where the engine runs the vocabulary
+/// as it is, not where Megatron pads it.
+#[test]
+fn an_unaligned_head_is_slow_unless_the_engine_pads_the_vocabulary() {
+    use hetplan::cost::LayerShape;
+    let gpt = catalog_model("gpt3-1.3b").unwrap();
+    let h200 = hetplan::gpu::lookup("h200-sxm-141gb").unwrap();
+    let head = gpt.layers.len() - 1;
+    let shape = |pads_vocabulary| LayerShape {
+        pads_vocabulary,
+        ..LayerShape::plain(8, 2048, 1, hetplan::plan::Precision::Bf16)
+    };
+    let t = |pads| {
+        let l = Analytic.layer_time(&h200, &gpt, head, shape(pads));
+        (l.forward + l.backward).get()
+    };
+    let (plain, padded) = (t(false), t(true));
+    // The head's three products, 3.4 TFLOP at 16,384 tokens, dominate the layer.
+    assert!(plain / padded > 3.0, "{plain} vs {padded}");
+    // A block's widths are all aligned: padding changes nothing there.
+    let block = |pads| {
+        let l = Analytic.layer_time(&h200, &gpt, 1, shape(pads));
+        (l.forward + l.backward).get()
+    };
+    assert_eq!(block(false), block(true));
 }

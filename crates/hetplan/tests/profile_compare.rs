@@ -20,20 +20,7 @@ fn db(model: &str, gpu: &str, layers: &str) -> ProfileDb {
 fn each_sample_stands_beside_the_models_prediction_for_its_layer_and_shape() {
     let model = catalog_model("gpt3-1.3b").unwrap();
     let gpu = lookup("a100-sxm4-80gb").unwrap();
-    let shape = |tp, mbs| LayerShape {
-        mbs,
-        seq: 1024,
-        tp,
-        sequence_parallel: false,
-        precision: Precision::Bf16,
-        ep: 1,
-        etp: None,
-        cp: 1,
-        cp_all_to_all: false,
-        native_attention: false,
-        weight_casts: hetplan::cost::WeightCasts::None,
-        eager: false,
-    };
+    let shape = |tp, mbs| LayerShape::plain(mbs, 1024, tp, Precision::Bf16);
     // The block at tp 2, mbs 4, measured exactly twice as slow as the model says, with
     // measured activations; the head by its index, as fast as the model.
     let block = Analytic.layer_time(&gpu, &model, 1, shape(2, 4));

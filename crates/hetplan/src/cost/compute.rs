@@ -72,9 +72,12 @@ pub struct LayerShape {
     /// The weight and gradient traffic of PyTorch's mixed precision beside the products, per
     /// micro-batch ([`WeightCasts`]).
     pub weight_casts: WeightCasts,
-    /// The model's PyTorch code runs eagerly (`Plan::eager`, under the FSDP engine): each
-    /// elementwise op moves its `eager_bytes_per_token`, one kernel per tensor operation.
+    /// The model's PyTorch code runs eagerly (`Plan::compile` off, under the FSDP engine):
+    /// each elementwise op moves its `eager_bytes_per_token`, one kernel per tensor operation.
     pub eager: bool,
+    /// The engine pads the vocabulary to aligned rows (`Engine::pads_vocabulary`): the head's
+    /// product runs at full speed whatever the model's vocabulary.
+    pub pads_vocabulary: bool,
 }
 
 /// What PyTorch's mixed precision moves through HBM beside each matrix product, per
@@ -96,6 +99,30 @@ pub enum WeightCasts {
     /// out into the parameters; backward, the 16-bit gradients copied into the FP32
     /// reduce-scatter's input (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py).
     FullShard { shard: u32 },
+}
+
+impl LayerShape {
+    /// `mbs` samples of `seq` tokens at TP degree `tp` in `precision`, and nothing else: no
+    /// sequence, expert or context parallelism, FlashAttention-2, no mixed-precision casts,
+    /// fused elementwise kernels, the vocabulary as it is (what the profiler runs); set the
+    /// other fields with struct update syntax.
+    pub fn plain(mbs: u64, seq: u64, tp: u32, precision: Precision) -> LayerShape {
+        LayerShape {
+            mbs,
+            seq,
+            tp,
+            sequence_parallel: false,
+            precision,
+            ep: 1,
+            etp: None,
+            cp: 1,
+            cp_all_to_all: false,
+            native_attention: false,
+            weight_casts: WeightCasts::None,
+            eager: false,
+            pads_vocabulary: false,
+        }
+    }
 }
 
 impl WeightCasts {
@@ -150,6 +177,14 @@ pub trait ComputeTimes: Sync {
 /// The analytic op model, no measurements needed.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Analytic;
+
+/// Whether a GEMM dimension of `width` elements of `elem` bytes (a share of the weight's
+/// rows or columns on this GPU: fractional shares round up) spans whole
+/// [`k::GEMM_ALIGN_BYTES`].
+fn aligned_row(width: f64, elem: f64) -> bool {
+    let bytes = (width.ceil() * elem).round() as u64;
+    bytes.is_multiple_of(k::GEMM_ALIGN_BYTES)
+}
 
 fn saturate(x: f64, half: f64) -> f64 {
     x / (x + half)
@@ -249,9 +284,18 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             let mt = m * token_fraction * ep * fold;
             let cnt = *count as f64 / ep;
             let flop = 2.0 * mt * kl * nl * cnt;
+            // Rows of an unaligned width leave cuBLAS its slow kernels (GPT-2's 50,257-entry
+            // head), unless the engine pads the vocabulary.
+            let padded = s.pads_vocabulary && op.name == "logits";
+            let aligned = padded || (aligned_row(kl, elem) && aligned_row(nl, elem));
             let shape_eff = saturate(mt, k::GEMM_HALF_DIM)
                 * saturate(kl, k::GEMM_HALF_DIM)
-                * saturate(nl, k::GEMM_HALF_DIM);
+                * saturate(nl, k::GEMM_HALF_DIM)
+                * if aligned {
+                    1.0
+                } else {
+                    k::UNALIGNED_GEMM_RELATIVE_EFFICIENCY
+                };
             // PyTorch's mixed precision: the weights' casts and FSDP's copies around its
             // collectives, memory-bound kernels beside the product.
             let (cast_fwd, cast_bwd) = match s.weight_casts.bytes_per_weight() {

@@ -290,3 +290,17 @@ pub const FSDP_COPY_OUT_BYTES_PER_ELEMENT: f64 = 4.0;
 /// tokens: median 0.648 of 1,979 TFLOP/s against BF16's 0.685 of 989 on the same shapes
 /// (`data/measured/h200-sxm-141gb/kernels.json`): 0.95.
 pub const FP8_GEMM_RELATIVE_EFFICIENCY: f64 = 0.95;
+
+/// A GEMM's dimensions that are the rows of its operands (the inner `k` and the output width
+/// `n`; not the tokens `m`) must span a multiple of this many bytes for cuBLAS's fast kernels
+/// (16-byte aligned rows: 8 BF16 or FP16 elements, 4 FP32; NVIDIA's "Matrix Multiplication
+/// Background" guide, Tensor Core requirements).
+pub const GEMM_ALIGN_BYTES: u64 = 16;
+
+/// A GEMM with an unaligned row ([`GEMM_ALIGN_BYTES`]) relative to the aligned one. Measured on
+/// an H200: GPT-2's 50,257-wide head at 16,384 tokens ran its forward, input- and
+/// weight-gradient products at 99, 141 and 145 TFLOP/s where the 50,304-wide one (padded, as
+/// Megatron pads the vocabulary) ran 689, 713 and 725 (`data/measured/h200-sxm-141gb/
+/// alignment.json`): 0.144, 0.197 and 0.201, geometric mean 0.18. Hopper only was measured;
+/// taken for every generation.
+pub const UNALIGNED_GEMM_RELATIVE_EFFICIENCY: f64 = 0.18;

@@ -785,6 +785,7 @@ fn layer_costs_in(
             true => WeightCasts::Autocast,
         },
         eager: plan.runs_eagerly(),
+        pads_vocabulary: plan.engine.pads_vocabulary(),
     };
     let cp = st.cp.max(1);
     // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of

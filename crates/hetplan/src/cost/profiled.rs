@@ -60,12 +60,14 @@ impl ComputeTimes for Profiled<'_> {
         ) {
             Some(p) => {
                 // The profiler runs its layers in the training precision itself, with PyTorch's
-                // own norm kernels: PyTorch's mixed-precision casts and FSDP's copies beside
-                // them, and the extra kernels of eagerly run model code (`Plan::eager`), are
-                // the engine's, added as the analytic model prices them.
+                // own norm kernels and the vocabulary as it is: PyTorch's mixed-precision casts
+                // and FSDP's copies beside them, the extra kernels of eagerly run model code
+                // (`Plan::compile` off) and Megatron's padded vocabulary are the engine's,
+                // added (or taken off) as the analytic model prices them.
                 let bare_shape = LayerShape {
                     weight_casts: WeightCasts::None,
                     eager: false,
+                    pads_vocabulary: false,
                     ..shape
                 };
                 let bare = Analytic.layer_time(gpu, model, layer, bare_shape);
@@ -250,18 +252,8 @@ pub fn compare_with_model(
                         })?,
                 };
             let shape = LayerShape {
-                mbs: s.mbs,
-                seq,
-                tp: s.tp,
-                sequence_parallel: false,
-                precision,
                 ep: s.ep,
-                etp: None,
-                cp: 1,
-                cp_all_to_all: false,
-                native_attention: false,
-                weight_casts: WeightCasts::None,
-                eager: false,
+                ..LayerShape::plain(s.mbs, seq, s.tp, precision)
             };
             let predicted = Analytic.layer_time(&gpu, model, index, shape);
             let tokens = s.mbs as f64 * model.tokens_per_sample(seq) as f64;

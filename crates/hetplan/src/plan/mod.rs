@@ -84,6 +84,14 @@ impl Engine {
         matches!(self, Engine::Megatron)
     }
 
+    /// Whether the engine pads the vocabulary so that the embedding's and the head's rows are
+    /// aligned: Megatron builds every tokenizer with `padded_vocab_size`, a multiple of
+    /// `--make-vocab-size-divisible-by` (128) × TP (megatron/training/tokenizer). torchtitan,
+    /// FSDP and DeepSpeed's `PipelineModule` run the model's vocabulary as it is.
+    pub fn pads_vocabulary(self) -> bool {
+        self == Engine::Megatron
+    }
+
     /// Whether the engine trains from FP32 weights cast to 16 bits at each use, with 16-bit
     /// gradients cast back to FP32: PyTorch's mixed precision (AMP's autocast, FSDP's
     /// `MixedPrecisionPolicy`), which torchtitan and FSDP run. Megatron and DeepSpeed keep

@@ -564,6 +564,7 @@ impl Planner for AlpaAverage {
                             native_attention: problem.options.engine.native_attention(),
                             weight_casts: crate::cost::WeightCasts::None,
                             eager: problem.options.runs_eagerly(),
+                            pads_vocabulary: problem.options.engine.pads_vocabulary(),
                         };
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {

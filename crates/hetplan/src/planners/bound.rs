@@ -144,7 +144,9 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         cp_all_to_all,
                                         native_attention: true,
                                         weight_casts: crate::cost::WeightCasts::None,
+                                        // The fastest kernels any engine runs: a bound.
                                         eager: false,
+                                        pads_vocabulary: true,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

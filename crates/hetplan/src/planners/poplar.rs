@@ -373,6 +373,7 @@ fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSour
         native_attention: problem.options.engine.native_attention(),
         weight_casts: crate::cost::WeightCasts::None,
         eager: problem.options.runs_eagerly(),
+        pads_vocabulary: problem.options.engine.pads_vocabulary(),
     };
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;

@@ -364,6 +364,7 @@ impl<'p> Model<'p> {
                     native_attention: problem.options.engine.native_attention(),
                     weight_casts: crate::cost::WeightCasts::None,
                     eager: problem.options.runs_eagerly(),
+                    pads_vocabulary: problem.options.engine.pads_vocabulary(),
                 };
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];

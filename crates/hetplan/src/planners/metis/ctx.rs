@@ -241,6 +241,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             native_attention: p.options.engine.native_attention(),
             weight_casts: crate::cost::WeightCasts::None,
             eager: p.options.runs_eagerly(),
+            pads_vocabulary: p.options.engine.pads_vocabulary(),
         };
         let mut v = Vec::with_capacity(p.model.layers.len() + 1);
         v.push(0.0);

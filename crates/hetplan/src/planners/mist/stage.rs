@@ -153,6 +153,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         native_attention: p.options.engine.native_attention(),
         weight_casts: crate::cost::WeightCasts::None,
         eager: p.options.runs_eagerly(),
+        pads_vocabulary: p.options.engine.pads_vocabulary(),
     };
     let n = spec.end - spec.start;
     let mut t = Table {
