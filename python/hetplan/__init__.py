@@ -378,9 +378,11 @@ def compare(
     time_limit: Optional[float] = 10.0,
     max_nodes: Optional[int] = None,
     precision: str = "bf16",
+    compile: str = "on",
 ) -> Comparison:
     """Every planner (or `algos`) on one problem, as `hetplan compare`: each answer estimated,
-    simulated and set against the certified lower bound; planners without an answer say why."""
+    simulated and set against the certified lower bound; planners without an answer say why.
+    `compile` as `plan`'s."""
     import time as _time
 
     seq = seq_len or model.default_seq_len
@@ -392,6 +394,7 @@ def compare(
             r = plan(
                 model, cluster, gbs, seq_len=seq, algo=algo, engine=engine,
                 time_limit=time_limit, max_nodes=max_nodes, precision=precision,
+                compile=compile,
             )
         except HetplanError as e:
             rows.append(Record({

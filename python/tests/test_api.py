@@ -107,6 +107,9 @@ def test_plan_takes_how_much_pytorch_code_runs_compiled(llama, mixed):
     off = hetplan.plan(llama, mixed, compile="off", **kw)
     assert "compile" not in on.plan.to_dict() and off.plan.to_dict()["compile"] == "off"
     assert off.estimate.iteration_time_s > on.estimate.iteration_time_s
+    rows = hetplan.compare(llama, mixed, gbs=64, seq_len=4096, algos=["dp"], engine="fsdp",
+                           time_limit=5, compile="off")
+    assert rows[0].to_dict()["estimate_s"] == pytest.approx(off.estimate.iteration_time_s)
     with pytest.raises(hetplan.HetplanError) as e:
         hetplan.plan(llama, mixed, gbs=64, engine="megatron", compile="off")
     assert "torchtitan" in e.value.hint

@@ -1776,6 +1776,13 @@ fn plan_compile_is_for_pytorchs_engines_and_costs_when_off() {
             (compile != "on").then_some(compile),
             "{out}"
         );
+        // An eager plan says what compiling it would buy.
+        let says = v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("compiled whole"));
+        assert_eq!(says, compile != "on", "{out}");
         v["estimate"]["tokens_per_s_per_gpu"].as_f64().unwrap()
     };
     let (on, off) = (tokens("on"), tokens("off"));

@@ -411,6 +411,7 @@ impl Planner for Hetplan {
         notes.extend(memory_options(problem, &chosen.plan, &chosen.est));
         notes.extend(expert_parallelism(problem, &chosen.plan, &chosen.est));
         notes.extend(context_parallelism(problem, &chosen.plan, &chosen.est));
+        notes.extend(compilation(problem, &chosen.plan, &chosen.est));
         // GPUs left out: what using them all would cost, by the best such plan seen.
         let all = problem.cluster.num_gpus();
         let used = chosen.plan.devices().len();
@@ -1093,6 +1094,37 @@ fn context_parallelism(problem: &Problem<'_>, plan: &Plan, est: &Estimate) -> Ve
         Some(_) => format!("{what}: with whole sequences the plan would not fit in memory"),
         None => what,
     }]
+}
+
+/// What `torch.compile` would buy a plan whose PyTorch code runs (partly) eagerly
+/// (`Plan::compile` `off` or `blocks`): the same plan compiled whole, its time and its peak
+/// memory. Nothing for a compiled plan.
+fn compilation(problem: &Problem<'_>, plan: &Plan, est: &Estimate) -> Vec<String> {
+    if plan.compile.is_on() {
+        return Vec::new();
+    }
+    let mut compiled = plan.clone();
+    compiled.compile = crate::plan::Compile::On;
+    let Some(e) = common::evaluate(problem, &compiled) else {
+        return Vec::new();
+    };
+    let what = match plan.compile {
+        crate::plan::Compile::Off => {
+            "the model's PyTorch code runs eagerly (compile off: norms, rotary embeddings and \
+             activations kernel by kernel, the loss keeping FP32 copies of the logits)"
+        }
+        _ => "the loss runs eagerly (compile blocks: it keeps FP32 copies of the logits)",
+    };
+    let gib = |b: f64| b / (1u64 << 30) as f64;
+    vec![format!(
+        "{what}; compiled whole (torchtitan's compile.enable with the model and the loss) the \
+         same plan would take {} ({:.1}% faster) and peak at {:.1} GiB per GPU instead of \
+         {:.1}",
+        Seconds(e.iteration_time_s),
+        (1.0 - e.iteration_time_s / est.iteration_time_s) * 100.0,
+        gib(e.peak_memory_bytes),
+        gib(est.peak_memory_bytes)
+    )]
 }
 
 /// Which GPUs get which layers: per GPU type, the stages on it with their layers, parallelism
