@@ -62,8 +62,8 @@ pub enum OpKind {
     /// `bytes_per_token` through HBM in forward (reads + writes, 16-bit) and does
     /// `flops_per_token`. `sharded`: split over TP ranks. `eager_bytes_per_token`: what the
     /// op moves when PyTorch runs the model's code eagerly, each of its tensor operations a
-    /// kernel of its own (`Plan::eager`); `bytes_per_token` is one fused kernel (Megatron's and
-    /// DeepSpeed's, or the code under `torch.compile`).
+    /// kernel of its own (`Plan::compile` off); `bytes_per_token` is one fused kernel
+    /// (Megatron's and DeepSpeed's, or the code under `torch.compile`).
     Elementwise {
         bytes_per_token: f64,
         eager_bytes_per_token: f64,
