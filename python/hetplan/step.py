@@ -157,8 +157,9 @@ def compare(
     measured = measure(model, seq, mbs, accumulation, precision, device, warmup, repeats,
                        optimizer)
     cluster = hetplan.cluster(f"1x1x{gpu}")
-    # The step's loss is `F.cross_entropy` uncompiled and its blocks' norm one kernel
-    # (`nn.RMSNorm`): compile=blocks (hetplan's Plan.compile).
+    # The step's loss is `F.cross_entropy` uncompiled, its blocks' norm one kernel
+    # (`nn.RMSNorm`), its SwiGLU two and no rotary embedding: compile=blocks (hetplan's
+    # Plan.compile) prices it nearest.
     plan = hetplan.load_plan(
         model, cluster,
         f"dp=1,mbs={mbs},gbs={mbs * accumulation},engine=fsdp,precision={precision},"

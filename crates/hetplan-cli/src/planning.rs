@@ -767,6 +767,7 @@ pub fn hetplan_best(
             engine: runtime.map_or(Engine::Megatron, Runtime::engine),
             runtime,
             precision: plan.precision,
+            // Another engine runs its own kernels (`PlanOptions::compile_of`).
             compile: plan.compile,
             ..PlanOptions::default()
         },

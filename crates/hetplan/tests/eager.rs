@@ -149,17 +149,27 @@ fn only_the_fsdp_engine_runs_model_code_eagerly() {
 #[test]
 fn torchtitan_async_tp_needs_the_model_compiled() {
     let (model, cluster) = (catalog_model("llama3-8b").unwrap(), cluster());
-    let p = plan(
-        "tp=8,dp=1,mbs=1,gbs=8,sp=on,tp_overlap=on,engine=fsdp,compile=off",
-        &model,
-        &cluster,
-    );
+    let spec = "tp=8,dp=1,mbs=1,gbs=8,sp=on,tp_overlap=on,engine=fsdp";
+    let e = parse_inline_plan(&format!("{spec},compile=off"), &model, &cluster).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("compile"), "{e:?}");
+    let mut p = plan(spec, &model, &cluster);
     validate(&p, &model, &cluster).unwrap();
-    let why = Runtime::Torchtitan.why_not(&p);
-    assert!(why.iter().any(|w| w.contains("async TP")), "{why:?}");
-    // Conformed, it keeps the eager code and loses the overlap.
+    p.compile = Compile::Off;
+    let errs = validate(&p, &model, &cluster).unwrap_err();
+    let e = errs
+        .iter()
+        .find(|e| matches!(e, PlanError::TpOverlapEager))
+        .unwrap_or_else(|| panic!("{errs:?}"));
+    assert!(e.hint().unwrap().contains("tp_comm_overlap off"));
+    // Compiled blocks run it; conformed, an eager plan keeps its eager code and loses the
+    // overlap.
+    p.compile = Compile::Blocks;
+    validate(&p, &model, &cluster).unwrap();
+    assert!(Runtime::Torchtitan.why_not(&p).is_empty());
+    p.compile = Compile::Off;
     let c = Runtime::Torchtitan.conform(&p).unwrap();
     assert!(c.compile == Compile::Off && !c.tp_comm_overlap);
+    validate(&c, &model, &cluster).unwrap();
     assert!(
         Runtime::Torchtitan.why_not(&c).is_empty(),
         "{:?}",

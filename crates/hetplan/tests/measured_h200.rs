@@ -65,8 +65,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// hetplan's estimate of the one-GPU step the measurements ran: `dp=1`, engine `fsdp` (PyTorch's
 /// mixed precision), BF16, one micro-batch of `mbs`, ZeRO `zero`, the loss eager
 /// (`compile=blocks`: the scripts call `F.cross_entropy` uncompiled; their blocks' norm is
-/// `nn.RMSNorm`, one kernel, and they have no rotary embedding, so the blocks' elementwise work
-/// is priced fused).
+/// `nn.RMSNorm`, one kernel, their SwiGLU two kernels and they have no rotary embedding, which
+/// fused blocks price nearest: 4 B per MLP element under, a 4 B rope over).
 fn one_gpu_step(
     model: &str,
     seq: u64,

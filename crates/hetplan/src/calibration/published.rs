@@ -544,7 +544,8 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         if !notes.contains("compile") && !table.contains("compile") && !tp_overlap {
             assumptions.push("torch.compile not stated: compiled".into());
         }
-        if source_ref.contains("2025") {
+        // The year in the benchmark's file name (`_2025-06_`, `_202506_`), not in a hash.
+        if source_ref.contains("_2025") {
             ""
         } else {
             ",compile=blocks"

@@ -60,14 +60,16 @@ impl ComputeTimes for Profiled<'_> {
         ) {
             Some(p) => {
                 // The profiler runs its layers in the training precision itself, with PyTorch's
-                // own norm kernels and the vocabulary as it is: PyTorch's mixed-precision casts
-                // and FSDP's copies beside them, the extra kernels of eagerly run model code
-                // (`Plan::compile` off) and Megatron's padded vocabulary are the engine's,
-                // added (or taken off) as the analytic model prices them.
+                // own norm kernels: PyTorch's mixed-precision casts and FSDP's copies beside
+                // them, and the extra kernels of eagerly run model code (`Plan::compile` off),
+                // are the engine's, added as the analytic model prices them. (Its SwiGLU is
+                // already two kernels and its blocks have no rotary embedding: under `off` the
+                // SwiGLU's extra bytes are counted twice, 4 B per element of the MLP's width.)
+                // A measured head is taken as measured, padded vocabulary or not: the
+                // unaligned-GEMM factor was measured on one GPU only.
                 let bare_shape = LayerShape {
                     weight_casts: WeightCasts::None,
                     eager: false,
-                    pads_vocabulary: false,
                     ..shape
                 };
                 let bare = Analytic.layer_time(gpu, model, layer, bare_shape);

@@ -659,7 +659,7 @@ fn key_of(e: &PlanError) -> &'static str {
         PlanError::ZeroStage { .. } => "zero",
         PlanError::RecomputeLayers { .. } => "ckpt",
         PlanError::Fp8Unsupported { .. } => "precision",
-        PlanError::CompileOutsideFsdp { .. } => "compile",
+        PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile",
         PlanError::OffloadRatio { which, .. } => match *which {
             "weights" => "offload_w",
             "gradients" => "offload_g",

@@ -211,16 +211,6 @@ impl Runtime {
                 plan.compile.name()
             ));
         }
-        // CompileConfig.__post_init__: async TP is an Inductor pass.
-        if plan.compile == Compile::Off
-            && plan.tp_comm_overlap
-            && plan.stages.iter().any(|s| s.tp > 1)
-        {
-            why.push(format!(
-                "{name}'s tensor-parallel overlap (async TP) needs the model compiled; the plan \
-                 runs it eagerly (compile=off)"
-            ));
-        }
         if plan.moe_capacity_factor.is_some() && self != Runtime::Megatron {
             why.push(format!(
                 "hetplan exports the MoE capacity factor (token dropping) to Megatron; {name} \

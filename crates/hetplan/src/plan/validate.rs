@@ -78,7 +78,8 @@
 //!   group must sit in one node.
 //! - `compile` (plan level, default `"on"`): how much of the model's PyTorch code runs under
 //!   `torch.compile`, `"on"` (blocks and loss), `"blocks"` or `"off"` (eager); anything but
-//!   `"on"` only with engine `fsdp`.
+//!   `"on"` only with engine `fsdp`; `"off"` takes no `tp_comm_overlap` (async TP is a pass of
+//!   `torch.compile`).
 //!
 //! Unknown fields are errors, with the nearest known field as hint.
 
@@ -390,6 +391,11 @@ pub enum PlanError {
         engine: &'static str,
         compile: &'static str,
     },
+    #[error(
+        "tp_comm_overlap is on, but compile is off: torchtitan's async TP is a pass of \
+         torch.compile over the model"
+    )]
+    TpOverlapEager,
     #[error("stage {stage} has ep = {ep}, which does not divide its dp = {dp}")]
     ExpertParallelDivides { stage: usize, ep: u32, dp: u32 },
     #[error("stage {stage} has ep = {ep}, but none of its layers is a mixture of experts")]
@@ -508,7 +514,7 @@ impl PlanError {
             PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
             PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
             PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
-            PlanError::CompileOutsideFsdp { .. } => "compile".into(),
+            PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile".into(),
             PlanError::TpOverlapAcrossNodes { stage, .. } => st(stage, "devices"),
             PlanError::TpOverlapWithoutSequenceParallel { stage, .. } => {
                 st(stage, "sequence_parallel")
@@ -636,6 +642,9 @@ impl PlanError {
             }
             PlanError::CompileOutsideFsdp { .. } => {
                 "set engine to fsdp (torchtitan, PyTorch FSDP), or leave compile out (on)".into()
+            }
+            PlanError::TpOverlapEager => {
+                "compile the model (compile \"on\" or \"blocks\"), or tp_comm_overlap off".into()
             }
             PlanError::TpOverlapWithoutSequenceParallel { .. } => {
                 "turn sequence_parallel on in every stage with tp > 1 (Megatron's arguments.py \
@@ -839,6 +848,13 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
             },
             compile: plan.compile.name(),
         });
+    }
+    // CompileConfig.__post_init__ refuses async TP without the model compiled.
+    if plan.tp_comm_overlap
+        && plan.compile == super::Compile::Off
+        && plan.stages.iter().any(|s| s.tp > 1)
+    {
+        errs.push(PlanError::TpOverlapEager);
     }
     if plan.tp_comm_overlap {
         for (i, st) in plan.stages.iter().enumerate() {

@@ -395,7 +395,10 @@ fn for_each_skeleton(problem: &Problem<'_>, visit: &mut dyn FnMut(&Skeleton<'_>)
                         let tp: Vec<&Replica> =
                             layout.iter().flatten().filter(|r| r.tp() > 1).collect();
                         let in_node = |r: &&Replica| r.nodes.iter().all(|&n| n == r.nodes[0]);
-                        let overlaps: &[bool] = if !tp.is_empty() && tp.iter().all(in_node) {
+                        let overlaps: &[bool] = if !tp.is_empty()
+                            && tp.iter().all(in_node)
+                            && problem.options.compile_of() != crate::plan::Compile::Off
+                        {
                             &[false, true]
                         } else {
                             &[false]

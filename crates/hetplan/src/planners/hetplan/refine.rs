@@ -665,8 +665,11 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
         }
     }
     // TP communication overlap: where every stage with TP can run it (sequence parallelism,
-    // groups inside nodes: the validation's rules).
-    if plan.stages.iter().any(|s| s.tp > 1) && plan.stages.iter().all(Stage::can_overlap_tp) {
+    // groups inside nodes, the model compiled: the validation's rules).
+    if plan.stages.iter().any(|s| s.tp > 1)
+        && plan.stages.iter().all(Stage::can_overlap_tp)
+        && plan.compile != crate::plan::Compile::Off
+    {
         out.push(Move::TpCommOverlap {
             on: !plan.tp_comm_overlap,
         });
@@ -1337,6 +1340,20 @@ fn relayout(stages: &[Stage], pp: usize, v: usize) -> Option<Vec<Stage>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_fit_the_time_left_and_stay_whole_without_a_limit() {
+        let threads = rayon::current_num_threads().max(1);
+        // Untimed: the same chunks whatever was measured, so the search does the same work.
+        assert_eq!(chunk_size(None, None), CHUNK);
+        assert_eq!(chunk_size(Some(3.0), None), CHUNK);
+        // Timed, nothing measured yet: one wave.
+        assert_eq!(chunk_size(None, Some(5.0)), threads.min(CHUNK));
+        // Plenty of time: whole chunks; two waves' time: two waves; less than one: none.
+        assert_eq!(chunk_size(Some(0.01), Some(5.0)), CHUNK);
+        assert_eq!(chunk_size(Some(0.1), Some(0.25)), (2 * threads).min(CHUNK));
+        assert_eq!(chunk_size(Some(0.1), Some(0.05)), 0);
+    }
 
     fn stage(start: usize, end: usize) -> Stage {
         Stage {
