@@ -85,6 +85,10 @@ struct ImportOutput<'a> {
     plan: &'a Plan,
     iteration_time_s: f64,
     fits: bool,
+    /// The same plan compiled whole (model and loss), when the job runs PyTorch's code
+    /// uncompiled (`Plan::compile`): its iteration time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compiled_iteration_time_s: Option<f64>,
     /// hetplan's plan for the same problem, when it searched and found one.
     hetplan: Option<HetplanSide<'a>>,
     /// Flags read but without effect on the plan.
@@ -245,6 +249,16 @@ pub fn import(a: ImportArgs) -> Result<()> {
         seq_len: job.seq_len,
     };
     let est = cost::estimate(w, &valid, &Analytic);
+    // A job that runs PyTorch's code uncompiled: what compiling it would buy, apart from
+    // hetplan's plan (which is compiled).
+    let compiled = (!plan.compile.is_on())
+        .then(|| {
+            let mut c = plan.clone();
+            c.compile = hetplan::plan::Compile::On;
+            ValidPlan::new(c, &job.model, &cluster).ok()
+        })
+        .flatten()
+        .map(|c| cost::estimate(w, &c, &Analytic));
     if let Some(path) = &a.output {
         let json =
             serde_json::to_string_pretty(&plan).map_err(|e| CliError::Failure(e.to_string()))?;
@@ -278,6 +292,7 @@ pub fn import(a: ImportArgs) -> Result<()> {
             plan: &plan,
             iteration_time_s: mine,
             fits: est.fits,
+            compiled_iteration_time_s: compiled.as_ref().map(|c| c.iteration_time_s),
             hetplan: best.as_ref().map(|b| HetplanSide {
                 plan: &b.plan,
                 iteration_time_s: b.estimate.iteration_time_s,
@@ -308,6 +323,22 @@ pub fn import(a: ImportArgs) -> Result<()> {
             )
         }
     );
+    if let Some(c) = &compiled {
+        s.push_str(&format!(
+            "compile  your job runs PyTorch's code {} (compile={}): compiled whole, the same plan \
+             would take {} ({:.2}×) and peak at {:.1} GiB instead of {:.1}\n",
+            if plan.compile == hetplan::plan::Compile::Off {
+                "eagerly"
+            } else {
+                "with an eager loss"
+            },
+            plan.compile.name(),
+            Seconds(c.iteration_time_s),
+            mine / c.iteration_time_s,
+            c.peak_memory_bytes / (1u64 << 30) as f64,
+            est.peak_memory_bytes / (1u64 << 30) as f64
+        ));
+    }
     match &best {
         Some(b) => s.push_str(&format!(
             "hetplan  {}\n\

@@ -1791,3 +1791,62 @@ fn plan_compile_is_for_pytorchs_engines_and_costs_when_off() {
         "eager {off} vs compiled {on} tokens/s per GPU"
     );
 }
+
+/// An imported torchtitan job that runs uncompiled hears what compiling it would buy, apart from
+/// hetplan's (compiled) plan.
+#[test]
+fn import_says_what_compiling_an_eager_torchtitan_job_would_buy() {
+    let dir = std::env::temp_dir().join(format!("hetplan-import-eager-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_str().unwrap();
+    ok(&[
+        "export",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "1x8xh100",
+        "--plan",
+        "dp=8,mbs=1,gbs=16,zero=3,engine=fsdp,compile=off",
+        "--to",
+        "torchtitan",
+        "--out",
+        out,
+    ]);
+    let module = dir.join("hetplan_job.py");
+    let text = ok(&[
+        "import",
+        "--from",
+        "torchtitan",
+        module.to_str().unwrap(),
+        "--cluster",
+        "1x8xh100",
+        "--model",
+        "llama3-8b",
+        "--time-limit",
+        "none",
+    ]);
+    assert!(
+        text.contains("compile  your job runs PyTorch's code eagerly (compile=off)"),
+        "{text}"
+    );
+    let json = ok(&[
+        "import",
+        "--from",
+        "torchtitan",
+        module.to_str().unwrap(),
+        "--cluster",
+        "1x8xh100",
+        "--model",
+        "llama3-8b",
+        "--time-limit",
+        "none",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let (mine, compiled) = (
+        v["iteration_time_s"].as_f64().unwrap(),
+        v["compiled_iteration_time_s"].as_f64().unwrap(),
+    );
+    assert!(compiled < mine, "{json}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
