@@ -424,7 +424,7 @@ fn compile_of(py: Python<'_>, compile: &str, runtime: Option<Runtime>) -> PyResu
             ))
         }
     };
-    if c != Compile::On && !runtime.is_some_and(|r| r.engine() == Engine::Fsdp) {
+    if c != Compile::On && !runtime.is_some_and(|r| r.engine().runs_pytorch_code()) {
         return Err(error(
             py,
             format!(

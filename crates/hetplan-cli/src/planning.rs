@@ -221,7 +221,12 @@ fn load(a: &ProblemArgs) -> Result<LoadedProblem> {
     if global_batch == 0 {
         return Err(CliError::Usage("--gbs must be at least 1".into()));
     }
-    if a.compile != CompileArg::On && !matches!(a.engine, EngineArg::Torchtitan | EngineArg::Fsdp) {
+    if a.compile != CompileArg::On
+        && !a
+            .engine
+            .runtime()
+            .is_some_and(|r| r.engine().runs_pytorch_code())
+    {
         return Err(CliError::Usage(format!(
             "--compile {}: only PyTorch's own model code (--engine torchtitan or fsdp) runs \
              uncompiled; Megatron and DeepSpeed run their own fused kernels (drop --compile, or \

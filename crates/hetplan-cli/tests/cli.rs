@@ -1813,35 +1813,28 @@ fn import_says_what_compiling_an_eager_torchtitan_job_would_buy() {
         out,
     ]);
     let module = dir.join("hetplan_job.py");
-    let text = ok(&[
-        "import",
-        "--from",
-        "torchtitan",
-        module.to_str().unwrap(),
-        "--cluster",
-        "1x8xh100",
-        "--model",
-        "llama3-8b",
-        "--time-limit",
-        "none",
-    ]);
+    let import = |more: &[&str]| {
+        let mut args = vec![
+            "import",
+            "--from",
+            "torchtitan",
+            module.to_str().unwrap(),
+            "--cluster",
+            "1x8xh100",
+            "--model",
+            "llama3-8b",
+            "--time-limit",
+            "none",
+        ];
+        args.extend_from_slice(more);
+        ok(&args)
+    };
+    let text = import(&[]);
     assert!(
         text.contains("compile  your job runs PyTorch's code eagerly (compile=off)"),
         "{text}"
     );
-    let json = ok(&[
-        "import",
-        "--from",
-        "torchtitan",
-        module.to_str().unwrap(),
-        "--cluster",
-        "1x8xh100",
-        "--model",
-        "llama3-8b",
-        "--time-limit",
-        "none",
-        "--json",
-    ]);
+    let json = import(&["--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let (mine, compiled) = (
         v["iteration_time_s"].as_f64().unwrap(),

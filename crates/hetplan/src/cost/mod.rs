@@ -1545,8 +1545,8 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let mut working: f64 = 0.0;
     let mut transient: f64 = 0.0;
     let mut gathered: f64 = 0.0;
+    let compiled_loss = plan.compiles_loss();
     for c in &chunks {
-        let compiled_loss = plan.compiles_loss();
         let (a, wk) =
             memory::micro_batch_activations(model, c, mbs, tp, seq, plan.precision, compiled_loss);
         act_per_mb += a;

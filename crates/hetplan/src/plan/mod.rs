@@ -84,6 +84,13 @@ impl Engine {
         matches!(self, Engine::Megatron)
     }
 
+    /// Whether the engine runs the model as PyTorch code, which may run compiled or not
+    /// (`Plan::compile`): FSDP's (torchtitan's); Megatron and DeepSpeed run their own fused
+    /// kernels.
+    pub fn runs_pytorch_code(self) -> bool {
+        self == Engine::Fsdp
+    }
+
     /// Whether the engine pads the vocabulary so that the embedding's and the head's rows are
     /// aligned: Megatron builds every tokenizer with `padded_vocab_size`, a multiple of
     /// `--make-vocab-size-divisible-by` (128) × TP (megatron/training/tokenizer). torchtitan,
@@ -496,6 +503,22 @@ impl Compile {
         *self == Compile::On
     }
 
+    /// What runs under `engine`: this, where the engine runs PyTorch code; `On` (its own
+    /// fused kernels) where it does not.
+    pub fn under(self, engine: Engine) -> Compile {
+        if engine.runs_pytorch_code() {
+            self
+        } else {
+            Compile::On
+        }
+    }
+
+    /// Whether PyTorch's own loss runs compiled under `engine` (`on` under an engine that
+    /// runs PyTorch code): one fused pass keeping no FP32 copy of the logits (`cost::memory`).
+    pub fn compiles_loss_under(self, engine: Engine) -> bool {
+        self == Compile::On && engine.runs_pytorch_code()
+    }
+
     /// The inline plan's word for it (`compile=`).
     pub fn name(self) -> &'static str {
         match self {
@@ -730,13 +753,12 @@ impl Plan {
     /// Whether the model's elementwise ops run as eager PyTorch's separate kernels
     /// (`compile: off`, which validation accepts only under the FSDP engine).
     pub fn runs_eagerly(&self) -> bool {
-        self.compile == Compile::Off && self.engine == Engine::Fsdp
+        self.compile.under(self.engine) == Compile::Off
     }
 
-    /// Whether the loss is PyTorch's cross-entropy compiled (`compile: on` under the FSDP
-    /// engine): one fused pass that keeps no FP32 copy of the logits (`cost::memory`).
+    /// Whether the loss is PyTorch's cross-entropy compiled ([`Compile::compiles_loss_under`]).
     pub fn compiles_loss(&self) -> bool {
-        self.compile == Compile::On && self.engine == Engine::Fsdp
+        self.compile.compiles_loss_under(self.engine)
     }
 
     /// Number of physical pipeline stages (chunks ÷ virtual stages).

@@ -199,7 +199,7 @@ impl Runtime {
                  torchtitan; {name} runs the plan without it"
             ));
         }
-        if !plan.compile.is_on() && self.engine() != super::Engine::Fsdp {
+        if !plan.compile.is_on() && !self.engine().runs_pytorch_code() {
             why.push(format!(
                 "{name} runs its own fused kernels; the plan runs PyTorch's model code {} \
                  (compile={})",
@@ -426,9 +426,7 @@ impl Runtime {
         }
         p.engine = self.engine();
         // Eager model code is PyTorch's; async TP needs it compiled.
-        if p.engine != super::Engine::Fsdp {
-            p.compile = Compile::On;
-        }
+        p.compile = p.compile.under(p.engine);
         p.tp_comm_overlap &= self.overlaps_tp() && sp && p.compile != Compile::Off;
         p.schedule = match (self, p.schedule) {
             (Runtime::Megatron, Schedule::Gpipe) => Schedule::OneFOneB,

@@ -839,7 +839,7 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
         }
     }
     check_layers(plan, model, &mut errs);
-    if !plan.compile.is_on() && plan.engine != super::Engine::Fsdp {
+    if !plan.compile.is_on() && !plan.engine.runs_pytorch_code() {
         errs.push(PlanError::CompileOutsideFsdp {
             engine: match plan.engine {
                 super::Engine::Megatron => "megatron",

@@ -551,21 +551,7 @@ impl Planner for AlpaAverage {
                         continue;
                     };
                     let ranges = splits.entry((pp, tp, mbs)).or_insert_with(|| {
-                        let shape = LayerShape {
-                            mbs,
-                            seq: problem.seq_len,
-                            tp: tp as u32,
-                            sequence_parallel: false,
-                            precision: problem.options.precision,
-                            ep: 1,
-                            etp: None,
-                            cp: 1,
-                            cp_all_to_all: false,
-                            native_attention: problem.options.engine.native_attention(),
-                            weight_casts: crate::cost::WeightCasts::None,
-                            eager: problem.options.runs_eagerly(),
-                            pads_vocabulary: problem.options.engine.pads_vocabulary(),
-                        };
+                        let shape = problem.layer_shape(mbs, tp as u32);
                         let costs: Vec<f64> = (0..layers)
                             .map(|l| {
                                 let t = times.layer_time(&average, problem.model, l, shape);

@@ -40,6 +40,21 @@ pub struct Problem<'a> {
     pub options: PlanOptions,
 }
 
+impl Problem<'_> {
+    /// The shape the seed planners price a layer at: `mbs` samples at TP degree `tp`, in the
+    /// problem's precision, with its engine's kernels (attention, compiled or eager code, the
+    /// vocabulary's padding), and no sequence, expert or context parallelism nor mixed-precision
+    /// casts (which the final estimate adds).
+    pub fn layer_shape(&self, mbs: u64, tp: u32) -> crate::cost::LayerShape {
+        crate::cost::LayerShape {
+            native_attention: self.options.engine.native_attention(),
+            eager: self.options.runs_eagerly(),
+            pads_vocabulary: self.options.engine.pads_vocabulary(),
+            ..crate::cost::LayerShape::plain(mbs, self.seq_len, tp, self.options.precision)
+        }
+    }
+}
+
 /// Choices the user fixes for every candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct PlanOptions {
@@ -67,21 +82,17 @@ impl PlanOptions {
     /// The `Plan::compile` of the plans the planners make: the option under the FSDP engine,
     /// `on` (the engine's own kernels) under the others.
     pub fn compile_of(&self) -> Compile {
-        if self.engine == Engine::Fsdp {
-            self.compile
-        } else {
-            Compile::On
-        }
+        self.compile.under(self.engine)
     }
 
     /// Whether those plans compile PyTorch's loss (`Plan::compiles_loss`).
     pub fn compiles_loss(&self) -> bool {
-        self.engine == Engine::Fsdp && self.compile == Compile::On
+        self.compile.compiles_loss_under(self.engine)
     }
 
     /// Whether they run the model's code eagerly (`Plan::runs_eagerly`).
     pub fn runs_eagerly(&self) -> bool {
-        self.engine == Engine::Fsdp && self.compile == Compile::Off
+        self.compile_of() == Compile::Off
     }
 }
 

@@ -122,7 +122,7 @@ use super::common::{self, StageChoice};
 use super::{Outcome, Planner, PlannerError, Problem, Ranked, Search};
 use crate::cluster::{GpuId, GpuTypeId};
 use crate::cost::comm::{collective_time, Collective};
-use crate::cost::{memory, LayerShape, TimeSource};
+use crate::cost::{memory, TimeSource};
 use crate::parse::MAX_BATCH;
 use crate::plan::{LayerRange, Plan, Recompute, Stage};
 use crate::units::{Bytes, Seconds};
@@ -360,21 +360,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
 /// `TimeConsumedDuringStep`: forward and backward compute of every layer at `batch` on one GPU.
 fn step_time(problem: &Problem<'_>, ty: GpuTypeId, batch: u64) -> (f64, TimeSource) {
     let gpu = &problem.cluster.gpu_types[ty.0];
-    let shape = LayerShape {
-        mbs: batch,
-        seq: problem.seq_len,
-        tp: 1,
-        sequence_parallel: false,
-        precision: problem.options.precision,
-        ep: 1,
-        etp: None,
-        cp: 1,
-        cp_all_to_all: false,
-        native_attention: problem.options.engine.native_attention(),
-        weight_casts: crate::cost::WeightCasts::None,
-        eager: problem.options.runs_eagerly(),
-        pads_vocabulary: problem.options.engine.pads_vocabulary(),
-    };
+    let shape = problem.layer_shape(batch, 1);
     let mut t = 0.0;
     let mut source = TimeSource::Analytic;
     for l in 0..problem.model.layers.len() {

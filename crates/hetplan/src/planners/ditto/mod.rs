@@ -140,7 +140,7 @@ use super::common::{self, StageChoice};
 use super::{Outcome, Planner, PlannerError, Problem, Ranked, Search, StopReason};
 use crate::cluster::{GpuId, GpuTypeId};
 use crate::cost::comm::{collective_time, Collective};
-use crate::cost::{memory, LayerShape};
+use crate::cost::memory;
 use crate::model::OpKind;
 use crate::units::{Bytes, Seconds};
 use folding::{comm_averages, fold};
@@ -351,21 +351,7 @@ impl<'p> Model<'p> {
                 .filter(|g| g.node == first_node)
                 .collect();
             let time = |l: usize, mbs: u64, tp: u32| {
-                let shape = LayerShape {
-                    mbs,
-                    seq,
-                    tp,
-                    sequence_parallel: false,
-                    precision,
-                    ep: 1,
-                    etp: None,
-                    cp: 1,
-                    cp_all_to_all: false,
-                    native_attention: problem.options.engine.native_attention(),
-                    weight_casts: crate::cost::WeightCasts::None,
-                    eager: problem.options.runs_eagerly(),
-                    pads_vocabulary: problem.options.engine.pads_vocabulary(),
-                };
+                let shape = problem.layer_shape(mbs, tp);
                 let lt = problem.compute.layer_time(spec, model, l, shape);
                 let layer = &model.layers[l];
                 let mut t = (lt.forward + lt.backward).get();

@@ -6,7 +6,7 @@
 
 use crate::cluster::{Cluster, GpuId};
 use crate::cost::comm::{collective_time, Collective};
-use crate::cost::{memory, LayerShape};
+use crate::cost::memory;
 use crate::model::{LayerKind, OpKind, TpSplit};
 use crate::planners::Problem;
 use crate::units::Bytes;
@@ -228,21 +228,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                 local: l,
             })
             .collect();
-        let shape = LayerShape {
-            mbs,
-            seq: p.seq_len,
-            tp,
-            sequence_parallel: false,
-            precision: p.options.precision,
-            ep: 1,
-            etp: None,
-            cp: 1,
-            cp_all_to_all: false,
-            native_attention: p.options.engine.native_attention(),
-            weight_casts: crate::cost::WeightCasts::None,
-            eager: p.options.runs_eagerly(),
-            pads_vocabulary: p.options.engine.pads_vocabulary(),
-        };
+        let shape = p.layer_shape(mbs, tp);
         let mut v = Vec::with_capacity(p.model.layers.len() + 1);
         v.push(0.0);
         let mut acc = 0.0;

@@ -16,7 +16,7 @@ use super::interference::{pred_intf, InterferenceParams, C, D2H, G2G, H2D};
 use crate::cluster::GpuId;
 use crate::cost::comm::{collective_time, p2p_time, Collective};
 use crate::cost::constants as k;
-use crate::cost::{memory, LayerShape};
+use crate::cost::memory;
 use crate::gpu::GpuSpec;
 use crate::model::{LayerKind, OpKind};
 use crate::plan::{Offload, Stage};
@@ -140,21 +140,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
     let tp_devs = &spec.devices[..tp as usize];
     let elem = p.options.precision.element_bytes();
     let tokens = mbs as f64 * model.tokens_per_sample(p.seq_len) as f64;
-    let shape = LayerShape {
-        mbs,
-        seq: p.seq_len,
-        tp,
-        sequence_parallel: false,
-        precision: p.options.precision,
-        ep: 1,
-        etp: None,
-        cp: 1,
-        cp_all_to_all: false,
-        native_attention: p.options.engine.native_attention(),
-        weight_casts: crate::cost::WeightCasts::None,
-        eager: p.options.runs_eagerly(),
-        pads_vocabulary: p.options.engine.pads_vocabulary(),
-    };
+    let shape = p.layer_shape(mbs, tp);
     let n = spec.end - spec.start;
     let mut t = Table {
         fwd: 0.0,
