@@ -30,7 +30,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def db(tiny):
     return prof.profile(
-        tiny, "a100-sxm4-80gb", seq_len=64, mbs=(1, 8), precision="fp32", device="cpu",
+        tiny, "a100-sxm4-80gb", seq_len=64, mbs=(1, 32), precision="fp32", device="cpu",
         warmup=1, repeats=3,
     )
 
@@ -41,7 +41,7 @@ def test_the_database_has_hetplans_structure_and_units(tiny, db):
     assert (p["gpu"], p["model"], p["seq_len"], p["precision"]) == ("a100-sxm4-80gb", "tiny-llama", 64, "fp32")
     assert "cpu" in p["source"] and "medians of 3 runs" in p["source"]
     keys = {(s["layer"], s["mbs"]) for s in p["layers"]}
-    assert keys == {(0, 1), ("transformer", 1), (tiny.layers - 1, 1), (0, 8), ("transformer", 8), (tiny.layers - 1, 8)}
+    assert keys == {(0, 1), ("transformer", 1), (tiny.layers - 1, 1), (0, 32), ("transformer", 32), (tiny.layers - 1, 32)}
     for s in p["layers"]:
         assert s["tp"] == 1
         # Seconds: positive and far below a second for this model on any CPU.
@@ -55,11 +55,11 @@ def test_activation_memory_is_what_autograd_keeps_and_scales_with_the_micro_batc
         assert s["activation_memory"] > 0, s
         # No peak on the CPU: only a GPU's allocator reports one.
         assert "peak_memory" not in s
-    # Every saved tensor has the micro-batch as a dimension: eight times the samples, eight
-    # times the bytes.
+    # Every saved tensor has the micro-batch as a dimension: 32 times the samples, 32 times
+    # the bytes.
     for layer in {k for k, _ in t}:
-        ratio = t[(layer, 8)]["activation_memory"] / t[(layer, 1)]["activation_memory"]
-        assert abs(ratio - 8) < 0.01, (layer, ratio)
+        ratio = t[(layer, 32)]["activation_memory"] / t[(layer, 1)]["activation_memory"]
+        assert abs(ratio - 32) < 0.01, (layer, ratio)
     # The block keeps at least its input, its attention output and its MLP input and
     # activation (64 wide, 172 wide twice): hidden · 4 + ffn · 3 floats per token, FP32.
     per_token = t[("transformer", 1)]["activation_memory"] / 64
@@ -68,10 +68,12 @@ def test_activation_memory_is_what_autograd_keeps_and_scales_with_the_micro_batc
 
 def test_times_grow_with_the_micro_batch(db):
     t = {(s["layer"], s["mbs"]): s for s in db["profiles"][0]["layers"]}
-    # Eight times the tokens: at least twice the time in the block and the head.
+    # 32 times the tokens: at least twice the time in the block and the head. (With 8 times,
+    # this model's 64-wide kernels on a loaded 2-core CI machine measured 1.998 times: the
+    # launch overhead, not the work, set the time of the small micro-batch.)
     for layer in ("transformer", max(k for k, _ in t if isinstance(k, int))):
-        assert t[(layer, 8)]["forward"] > 2 * t[(layer, 1)]["forward"]
-        assert t[(layer, 8)]["backward"] > 2 * t[(layer, 1)]["backward"]
+        assert t[(layer, 32)]["forward"] > 2 * t[(layer, 1)]["forward"]
+        assert t[(layer, 32)]["backward"] > 2 * t[(layer, 1)]["backward"]
 
 
 def test_hetplan_reads_the_database_back(tiny, db, tmp_path):
