@@ -339,14 +339,14 @@ fn deepspeed_accepts_every_export() {
 }
 
 /// Plans that exercise every torchtitan key hetplan writes: interleaving with sequence
-/// parallelism and selective checkpointing, FSDP2 (ZeRO-3) with CPU offload, GPipe with full
+/// parallelism and op-level selective checkpointing, FSDP2 (ZeRO-3) with CPU offload, GPipe with full
 /// checkpointing in FP32, an uneven 1F1B split of a model read from its config.json, a model
 /// run eagerly.
 const TORCHTITAN_INLINE: &[(&str, &str, &str)] = &[
     (
         "llama3-8b",
         "2x8xa100-80gb",
-        "tp=2,pp=4,mbs=1,gbs=64,ckpt=selective,sp=on,tp_overlap=on,schedule=interleaved,v=2",
+        "tp=2,pp=4,mbs=1,gbs=64,ckpt=ops,sp=on,tp_overlap=on,schedule=interleaved,v=2,engine=fsdp",
     ),
     (
         "llama2-7b",

@@ -352,12 +352,12 @@ fn a_torchtitan_plan_exports_and_every_rank_lands_on_its_gpu() {
     assert!(o.stdout.contains("==> hetplan_job.py <=="), "{}", o.stdout);
     // An uneven pipeline whose first stage is on the second node, its TP pair in reverse.
     let plan = r#"{
-  "global_batch": 16, "micro_batches": 8, "schedule": {"kind": "1f1b"},
+  "global_batch": 16, "micro_batches": 8, "schedule": {"kind": "1f1b"}, "engine": "fsdp",
   "stages": [
     {"layers": {"start": 0, "end": 4}, "devices": [{"node": 1, "local": 1}, {"node": 1, "local": 0}],
-     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "selective"},
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "ops"},
     {"layers": {"start": 4, "end": 10}, "devices": [{"node": 0, "local": 0}, {"node": 0, "local": 1}],
-     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "selective"}
+     "tp": 2, "dp": 1, "micro_batch_sizes": [2], "zero": 0, "recompute": "ops"}
   ]
 }"#;
     std::fs::write(dir.join("plan.json"), plan).unwrap();
@@ -1045,7 +1045,7 @@ fn a_torchtitan_export_imports_back_to_the_same_plan() {
     let cluster = "2x2xa100-80gb@100Gbps";
     for (i, plan) in [
         "pp=2,dp=1,tp=2,mbs=1,gbs=16,ckpt=full,sp=on,schedule=interleaved,v=2,engine=fsdp",
-        "pp=1,dp=4,mbs=2,gbs=64,zero=3,ckpt=selective,engine=fsdp",
+        "pp=1,dp=4,mbs=2,gbs=64,zero=3,ckpt=ops,engine=fsdp",
         "pp=2,dp=2,mbs=1,gbs=32,schedule=gpipe,precision=fp32,engine=fsdp",
     ]
     .iter()

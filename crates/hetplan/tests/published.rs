@@ -88,14 +88,19 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // copies then moved Megatron to 12.3%, torchtitan H100 to 19.7% (BF16) and 17.8% (FP8),
     // H200 to 10.4%, A100 torchtitan to 10.7% (docs/validation.md §5 and §8). torchtitan's
     // rows without `torch.compile` priced eagerly (their norms, rotary embeddings and SwiGLU
-    // as the separate kernels the code writes) took its H100 BF16 rows to 14.5%.
+    // as the separate kernels the code writes) took its H100 BF16 rows to 14.5%. Pricing its
+    // selective checkpointing as the op-level policy it runs (`Recompute::Ops`: a third of
+    // the products and the elementwise ops recomputed, where half the blocks recomputed whole
+    // had charged about half a forward) made every such row faster by 2–6% — its memory
+    // errors fell from +5…+20% to −2…−6% — and so more optimistic: A100 11.9%, H100 16.4%
+    // (BF16) and 19.6% (FP8), H200 15.6% (docs/validation.md §8).
     let bounds = [
         ("bigscience_bloom_prequel", "a100", false, 0.13),
-        ("torchtitan", "a100", false, 0.11),
+        ("torchtitan", "a100", false, 0.12),
         ("megatron_lm_readme", "h100", false, 0.13),
-        ("torchtitan", "h100", false, 0.15),
-        ("torchtitan", "h100", true, 0.17),
-        ("torchtitan", "h200", true, 0.10),
+        ("torchtitan", "h100", false, 0.17),
+        ("torchtitan", "h100", true, 0.20),
+        ("torchtitan", "h200", true, 0.16),
     ];
     for (source, gpu, fp8, bound) in bounds {
         let rows = group(&all, source, gpu, fp8);
@@ -112,7 +117,9 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
 /// torchtitan ran the same job with and without `torch.compile` (Table 1 and 3 of its December
 /// 2024 benchmarks: 8 and 128 GPUs): the eager rows' norms, rotary embeddings and SwiGLU run as
 /// the separate kernels their code writes, which hetplan counts byte by byte from that code,
-/// fitting nothing. The estimated slow-down is the measured one within 2%.
+/// fitting nothing. The estimated slow-down is the measured one within 3% (1.188× and 1.190×
+/// against 1.157× and 1.162×: their op-level checkpointing recomputes every block's eager
+/// elementwise kernels in backward).
 #[test]
 fn eager_and_compiled_torchtitan_differ_as_measured() {
     let (all, _) = cases();
@@ -137,7 +144,7 @@ fn eager_and_compiled_torchtitan_differ_as_measured() {
         let estimated = c.estimated_tokens_per_s_per_gpu / e.estimated_tokens_per_s_per_gpu;
         assert!(measured > 1.1, "{eager}: {measured}");
         assert!(
-            (estimated / measured - 1.0).abs() < 0.02,
+            (estimated / measured - 1.0).abs() < 0.03,
             "{eager}/{compiled}: compiled runs {measured:.3}× faster, estimated {estimated:.3}×"
         );
     }
@@ -161,7 +168,9 @@ fn torchtitan_memory_follows_what_it_compiled() {
     for c in &h200 {
         assert!(!c.spec.contains("compile="), "{}", c.spec);
         let e = c.memory_error().unwrap();
-        assert!(e.abs() < 0.21, "{}: memory {e:+.3}", c.id);
+        // −3.6% and −5.8% with the op-level checkpointing it ran (+20% and +19% priced as
+        // half the blocks recomputed).
+        assert!(e.abs() < 0.07, "{}: memory {e:+.3}", c.id);
     }
     let h100 = tt("h100");
     assert!(
@@ -170,7 +179,8 @@ fn torchtitan_memory_follows_what_it_compiled() {
     );
     let errs: Vec<f64> = h100.iter().filter_map(|c| c.memory_error()).collect();
     let (median, _) = median_p90(&errs).unwrap();
-    assert!(median <= 0.14, "H100 memory median {median:.3}");
+    // 7.9% (13.9% before the op-level checkpointing of rows 001–006).
+    assert!(median <= 0.08, "H100 memory median {median:.3}");
 }
 
 #[test]

@@ -29,6 +29,9 @@ pub struct LayerTime {
     pub backward: Seconds,
     /// The part of `forward` that selective recomputation repeats (the attention core).
     pub selective_forward: Seconds,
+    /// The part of `forward` that op-level selective checkpointing repeats
+    /// (`Recompute::Ops`, `Layer::op_checkpointing`); zero outside transformer blocks.
+    pub op_checkpoint_forward: Seconds,
     /// The attention core's share of `forward` and `backward` (the products with the keys and
     /// values): what a context-parallel ring's transfers overlap with.
     pub attention_forward: Seconds,
@@ -481,6 +484,7 @@ impl Analytic {
             forward: Seconds::ZERO,
             backward: Seconds::ZERO,
             selective_forward: Seconds::ZERO,
+            op_checkpoint_forward: Seconds::ZERO,
             attention_forward: Seconds::ZERO,
             attention_backward: Seconds::ZERO,
             forward_flop: Flop::ZERO,
@@ -488,12 +492,16 @@ impl Analytic {
             includes_tp_comm: false,
             source: TimeSource::Analytic,
         };
+        let mut by_op = layer.op_checkpointing();
         for op in &layer.ops {
             let fp8 = fp8_gemm(op, layer.kind, shape.precision);
             let c = op_cost(op, gpu, model.per_sample, shape, fp8);
             t.forward += Seconds(c.fwd);
             t.backward += Seconds(c.bwd);
             t.selective_forward += Seconds(c.selective);
+            if let Some(ck) = by_op.as_mut().and_then(|it| it.next()) {
+                t.op_checkpoint_forward += Seconds(c.fwd * ck.recomputed);
+            }
             if matches!(op.kind, OpKind::Attention { .. }) {
                 t.attention_forward += Seconds(c.fwd);
                 t.attention_backward += Seconds(c.bwd);
@@ -533,6 +541,8 @@ impl ComputeTimes for Analytic {
 pub struct ModelFlop {
     pub all: f64,
     pub unfused_attention: f64,
+    /// The products op-level selective checkpointing repeats (`Recompute::Ops`).
+    pub op_checkpointed: f64,
 }
 
 pub fn forward_model_flop(
@@ -543,7 +553,12 @@ pub fn forward_model_flop(
 ) -> ModelFlop {
     let mut f = ModelFlop::default();
     for l in &model.layers[layers] {
+        let mut by_op = l.op_checkpointing();
         for op in &l.ops {
+            let recomputed = by_op
+                .as_mut()
+                .and_then(|it| it.next())
+                .map_or(0.0, |c| c.recomputed);
             match &op.kind {
                 OpKind::Gemm {
                     k,
@@ -552,8 +567,10 @@ pub fn forward_model_flop(
                     token_fraction,
                     ..
                 } => {
-                    f.all +=
-                        2.0 * tokens * token_fraction * (*k as f64) * (*n as f64) * (*count as f64)
+                    let g =
+                        2.0 * tokens * token_fraction * (*k as f64) * (*n as f64) * (*count as f64);
+                    f.all += g;
+                    f.op_checkpointed += g * recomputed;
                 }
                 OpKind::Attention {
                     heads,
@@ -576,7 +593,10 @@ pub fn forward_model_flop(
                         f.unfused_attention += a;
                     }
                 }
-                OpKind::Opaque { flops_per_sample } => f.all += tokens * flops_per_sample,
+                OpKind::Opaque { flops_per_sample } => {
+                    f.all += tokens * flops_per_sample;
+                    f.op_checkpointed += tokens * flops_per_sample * recomputed;
+                }
                 _ => {}
             }
         }

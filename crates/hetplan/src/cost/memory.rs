@@ -256,12 +256,44 @@ pub fn recomputed_layers(stage: &Stage) -> usize {
     match stage.recompute {
         Recompute::Full => stage.layers.len(),
         Recompute::Layers(n) => (n as usize).min(stage.layers.len()),
-        Recompute::None | Recompute::Selective => 0,
+        Recompute::None | Recompute::Selective | Recompute::Ops => 0,
     }
 }
 
+/// Bytes a transformer block keeps for backward under op-level selective checkpointing
+/// (`Recompute::Ops`) beyond its input: the outputs its ops keep
+/// (`Layer::op_checkpointing`), but for the ones backward never reads where the code runs
+/// compiled; `None` for a layer that is not a block.
+fn op_checkpoint_kept_bytes(
+    layer: &Layer,
+    tokens: f64,
+    tp: u32,
+    sequence_parallel: bool,
+    precision: Precision,
+    eager: bool,
+) -> Option<f64> {
+    let tp = tp.max(1) as f64;
+    let scale = precision.element_bytes() / 2.0;
+    let kept = layer
+        .op_checkpointing()?
+        .filter(|c| eager || !c.unread)
+        .map(|c| {
+            let split = if c.kept_sharded || sequence_parallel {
+                tp
+            } else {
+                1.0
+            };
+            c.kept_bytes_per_token * tokens / split
+        })
+        .sum::<f64>();
+    Some(kept * scale)
+}
+
 /// Activation bytes of one micro-batch of `mbs` samples through a replica of a stage at TP
-/// degree `tp`, and the working set of recomputing its largest checkpointed layer.
+/// degree `tp`, and the working set of recomputing its largest checkpointed layer; `eager`:
+/// the model's code runs uncompiled (`Plan::runs_eagerly`), `compiled_loss`: its loss runs
+/// compiled (`Plan::compiles_loss`).
+#[allow(clippy::too_many_arguments)]
 pub fn micro_batch_activations(
     model: &Model,
     stage: &Stage,
@@ -269,28 +301,42 @@ pub fn micro_batch_activations(
     tp: u32,
     seq: u64,
     precision: Precision,
+    eager: bool,
     compiled_loss: bool,
 ) -> (f64, f64) {
     // Context parallelism: 1/cp of each sequence on this GPU.
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
     let n_ckpt = recomputed_layers(stage);
     let selective = stage.recompute == Recompute::Selective;
+    let by_op = stage.recompute == Recompute::Ops;
+    let sp = stage.sequence_parallel;
     let mut kept = 0.0;
     let mut working: f64 = 0.0;
     for (j, i) in stage.layers.iter().enumerate() {
+        let layer = &model.layers[i];
         let full = layer_saved_bytes(
-            &model.layers[i],
+            layer,
             tokens,
             seq,
             tp,
-            stage.sequence_parallel,
+            sp,
             selective,
             precision,
             compiled_loss,
         );
+        let ops_kept = if by_op {
+            op_checkpoint_kept_bytes(layer, tokens, tp, sp, precision, eager)
+        } else {
+            None
+        };
         if j < n_ckpt {
-            kept += checkpoint_bytes(model, i, tokens, tp, stage.sequence_parallel, precision);
+            kept += checkpoint_bytes(model, i, tokens, tp, sp, precision);
             working = working.max(full);
+        } else if let Some(ops) = ops_kept {
+            // Its input and what the policy saves; recomputing the rest in backward brings the
+            // block's other activations back for its own backward.
+            kept += checkpoint_bytes(model, i, tokens, tp, sp, precision) + ops;
+            working = working.max((full - ops).max(0.0));
         } else {
             kept += full;
         }

@@ -825,6 +825,7 @@ fn layer_costs_in(
                 lt.forward = lt.forward * f;
                 lt.backward = lt.backward * f;
                 lt.selective_forward = lt.selective_forward * f;
+                lt.op_checkpoint_forward = lt.op_checkpoint_forward * f;
             }
             // Each GPU dispatches its 1/tp of the tokens' top-k copies and gets them back.
             let ep_bytes = match moe {
@@ -850,11 +851,25 @@ fn layer_costs_in(
             let (tp_fwd, tp_bwd) = (layer.tp_allreduces_fwd - mf, layer.tp_allreduces_bwd - mb);
             let tp_forward = tp_c * tp_fwd as f64 + etp_c * mf as f64;
             let full = j < n_ckpt;
+            // Op-level checkpointing keeps the reduce-scatters' outputs (and the attention's
+            // and the expert all-to-alls'), not the all-gathers before the QKV and up
+            // projections, which the recomputed products' weight gradients need again: half
+            // the forward's collectives, as many all-reduces' worth (a parallel block's one
+            // all-gather counted as a whole all-reduce).
+            let tp_redone = if full {
+                tp_fwd
+            } else if st.recompute == Recompute::Ops && layer.op_checkpointing().is_some() {
+                tp_fwd.div_ceil(2)
+            } else {
+                0
+            };
             let (etp_fwd, etp_bwd) = if etp > 1 { (mf, mb) } else { (0, 0) };
             let recompute = if full {
                 lt.forward.get()
             } else if st.recompute == Recompute::Selective {
                 lt.selective_forward.get()
+            } else if st.recompute == Recompute::Ops {
+                lt.op_checkpoint_forward.get()
             } else {
                 0.0
             };
@@ -875,10 +890,14 @@ fn layer_costs_in(
                 recompute,
                 tp_forward,
                 tp_backward: tp_c * tp_bwd as f64 + etp_c * mb as f64,
-                tp_recompute: if full { tp_forward } else { 0.0 },
+                tp_recompute: if full {
+                    tp_forward
+                } else {
+                    tp_c * tp_redone as f64
+                },
                 tp_allreduce_bytes: tp_bytes,
                 tp_allreduces_forward: tp_fwd,
-                tp_allreduces_backward: tp_bwd + if full { tp_fwd } else { 0 },
+                tp_allreduces_backward: tp_bwd + tp_redone,
                 etp_allreduces_forward: etp_fwd,
                 etp_allreduces_backward: etp_bwd + if full { etp_fwd } else { 0 },
                 ep_forward: 2.0 * a2a,
@@ -1072,6 +1091,7 @@ pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64,
         st.tp_of(r),
         w.seq_len,
         plan.precision,
+        plan.runs_eagerly(),
         plan.compiles_loss(),
     );
     let ab = off.activations * act;
@@ -1293,6 +1313,7 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
                 compute::forward_model_flop(model, st.layers.start..end, tokens_mb, seq).all
             }
             Recompute::Selective => fwd.unfused_attention,
+            Recompute::Ops => fwd.op_checkpointed,
             Recompute::None => 0.0,
         };
         hardware_model_flop += (3.0 * fwd.all + recomputed) * passes as f64;
@@ -1546,9 +1567,18 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let mut transient: f64 = 0.0;
     let mut gathered: f64 = 0.0;
     let compiled_loss = plan.compiles_loss();
+    let eager = plan.runs_eagerly();
     for c in &chunks {
-        let (a, wk) =
-            memory::micro_batch_activations(model, c, mbs, tp, seq, plan.precision, compiled_loss);
+        let (a, wk) = memory::micro_batch_activations(
+            model,
+            c,
+            mbs,
+            tp,
+            seq,
+            plan.precision,
+            eager,
+            compiled_loss,
+        );
         act_per_mb += a;
         working = working.max(wk);
         transient = transient.max(memory::transient_bytes(

@@ -127,6 +127,7 @@ fn measured(
         forward,
         backward,
         selective_forward: analytic.selective_forward * fwd_scale,
+        op_checkpoint_forward: analytic.op_checkpoint_forward * fwd_scale,
         attention_forward: analytic.attention_forward * fwd_scale,
         attention_backward: analytic.attention_backward * bwd_scale,
         forward_flop: analytic.forward_flop,

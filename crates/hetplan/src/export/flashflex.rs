@@ -208,7 +208,7 @@ fn checked(model: &Model, plan: &Plan, seq_len: u64) -> Result<RankLayout, Vec<S
                 st.offload
             ));
         }
-        if let Recompute::Selective | Recompute::Layers(_) = st.recompute {
+        if let Recompute::Selective | Recompute::Layers(_) | Recompute::Ops = st.recompute {
             why.push(format!(
                 "stage {g} checkpoints {:?}; FlashFlex checkpoints every transformer layer of \
                  every stage (--checkpoint-layers) or none",

@@ -424,7 +424,8 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     match st.recompute {
         Recompute::None => {}
         Recompute::Selective => flag("recompute-granularity", Some("selective".into())),
-        Recompute::Full => {
+        // `Ops` is refused by `Runtime::why_not` (no op-level policy in Megatron).
+        Recompute::Full | Recompute::Ops => {
             flag("recompute-granularity", Some("full".into()));
             flag("recompute-method", Some("uniform".into()));
             flag("recompute-num-layers", Some("1".into()));

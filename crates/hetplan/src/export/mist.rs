@@ -131,7 +131,7 @@ fn stage_strategy(st: &Stage) -> [String; 10] {
 /// The checkpointed blocks of a stage (Mist's `gradient_checkpointing`).
 fn checkpointed(model: &Model, st: &Stage) -> u32 {
     match st.recompute {
-        Recompute::None | Recompute::Selective => 0,
+        Recompute::None | Recompute::Selective | Recompute::Ops => 0,
         Recompute::Full => blocks(model, st),
         Recompute::Layers(n) => n.min(blocks(model, st)),
     }
@@ -186,10 +186,11 @@ fn checked(model: &Model, plan: &Plan) -> Result<Placed, Vec<String>> {
                 st.dp, plan.micro_batches, plan.global_batch
             ));
         }
-        if st.recompute == Recompute::Selective {
+        if let Recompute::Selective | Recompute::Ops = st.recompute {
             why.push(format!(
-                "stage {g} recomputes attention only; Mist checkpoints whole blocks \
-                 (gradient_checkpointing counts them)"
+                "stage {g} recomputes part of each block ({:?}); Mist checkpoints whole blocks \
+                 (gradient_checkpointing counts them)",
+                st.recompute
             ));
         }
         if st.sequence_parallel {
@@ -706,7 +707,7 @@ mod tests {
         let why = reasons(&model, &p);
         for needle in [
             "one batch_size",
-            "attention only",
+            "part of each block",
             "pre_post_strategy_array",
         ] {
             assert!(why.iter().any(|w| w.contains(needle)), "{needle}: {why:?}");

@@ -152,7 +152,7 @@ fn checked(model: &Model, plan: &Plan) -> Result<RankLayout, Vec<String>> {
             ));
         }
         match st.recompute {
-            Recompute::Selective | Recompute::Layers(_) => why.push(format!(
+            Recompute::Selective | Recompute::Layers(_) | Recompute::Ops => why.push(format!(
                 "stage {g} checkpoints {:?}; Sailor's Megatron-DeepSpeed checkpoints every layer \
                  of every stage (--checkpoint-activations) or none",
                 st.recompute

@@ -33,7 +33,8 @@
 //!   accumulation step; with pipelining split into micro-batches), `global_batch_size`,
 //!   `seq_len`, `steps`, `enable_cpu_offload`, `mixed_precision_param` (`bfloat16`, `float32`:
 //!   no FP16), `disable_cuda_graphs` (required with pipelining, `trainer.py:185`);
-//! - `activation_checkpoint`: `None`, `SelectiveAC.Config()` or `FullAC.Config()`
+//! - `activation_checkpoint`: `None`, `SelectiveAC.Config()` (its op-level policy,
+//!   `Recompute::Ops`) or `FullAC.Config()`
 //!   (`distributed/activation_checkpoint.py:332`);
 //! - `compile=CompileConfig(enable=True)` unless the plan runs eagerly (`Plan::compile`: hetplan
 //!   priced the elementwise work and the loss fused), `components=["model"]` for a plan whose
@@ -602,9 +603,11 @@ fn job_module(job: Job<'_>) -> String {
     );
     let ac = match st.recompute {
         Recompute::None => "None",
-        Recompute::Selective => "SelectiveAC.Config()",
-        // `Layers(_)` is refused by `Runtime::why_not`.
-        Recompute::Full | Recompute::Layers(_) => "FullAC.Config()",
+        // torchtitan's selective checkpointing is op by op (`SelectiveAC`'s policy).
+        Recompute::Ops => "SelectiveAC.Config()",
+        // `Selective` (the attention core alone) and `Layers(_)` are refused by
+        // `Runtime::why_not`.
+        Recompute::Full | Recompute::Layers(_) | Recompute::Selective => "FullAC.Config()",
     };
     s.push_str(&format!(
         "def {CONFIG_FN}() -> Trainer.Config:\n    \
@@ -931,7 +934,7 @@ mod tests {
         let e = try_export(
             "llama3-8b",
             2,
-            "tp=2,pp=4,mbs=1,gbs=64,ckpt=selective,sp=on,schedule=interleaved,v=2",
+            "tp=2,pp=4,mbs=1,gbs=64,ckpt=ops,sp=on,schedule=interleaved,v=2,engine=fsdp",
         )
         .unwrap();
         let m = module(&e);

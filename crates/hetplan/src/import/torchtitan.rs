@@ -376,7 +376,8 @@ impl TorchtitanJob {
             .map(|l| l.text.as_str())
         {
             Some(t) if t.starts_with("FullAC") => Recompute::Full,
-            Some(t) if t.starts_with("SelectiveAC") => Recompute::Selective,
+            // Its policy keeps the attention core's and every other product's outputs.
+            Some(t) if t.starts_with("SelectiveAC") => Recompute::Ops,
             _ => Recompute::None,
         };
         let offload = if self.flag("enable_cpu_offload", false) {

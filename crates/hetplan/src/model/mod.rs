@@ -185,6 +185,120 @@ impl Layer {
             .filter(|o| !o.tied)
             .fold(0u64, |acc, o| acc.saturating_add(o.params))
     }
+
+    /// What op-level selective checkpointing (`plan::Recompute::Ops`) does with each of the
+    /// layer's ops, in order; `None` for a layer that is not a transformer block (torchtitan
+    /// checkpoints its blocks only: the embedding and the head keep what they keep).
+    ///
+    /// torchtitan's policy (`_custom_policy` in torchtitan/parallelisms/parallelize_llama.py
+    /// at 9dec370; `SelectiveAC` in torchtitan/distributed/activation_checkpoint.py today)
+    /// marks every op of a block *save* or *recompute*: the attention kernels' outputs (the
+    /// output and its log-sum-exp), and of the matrix products in forward order the first,
+    /// third, fifth … (`mm_count % 2 == 1`), are saved; every other op — the second, fourth …
+    /// product, norms, rotary embeddings, activations, residual adds — runs again in backward
+    /// from the block's input. Products are counted as the code runs them: hetplan's QKV op is
+    /// one (torchtitan's `fuse_qkv`, which its export writes; the unfused code of December 2024
+    /// runs three, keeping the keys' product where this keeps it whole), a gated MLP's up
+    /// projection is two (`w1`, then `w3`). A mixture of experts' expert products run as
+    /// grouped GEMMs the policy does not save, and its router's product is always recomputed
+    /// (`force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]`): both recomputed, not
+    /// counted. An opaque op is recomputed.
+    pub fn op_checkpointing(&self) -> Option<impl Iterator<Item = OpCheckpoint> + '_> {
+        if self.kind != LayerKind::Transformer {
+            return None;
+        }
+        let ops = &self.ops;
+        // The next op that is not a bias: a row-parallel product's consumer.
+        let next_main = move |i: usize| {
+            ops[i + 1..]
+                .iter()
+                .find(|o| !o.name.ends_with("_bias"))
+                .map(|o| o.name.as_str())
+        };
+        let mut products = 0u32;
+        Some(ops.iter().enumerate().map(move |(i, op)| match &op.kind {
+            OpKind::Gemm {
+                n,
+                split,
+                count,
+                token_fraction,
+                ..
+            } if !op.is_expert() && op.name != "router" => {
+                // A gated MLP's up projection: the down projection that follows takes half its
+                // width.
+                let gated = ops[i + 1..].iter().find_map(|o| match o.kind {
+                    OpKind::Gemm { k: down, .. } if o.name.ends_with("fc2") => Some(down),
+                    _ => None,
+                });
+                let parts: u32 = if op.name.ends_with("fc1") && gated.is_some_and(|d| 2 * d == *n) {
+                    2
+                } else {
+                    1
+                };
+                let width = *n as f64 / parts as f64;
+                let (mut kept, mut recomputed) = (0.0, 0.0);
+                for _ in 0..parts {
+                    products += 1;
+                    if products % 2 == 1 {
+                        kept += width;
+                    } else {
+                        recomputed += width;
+                    }
+                }
+                let copies = *count as f64 * token_fraction;
+                OpCheckpoint {
+                    recomputed: recomputed / *n as f64,
+                    kept_bytes_per_token: 2.0 * kept * copies,
+                    kept_sharded: *split == TpSplit::Column,
+                    // Only a residual add reads a row-parallel product's output, and its
+                    // backward does not.
+                    unread: *split == TpSplit::Row
+                        && next_main(i).is_some_and(|name| name.ends_with("residual")),
+                }
+            }
+            OpKind::Attention {
+                heads, head_dim, ..
+            } => {
+                // The output (as wide as the product after it reads) and one FP32 log-sum-exp
+                // per head.
+                let out = ops[i + 1..]
+                    .iter()
+                    .find_map(|o| match o.kind {
+                        OpKind::Gemm { k, .. } => Some(k),
+                        _ => None,
+                    })
+                    .unwrap_or(heads * head_dim);
+                OpCheckpoint {
+                    recomputed: 0.0,
+                    kept_bytes_per_token: 2.0 * out as f64 + 4.0 * *heads as f64,
+                    kept_sharded: true,
+                    unread: false,
+                }
+            }
+            _ => OpCheckpoint {
+                recomputed: 1.0,
+                ..OpCheckpoint::default()
+            },
+        }))
+    }
+}
+
+/// What op-level selective checkpointing does with one op of a transformer block
+/// (`Layer::op_checkpointing`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OpCheckpoint {
+    /// Share (0..=1) of the op's forward that backward runs again.
+    pub recomputed: f64,
+    /// Bytes per token (16-bit) of the op's outputs kept for backward, before TP splits them.
+    pub kept_bytes_per_token: f64,
+    /// The kept output is split over the TP ranks (a column-parallel product's, the attention
+    /// core's); otherwise only sequence parallelism splits it.
+    pub kept_sharded: bool,
+    /// The kept output is one backward never reads (a row-parallel product's, which only a
+    /// residual add consumes): eager code keeps it anyway (the policy's cache holds every
+    /// saved op's output, torch/utils/checkpoint.py `_CachingTorchDispatchMode`), the
+    /// compiler's partitioner saves only what backward reads.
+    pub unread: bool,
 }
 
 /// A model ready for the cost model.

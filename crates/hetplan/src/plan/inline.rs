@@ -492,7 +492,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             v.to_ascii_lowercase().parse::<Recompute>().map_err(|m| {
                 (
                     m,
-                    Some("ckpt=none, ckpt=selective, ckpt=full or ckpt=2".to_string()),
+                    Some("ckpt=none, ckpt=selective, ckpt=ops, ckpt=full or ckpt=2".to_string()),
                 )
             })
         })?
@@ -626,6 +626,10 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             Some(PlanError::CompileOutsideFsdp { .. }) => Some(
                 "engine=fsdp (torchtitan, PyTorch FSDP), or leave out compile= (on)".to_string(),
             ),
+            Some(PlanError::OpCheckpointOutsideFsdp { .. }) => Some(
+                "engine=fsdp (torchtitan), or ckpt=selective (the attention core) or ckpt=full"
+                    .to_string(),
+            ),
             _ => None,
         };
         return Err(s.err(
@@ -657,7 +661,7 @@ fn key_of(e: &PlanError) -> &'static str {
         | PlanError::ContextParallelModel { .. }
         | PlanError::ContextParallelHeads { .. } => "cp",
         PlanError::ZeroStage { .. } => "zero",
-        PlanError::RecomputeLayers { .. } => "ckpt",
+        PlanError::RecomputeLayers { .. } | PlanError::OpCheckpointOutsideFsdp { .. } => "ckpt",
         PlanError::Fp8Unsupported { .. } => "precision",
         PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile",
         PlanError::OffloadRatio { which, .. } => match *which {

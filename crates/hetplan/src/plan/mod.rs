@@ -181,6 +181,13 @@ pub enum Recompute {
     Full,
     /// Recompute this many of the stage's layers fully (Mist's per-stage count), the first ones.
     Layers(u32),
+    /// Op-level selective checkpointing as torchtitan runs it (its `SelectiveAC`;
+    /// `selective_ac_option = "op"` in the configs of 2024, torchtitan/parallelisms/
+    /// parallelize_llama.py at 9dec370): in every transformer block the outputs of the
+    /// attention core and of every other matrix product (the first, third, … in forward
+    /// order) are kept, everything else is recomputed in backward from the block's input
+    /// (`Layer::op_checkpointing`). PyTorch code only (`Engine::runs_pytorch_code`).
+    Ops,
 }
 
 impl Serialize for Recompute {
@@ -190,6 +197,7 @@ impl Serialize for Recompute {
             Recompute::Selective => s.serialize_str("selective"),
             Recompute::Full => s.serialize_str("full"),
             Recompute::Layers(n) => s.serialize_u32(*n),
+            Recompute::Ops => s.serialize_str("ops"),
         }
     }
 }
@@ -216,9 +224,11 @@ impl std::str::FromStr for Recompute {
             "none" | "off" => Ok(Recompute::None),
             "selective" => Ok(Recompute::Selective),
             "full" | "on" => Ok(Recompute::Full),
+            "ops" | "op" => Ok(Recompute::Ops),
             n => n.parse::<u32>().map(Recompute::Layers).map_err(|_| {
                 format!(
-                    "activation checkpointing `{n}`: expected `none`, `selective`, `full` or a number of layers"
+                    "activation checkpointing `{n}`: expected `none`, `selective`, `full`, `ops` \
+                     or a number of layers"
                 )
             }),
         }

@@ -261,12 +261,14 @@ impl Runtime {
             ));
         }
         let recompute_ok = |r: Recompute| match self {
-            Runtime::Megatron => true,
+            // --recompute-granularity selective|full: no op-level policy.
+            Runtime::Megatron => r != Recompute::Ops,
             // deepspeed.checkpointing wraps whole layers: no selective variant in the sheet.
-            Runtime::Deepspeed => !matches!(r, Recompute::Selective),
-            // mode none|selective|full; selective_ac_option "<int>" is every k-th layer, not
+            Runtime::Deepspeed => !matches!(r, Recompute::Selective | Recompute::Ops),
+            // FullAC or SelectiveAC, whose policy is the op-level one (`Recompute::Ops`), not
+            // the attention core alone; selective_ac_option "<int>" was every k-th layer, not
             // the first k.
-            Runtime::Torchtitan => !matches!(r, Recompute::Layers(_)),
+            Runtime::Torchtitan => matches!(r, Recompute::None | Recompute::Full | Recompute::Ops),
             Runtime::Fsdp => matches!(r, Recompute::None | Recompute::Full),
         };
         if let Some(s) = plan.stages.iter().find(|s| !recompute_ok(s.recompute)) {
@@ -361,13 +363,21 @@ impl Runtime {
             .max_by_key(|r| match r {
                 Recompute::None => (0, 0),
                 Recompute::Selective => (1, 0),
+                Recompute::Ops => (1, 1),
                 Recompute::Layers(k) => (2, *k),
                 Recompute::Full => (3, 0),
             })?;
+        // Where the engine has no such checkpointing, the one that keeps less: what fitted
+        // still fits. torchtitan's selective checkpointing is the op-level one, which keeps
+        // less than the attention core's.
         let recompute = match (self, strongest) {
-            (Runtime::Deepspeed, Recompute::Selective) => Recompute::Full,
-            (Runtime::Torchtitan, Recompute::Layers(_)) => Recompute::Full,
-            (Runtime::Fsdp, Recompute::Selective | Recompute::Layers(_)) => Recompute::Full,
+            (Runtime::Torchtitan, Recompute::Selective) => Recompute::Ops,
+            (Runtime::Megatron, Recompute::Ops)
+            | (Runtime::Deepspeed, Recompute::Selective | Recompute::Ops)
+            | (Runtime::Torchtitan, Recompute::Layers(_))
+            | (Runtime::Fsdp, Recompute::Selective | Recompute::Layers(_) | Recompute::Ops) => {
+                Recompute::Full
+            }
             (_, r) => r,
         };
         // Expert parallelism: one degree (the smallest the plan uses, the likeliest to divide
@@ -600,5 +610,34 @@ mod tests {
         assert_eq!(d.stages.len(), 2);
         assert_eq!(d.stages[0].layers, LayerRange { start: 0, end: 4 });
         assert_eq!(d.schedule, Schedule::OneFOneB);
+    }
+
+    #[test]
+    fn op_level_checkpointing_is_torchtitans_selective_and_nobody_elses() {
+        let both = |r: Recompute| {
+            let mut a = stage((0, 3), &[0, 1], 1, 2);
+            a.recompute = r;
+            let mut b = stage((3, 8), &[2, 3], 1, 2);
+            b.recompute = r;
+            plan(vec![a, b])
+        };
+        let ops = both(Recompute::Ops);
+        assert!(Runtime::Torchtitan.why_not(&ops).is_empty());
+        for rt in [Runtime::Megatron, Runtime::Deepspeed] {
+            let why = rt.why_not(&ops);
+            assert!(
+                why.iter().any(|w| w.contains("cannot checkpoint as Ops")),
+                "{why:?}"
+            );
+            // What it runs instead keeps less, so what fitted still fits.
+            let c = rt.conform(&ops).unwrap();
+            assert!(c.stages.iter().all(|s| s.recompute == Recompute::Full));
+        }
+        // torchtitan's SelectiveAC is the op-level policy, not the attention core alone.
+        let attention_core = both(Recompute::Selective);
+        let why = Runtime::Torchtitan.why_not(&attention_core);
+        assert!(why.iter().any(|w| w.contains("Selective")), "{why:?}");
+        let t = Runtime::Torchtitan.conform(&attention_core).unwrap();
+        assert!(t.stages.iter().all(|s| s.recompute == Recompute::Ops));
     }
 }

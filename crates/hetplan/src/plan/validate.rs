@@ -396,6 +396,11 @@ pub enum PlanError {
          torch.compile over the model"
     )]
     TpOverlapEager,
+    #[error(
+        "stage {stage} checkpoints op by op (recompute \"ops\"), but the engine is {engine}: \
+         op-level checkpointing is a policy of PyTorch's checkpoint over the model's code"
+    )]
+    OpCheckpointOutsideFsdp { stage: usize, engine: &'static str },
     #[error("stage {stage} has ep = {ep}, which does not divide its dp = {dp}")]
     ExpertParallelDivides { stage: usize, ep: u32, dp: u32 },
     #[error("stage {stage} has ep = {ep}, but none of its layers is a mixture of experts")]
@@ -512,7 +517,8 @@ impl PlanError {
             PlanError::ReplicaSamples { stage, .. } => st(stage, "replica_samples"),
             PlanError::ZeroStage { stage, .. } => st(stage, "zero"),
             PlanError::OffloadRatio { stage, which, .. } => st(stage, &format!("offload.{which}")),
-            PlanError::RecomputeLayers { stage, .. } => st(stage, "recompute"),
+            PlanError::RecomputeLayers { stage, .. }
+            | PlanError::OpCheckpointOutsideFsdp { stage, .. } => st(stage, "recompute"),
             PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
             PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile".into(),
             PlanError::TpOverlapAcrossNodes { stage, .. } => st(stage, "devices"),
@@ -633,6 +639,11 @@ impl PlanError {
             PlanError::OffloadRatio { .. } => "offload fractions lie between 0 and 1".into(),
             PlanError::RecomputeLayers { stage_layers, .. } => {
                 format!("recompute at most {stage_layers} layers, or \"full\"")
+            }
+            PlanError::OpCheckpointOutsideFsdp { .. } => {
+                "set engine to fsdp (torchtitan), or recompute \"selective\" (the attention \
+                 core) or \"full\""
+                    .into()
             }
             PlanError::TpOverlapAcrossNodes { .. } => {
                 "keep each TP group inside a node (Transformer Engine's userbuffers and torch's \
@@ -839,15 +850,25 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
         }
     }
     check_layers(plan, model, &mut errs);
+    let engine = match plan.engine {
+        super::Engine::Megatron => "megatron",
+        super::Engine::Deepspeed => "deepspeed",
+        super::Engine::Fsdp => "fsdp",
+    };
     if !plan.compile.is_on() && !plan.engine.runs_pytorch_code() {
         errs.push(PlanError::CompileOutsideFsdp {
-            engine: match plan.engine {
-                super::Engine::Megatron => "megatron",
-                super::Engine::Deepspeed => "deepspeed",
-                super::Engine::Fsdp => "fsdp",
-            },
+            engine,
             compile: plan.compile.name(),
         });
+    }
+    if !plan.engine.runs_pytorch_code() {
+        if let Some(stage) = plan
+            .stages
+            .iter()
+            .position(|s| s.recompute == Recompute::Ops)
+        {
+            errs.push(PlanError::OpCheckpointOutsideFsdp { stage, engine });
+        }
     }
     // CompileConfig.__post_init__ refuses async TP without the model compiled.
     if plan.tp_comm_overlap

@@ -433,6 +433,7 @@ impl ComputeTimes for AveragedTimes<'_> {
             forward: field(&|lt| lt.forward.get()),
             backward: field(&|lt| lt.backward.get()),
             selective_forward: field(&|lt| lt.selective_forward.get()),
+            op_checkpoint_forward: field(&|lt| lt.op_checkpoint_forward.get()),
             attention_forward: field(&|lt| lt.attention_forward.get()),
             attention_backward: field(&|lt| lt.attention_backward.get()),
             ..first

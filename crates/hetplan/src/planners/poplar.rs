@@ -339,6 +339,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
         stage.tp,
         problem.seq_len,
         precision,
+        problem.options.runs_eagerly(),
         compiled_loss,
     );
     let transient = memory::transient_bytes(

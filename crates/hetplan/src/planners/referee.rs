@@ -40,7 +40,9 @@
 //! [`tp_degrees`] (e.g. a degree that only an embedding-only stage allows); interleaving with
 //! more than 2 virtual stages; other collective types; ZeRO-3 without data parallelism;
 //! sequence parallelism at TP degree 1; micro-batches above `options.max_micro_batch`; expert
-//! and context parallelism (`ep`, `cp` above 1: hetplan's own moves, in no seed's space).
+//! and context parallelism (`ep`, `cp` above 1: hetplan's own moves, in no seed's space);
+//! op-level checkpointing (`Recompute::Ops`, torchtitan's: hetplan's own move where the engine
+//! runs PyTorch code, in no seed's space).
 //! `options.runtime` is ignored: the space is that of any runtime.
 //!
 //! # What it exploits, and why that is exact
@@ -61,7 +63,7 @@
 //! Nodes are not merged either (a ring's crossings depend on node order).
 //!
 //! **Equivalent values are enumerated once.** The estimate reads a stage's checkpointing only
-//! through `memory::recomputed_layers` and `== Selective` (and HFU, a report), so
+//! through `memory::recomputed_layers`, `== Selective` and `== Ops` (and HFU, a report), so
 //! `Layers(0)` *is* `None` and `Layers(len)` *is* `Full`; ZeRO 1 and 2 without data parallelism
 //! shard over one replica, so they are ZeRO 0 (every use is guarded by `dp > 1` or divides by
 //! `dp`); `replica_tp` listing one degree for every replica is `tp`. [`contains`] accepts these
@@ -862,6 +864,7 @@ pub fn contains(problem: &Problem<'_>, plan: &Plan) -> bool {
             && st.replica_samples.is_empty()
             && st.ep == 1
             && st.cp == 1
+            && st.recompute != Recompute::Ops
             && st.micro_batch_sizes.iter().all(|&b| b <= o.max_micro_batch)
             && (st.dp > 1 || st.zero < 3)
             && (st.tp > 1 || !st.sequence_parallel)

@@ -280,6 +280,7 @@ pub fn recompute_words(r: Recompute) -> String {
         Recompute::Selective => "selective recompute".into(),
         Recompute::Full => "full recompute".into(),
         Recompute::Layers(k) => format!("{k} layers recomputed"),
+        Recompute::Ops => "op-level selective recompute".into(),
     }
 }
 
@@ -581,6 +582,16 @@ fn replica_types(cluster: &Cluster, st: &Stage) -> Vec<usize> {
         .collect()
 }
 
+/// The checkpointing a stage may take besides a count of layers: none, the attention core,
+/// every layer, and where the engine runs PyTorch code, torchtitan's op-level policy.
+fn checkpointing_kinds(problem: &Problem<'_>) -> Vec<Recompute> {
+    let mut out = vec![Recompute::None, Recompute::Selective, Recompute::Full];
+    if problem.options.engine.runs_pytorch_code() {
+        out.push(Recompute::Ops);
+    }
+    out
+}
+
 /// Every move from `plan`, in a fixed order.
 pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
     let cluster = problem.cluster;
@@ -601,7 +612,7 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             }
         }
         let len = st.layers.len() as u32;
-        let mut recompute = vec![Recompute::None, Recompute::Selective, Recompute::Full];
+        let mut recompute = checkpointing_kinds(problem);
         for k in [len / 4, len / 2, (3 * len) / 4] {
             let r = Recompute::Layers(k);
             if k >= 1 && k < len && !recompute.contains(&r) {
@@ -701,7 +712,7 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
             .map(|s| s.layers.len() as u32)
             .min()
             .unwrap_or(0);
-        let mut all = vec![Recompute::None, Recompute::Selective, Recompute::Full];
+        let mut all = checkpointing_kinds(problem);
         all.extend((1..shortest.min(4)).map(Recompute::Layers));
         for to in all {
             if plan.stages.iter().any(|s| s.recompute != to) {
