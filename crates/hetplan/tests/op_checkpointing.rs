@@ -2,8 +2,9 @@
 //! torchtitan's policy, which keeps the attention core's output and every other matrix
 //! product's and recomputes the rest of each block. What a Llama block keeps and recomputes,
 //! the memory and time it comes to between no checkpointing and full, that only PyTorch's own
-//! engine runs it, and that torchtitan's `SelectiveAC` is read and written as it. Its
-//! agreement with torchtitan's measured memory is in `tests/published.rs`.
+//! engine runs it, and that torchtitan's `SelectiveAC` is read and written as it; and that
+//! full checkpointing, as every engine runs it, recomputes the transformer layers and not the
+//! embedding or the head. Their agreement with measured memory is in `tests/published.rs`.
 
 use hetplan::cluster::spec::catalog_cluster;
 use hetplan::cost::compute::{ComputeTimes, LayerShape};
@@ -211,4 +212,40 @@ fn only_pytorchs_engine_checkpoints_op_by_op() {
     assert!(json.contains(r#""recompute":"ops""#), "{json}");
     let back: Plan = serde_json::from_str(&json).unwrap();
     assert_eq!(back.stages[0].recompute, Recompute::Ops);
+}
+
+#[test]
+fn full_checkpointing_recomputes_the_blocks_not_the_embedding_or_the_head() {
+    let (model, cluster) = setup();
+    let p = plan(
+        "dp=8,mbs=1,gbs=8,zero=3,ckpt=full,engine=fsdp",
+        &model,
+        &cluster,
+    );
+    let st = &p.stages[0];
+    let whole: Vec<bool> = memory::fully_recomputed(&model, st).collect();
+    assert_eq!(whole.len(), model.layers.len());
+    assert!(!whole[0] && !whole[whole.len() - 1]);
+    assert!(whole[1..whole.len() - 1].iter().all(|&w| w));
+    // A count of layers counts blocks: the embedding is not one of them.
+    let mut two = st.clone();
+    two.recompute = Recompute::Layers(2);
+    let whole: Vec<bool> = memory::fully_recomputed(&model, &two).collect();
+    assert_eq!(whole.iter().filter(|&&w| w).count(), 2);
+    assert!(whole[1] && whole[2] && !whole[3]);
+    // The head keeps what it keeps under full checkpointing: its activations are those of no
+    // checkpointing at all.
+    let mut head = st.clone();
+    let last = model.layers.len() - 1;
+    head.layers = hetplan::plan::LayerRange {
+        start: last,
+        end: last + 1,
+    };
+    let kept = |s: &hetplan::plan::Stage| {
+        memory::micro_batch_activations(&model, s, 1, 1, SEQ, Precision::Bf16, false, false).0
+    };
+    let mut bare = head.clone();
+    bare.recompute = Recompute::None;
+    assert_eq!(kept(&head), kept(&bare));
+    assert!(kept(&head) > 0.0);
 }

@@ -93,13 +93,16 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // the products and the elementwise ops recomputed, where half the blocks recomputed whole
     // had charged about half a forward) made every such row faster by 2–6% — its memory
     // errors fell from +5…+20% to −2…−6% — and so more optimistic: A100 11.9%, H100 16.4%
-    // (BF16) and 19.6% (FP8), H200 15.6% (docs/validation.md §8).
+    // (BF16) and 19.6% (FP8), H200 15.6% (docs/validation.md §8). Checkpointing only the
+    // transformer layers, as every engine does (`Layer::checkpointable`: the output layer is
+    // no longer recomputed on the last stage), made BLOOM's rows faster: 11.9% → 14.7%, and
+    // torchtitan's FP8 rows 21.0%.
     let bounds = [
-        ("bigscience_bloom_prequel", "a100", false, 0.13),
+        ("bigscience_bloom_prequel", "a100", false, 0.15),
         ("torchtitan", "a100", false, 0.12),
         ("megatron_lm_readme", "h100", false, 0.13),
         ("torchtitan", "h100", false, 0.17),
-        ("torchtitan", "h100", true, 0.20),
+        ("torchtitan", "h100", true, 0.22),
         ("torchtitan", "h200", true, 0.16),
     ];
     for (source, gpu, fp8, bound) in bounds {
@@ -179,8 +182,9 @@ fn torchtitan_memory_follows_what_it_compiled() {
     );
     let errs: Vec<f64> = h100.iter().filter_map(|c| c.memory_error()).collect();
     let (median, _) = median_p90(&errs).unwrap();
-    // 7.9% (13.9% before the op-level checkpointing of rows 001–006).
-    assert!(median <= 0.08, "H100 memory median {median:.3}");
+    // 3.6%: 13.9% before the op-level checkpointing of rows 001–006, 7.9% before the
+    // full-recompute rows kept their head's activations (`Layer::checkpointable`).
+    assert!(median <= 0.04, "H100 memory median {median:.3}");
 }
 
 #[test]
@@ -198,6 +202,20 @@ fn the_simulator_agrees_with_the_estimate_on_published_plans() {
         median <= 0.02 && p90 <= 0.08,
         "median {median:.3}, p90 {p90:.3}"
     );
+}
+
+/// BLOOM's nvidia-smi readings: under by 11.8% (median) with the embedding's and the head's
+/// activations kept (every engine checkpoints only its transformer layers), 14.8% before.
+#[test]
+fn bloom_memory_stays_within_todays_accuracy() {
+    let (all, _) = cases();
+    let errs: Vec<f64> = group(&all, "bigscience_bloom_prequel", "a100", false)
+        .iter()
+        .filter_map(|c| c.memory_error())
+        .collect();
+    assert!(errs.len() >= 30, "{}", errs.len());
+    let (median, _) = median_p90(&errs).unwrap();
+    assert!(median <= 0.12, "BLOOM memory median {median:.3}");
 }
 
 #[test]

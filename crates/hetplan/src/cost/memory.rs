@@ -251,13 +251,29 @@ fn checkpoint_bytes(
     prev * tokens / split * p.element_bytes() / 2.0
 }
 
-/// How many of the stage's layers (its first ones) are fully recomputed in backward.
+/// How many of the stage's layers (its first ones) are fully recomputed in backward, at most:
+/// of them only the checkpointable ones are ([`fully_recomputed`]).
 pub fn recomputed_layers(stage: &Stage) -> usize {
     match stage.recompute {
         Recompute::Full => stage.layers.len(),
         Recompute::Layers(n) => (n as usize).min(stage.layers.len()),
         Recompute::None | Recompute::Selective | Recompute::Ops => 0,
     }
+}
+
+/// Whether each of the stage's layers, in order, is recomputed whole in backward: the first
+/// [`recomputed_layers`] of its checkpointable ones (`Layer::checkpointable`: not the
+/// embedding, not the head).
+pub fn fully_recomputed<'a>(model: &'a Model, stage: &Stage) -> impl Iterator<Item = bool> + 'a {
+    let n = recomputed_layers(stage);
+    let mut taken = 0;
+    stage.layers.iter().map(move |i| {
+        let yes = taken < n && model.layers[i].checkpointable();
+        if yes {
+            taken += 1;
+        }
+        yes
+    })
 }
 
 /// Bytes a transformer block keeps for backward under op-level selective checkpointing
@@ -306,13 +322,12 @@ pub fn micro_batch_activations(
 ) -> (f64, f64) {
     // Context parallelism: 1/cp of each sequence on this GPU.
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
-    let n_ckpt = recomputed_layers(stage);
     let selective = stage.recompute == Recompute::Selective;
     let by_op = stage.recompute == Recompute::Ops;
     let sp = stage.sequence_parallel;
     let mut kept = 0.0;
     let mut working: f64 = 0.0;
-    for (j, i) in stage.layers.iter().enumerate() {
+    for (i, whole) in stage.layers.iter().zip(fully_recomputed(model, stage)) {
         let layer = &model.layers[i];
         let full = layer_saved_bytes(
             layer,
@@ -329,7 +344,7 @@ pub fn micro_batch_activations(
         } else {
             None
         };
-        if j < n_ckpt {
+        if whole {
             kept += checkpoint_bytes(model, i, tokens, tp, sp, precision);
             working = working.max(full);
         } else if let Some(ops) = ops_kept {

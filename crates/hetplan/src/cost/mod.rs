@@ -791,7 +791,7 @@ fn layer_costs_in(
     // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of
     // the heads).
     let ring: Vec<GpuId> = st.cp_group(r).map(|q| st.replica(q)[0]).collect();
-    let n_ckpt = memory::recomputed_layers(st);
+    let whole: Vec<bool> = memory::fully_recomputed(model, st).collect();
     // An expert-parallel group runs in step at every MoE layer: each replica's layers take the
     // time of the group's slowest GPU.
     let ep = st.ep.max(1);
@@ -850,7 +850,7 @@ fn layer_costs_in(
             let etp_c = ctx.collective(&etp_group, tp_bytes, Collective::AllReduce, conc);
             let (tp_fwd, tp_bwd) = (layer.tp_allreduces_fwd - mf, layer.tp_allreduces_bwd - mb);
             let tp_forward = tp_c * tp_fwd as f64 + etp_c * mf as f64;
-            let full = j < n_ckpt;
+            let full = whole[j];
             // Op-level checkpointing keeps the reduce-scatters' outputs (and the attention's
             // and the expert all-to-alls'), not the all-gathers before the QKV and up
             // projections, which the recomputed products' weight gradients need again: half
@@ -1308,10 +1308,11 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         let tokens_mb = samples_mb as f64 * tokens_per_sample;
         let fwd = compute::forward_model_flop(model, st.layers.iter(), tokens_mb, seq);
         let recomputed = match st.recompute {
-            Recompute::Full | Recompute::Layers(_) => {
-                let end = st.layers.start + memory::recomputed_layers(st);
-                compute::forward_model_flop(model, st.layers.start..end, tokens_mb, seq).all
-            }
+            Recompute::Full | Recompute::Layers(_) => (st.layers.iter())
+                .zip(memory::fully_recomputed(model, st))
+                .filter(|&(_, whole)| whole)
+                .map(|(i, _)| compute::forward_model_flop(model, i..i + 1, tokens_mb, seq).all)
+                .sum(),
             Recompute::Selective => fwd.unfused_attention,
             Recompute::Ops => fwd.op_checkpointed,
             Recompute::None => 0.0,

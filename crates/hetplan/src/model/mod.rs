@@ -186,6 +186,18 @@ impl Layer {
             .fold(0u64, |acc, o| acc.saturating_add(o.params))
     }
 
+    /// Whether activation checkpointing recomputes this layer: every engine checkpoints its
+    /// transformer layers and nothing else — Megatron's `--recompute-granularity full`
+    /// within its transformer block (megatron/core/transformer/transformer_block.py,
+    /// `_checkpointed_forward`), DeepSpeed's pipeline engine the layers its module calls
+    /// checkpointable (Megatron-DeepSpeed's `GPTModelPipe`: `ParallelTransformerLayerPipe`
+    /// only, deepspeed/runtime/pipe/module.py `_is_checkpointable`), torchtitan its
+    /// `model.layers`. The embedding and the head (final norm, output layer, loss) keep what
+    /// they keep.
+    pub fn checkpointable(&self) -> bool {
+        !matches!(self.kind, LayerKind::Embedding | LayerKind::Head)
+    }
+
     /// What op-level selective checkpointing (`plan::Recompute::Ops`) does with each of the
     /// layer's ops, in order; `None` for a layer that is not a transformer block (torchtitan
     /// checkpoints its blocks only: the embedding and the head keep what they keep).

@@ -179,7 +179,8 @@ pub enum Recompute {
     Selective,
     /// Recompute every layer of the stage from its input.
     Full,
-    /// Recompute this many of the stage's layers fully (Mist's per-stage count), the first ones.
+    /// Recompute this many of the stage's transformer layers fully (Mist's per-stage count), the
+    /// first ones (`memory::fully_recomputed`: the embedding and the head never are).
     Layers(u32),
     /// Op-level selective checkpointing as torchtitan runs it (its `SelectiveAC`;
     /// `selective_ac_option = "op"` in the configs of 2024, torchtitan/parallelisms/
