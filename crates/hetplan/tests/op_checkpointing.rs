@@ -249,3 +249,37 @@ fn full_checkpointing_recomputes_the_blocks_not_the_embedding_or_the_head() {
     assert_eq!(kept(&head), kept(&bare));
     assert!(kept(&head) > 0.0);
 }
+
+#[test]
+fn with_tensor_parallelism_the_recompute_gathers_again_but_does_not_reduce_again() {
+    let (model, cluster) = setup();
+    let w = hetplan::cost::Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: SEQ,
+    };
+    let costs = |ckpt: &str| {
+        let p = plan(
+            &format!("tp=2,dp=4,mbs=1,gbs=8,zero=3,sp=on,ckpt={ckpt},engine=fsdp"),
+            &model,
+            &cluster,
+        );
+        hetplan::cost::layer_costs(w, &w.validate(&p).unwrap(), &Analytic, 0, 0)
+    };
+    let (none, ops, full) = (costs("none"), costs("ops"), costs("full"));
+    for (l, layer) in model.layers.iter().enumerate() {
+        let (n, o, f) = (&none[l], &ops[l], &full[l]);
+        if layer.kind != LayerKind::Transformer {
+            // Neither kind of checkpointing touches the embedding or the head.
+            assert_eq!((o.recompute, f.recompute), (0.0, 0.0), "layer {l}");
+            continue;
+        }
+        // A block's two forward collectives: full recomputation runs both again, the op-level
+        // policy the all-gathers only (one all-reduce's worth).
+        assert_eq!(n.tp_allreduces_forward, 2);
+        assert_eq!(f.tp_allreduces_backward, n.tp_allreduces_backward + 2);
+        assert_eq!(o.tp_allreduces_backward, n.tp_allreduces_backward + 1);
+        assert!(o.tp_recompute > 0.0 && (o.tp_recompute - f.tp_recompute / 2.0).abs() < 1e-12);
+        assert!(0.0 < o.recompute && o.recompute < f.recompute);
+    }
+}

@@ -277,9 +277,9 @@ pub fn fully_recomputed<'a>(model: &'a Model, stage: &Stage) -> impl Iterator<It
 }
 
 /// Bytes a transformer block keeps for backward under op-level selective checkpointing
-/// (`Recompute::Ops`) beyond its input: the outputs its ops keep
-/// (`Layer::op_checkpointing`), but for the ones backward never reads where the code runs
-/// compiled; `None` for a layer that is not a block.
+/// (`Recompute::Ops`) beyond its input, as (kept, of which backward reads): the outputs its
+/// ops keep (`Layer::op_checkpointing`), the ones backward never reads only where the code
+/// runs eagerly; `None` for a layer that is not a block.
 fn op_checkpoint_kept_bytes(
     layer: &Layer,
     tokens: f64,
@@ -287,22 +287,25 @@ fn op_checkpoint_kept_bytes(
     sequence_parallel: bool,
     precision: Precision,
     eager: bool,
-) -> Option<f64> {
+) -> Option<(f64, f64)> {
     let tp = tp.max(1) as f64;
     let scale = precision.element_bytes() / 2.0;
-    let kept = layer
-        .op_checkpointing()?
-        .filter(|c| eager || !c.unread)
-        .map(|c| {
-            let split = if c.kept_sharded || sequence_parallel {
-                tp
-            } else {
-                1.0
-            };
-            c.kept_bytes_per_token * tokens / split
-        })
-        .sum::<f64>();
-    Some(kept * scale)
+    let (mut kept, mut read) = (0.0, 0.0);
+    for c in layer.op_checkpointing()? {
+        let split = if c.kept_sharded || sequence_parallel {
+            tp
+        } else {
+            1.0
+        };
+        let b = c.kept_bytes_per_token * tokens / split * scale;
+        if !c.unread {
+            read += b;
+        }
+        if eager || !c.unread {
+            kept += b;
+        }
+    }
+    Some((kept, read))
 }
 
 /// Activation bytes of one micro-batch of `mbs` samples through a replica of a stage at TP
@@ -347,11 +350,11 @@ pub fn micro_batch_activations(
         if whole {
             kept += checkpoint_bytes(model, i, tokens, tp, sp, precision);
             working = working.max(full);
-        } else if let Some(ops) = ops_kept {
+        } else if let Some((ops, read)) = ops_kept {
             // Its input and what the policy saves; recomputing the rest in backward brings the
-            // block's other activations back for its own backward.
+            // block's other activations (what it saves for backward, less what is kept) back.
             kept += checkpoint_bytes(model, i, tokens, tp, sp, precision) + ops;
-            working = working.max((full - ops).max(0.0));
+            working = working.max((full - read).max(0.0));
         } else {
             kept += full;
         }

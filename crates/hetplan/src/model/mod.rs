@@ -205,7 +205,7 @@ impl Layer {
     /// torchtitan's policy (`_custom_policy` in torchtitan/parallelisms/parallelize_llama.py
     /// at 9dec370; `SelectiveAC` in torchtitan/distributed/activation_checkpoint.py today)
     /// marks every op of a block *save* or *recompute*: the attention kernels' outputs (the
-    /// output and its log-sum-exp), and of the matrix products in forward order the first,
+    /// output and its log-sum-exp; an unfused core is recomputed), and of the matrix products in forward order the first,
     /// third, fifth … (`mm_count % 2 == 1`), are saved; every other op — the second, fourth …
     /// product, norms, rotary embeddings, activations, residual adds — runs again in backward
     /// from the block's input. Products are counted as the code runs them: hetplan's QKV op is
@@ -268,9 +268,14 @@ impl Layer {
                         && next_main(i).is_some_and(|name| name.ends_with("residual")),
                 }
             }
+            // The unfused core is matrix products and a softmax of its own, none of which the
+            // policy saves (it saves the SDPA kernels' outputs): recomputed whole.
             OpKind::Attention {
-                heads, head_dim, ..
-            } => {
+                heads,
+                head_dim,
+                implementation,
+                ..
+            } if *implementation != AttnImpl::Torch => {
                 // The output (as wide as the product after it reads) and one FP32 log-sum-exp
                 // per head.
                 let out = ops[i + 1..]

@@ -177,7 +177,8 @@ pub enum Recompute {
     None,
     /// Recompute the attention core only (Korthikanti et al. 2022 §5).
     Selective,
-    /// Recompute every layer of the stage from its input.
+    /// Recompute every transformer layer of the stage from its input (not the embedding or
+    /// the head: `Layer::checkpointable`).
     Full,
     /// Recompute this many of the stage's transformer layers fully (Mist's per-stage count), the
     /// first ones (`memory::fully_recomputed`: the embedding and the head never are).

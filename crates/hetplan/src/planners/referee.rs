@@ -64,7 +64,9 @@
 //!
 //! **Equivalent values are enumerated once.** The estimate reads a stage's checkpointing only
 //! through `memory::recomputed_layers`, `== Selective` and `== Ops` (and HFU, a report), so
-//! `Layers(0)` *is* `None` and `Layers(len)` *is* `Full`; ZeRO 1 and 2 without data parallelism
+//! `Layers(0)` *is* `None` and `Layers(len)` *is* `Full` (on a chunk holding the embedding or
+//! the head, which are never recomputed, `Layers(k)` for k at least its transformer layers is
+//! `Full` too, and is enumerated beside it: more candidates, the same optimum); ZeRO 1 and 2 without data parallelism
 //! shard over one replica, so they are ZeRO 0 (every use is guarded by `dp > 1` or divides by
 //! `dp`); `replica_tp` listing one degree for every replica is `tp`. [`contains`] accepts these
 //! forms; the referee evaluates the first of each.

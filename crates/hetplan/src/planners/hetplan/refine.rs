@@ -537,7 +537,7 @@ fn climb(ladder: &[Rung], st: &mut Stage) -> bool {
                 st.recompute = Recompute::Selective;
                 true
             }
-            Rung::Full if st.recompute == Recompute::Selective => {
+            Rung::Full if matches!(st.recompute, Recompute::Selective | Recompute::Ops) => {
                 st.recompute = Recompute::Full;
                 true
             }

@@ -78,7 +78,9 @@
 //!   is costed on the first l layers (with the embedding), the last on the last l (with the
 //!   head), a middle stage on blocks 1..=l. On models whose blocks differ, the MILP's picture
 //!   is approximate; the returned plan is costed by hetplan's estimate on its real layers.
-//! * *Checkpointed layers are the stage's first ones* (hetplan's `Recompute::Layers`).
+//! * *Checkpointed layers are the stage's first transformer layers* (hetplan's
+//!   `Recompute::Layers`; the embedding and the head are never recomputed,
+//!   `Layer::checkpointable`).
 //! * *ZeRO-2 reduces gradients every micro-batch* (DeepSpeed's behaviour, hetplan's model);
 //!   ZeRO above 0 is not searched with DP = 1 (nothing to shard).
 //! * *Pipeline sends* are costed to a GPU of another node when the cluster has several (the
@@ -615,9 +617,12 @@ impl Planner for Mist {
                 for (i, (&(_, p), devs)) in chosen.iter().zip(devices).enumerate() {
                     let l = stages[i][picks[i]].layers;
                     let cfg = p.config;
+                    let blocks = (start..start + l)
+                        .filter(|&j| problem.model.layers[j].checkpointable())
+                        .count();
                     let recompute = match cfg.ckpt as usize {
                         0 => Recompute::None,
-                        n if n >= l => Recompute::Full,
+                        n if n >= blocks => Recompute::Full,
                         n => Recompute::Layers(n as u32),
                     };
                     choices.push(StageChoice {

@@ -154,9 +154,13 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         transient: 0.0,
         p2p: 0.0,
     };
+    // Saved bytes and checkpoint inputs of the stage's transformer layers, the ones
+    // checkpointing recomputes (`Layer::checkpointable`); the embedding and the head keep
+    // theirs (`fixed`).
     let mut full = Vec::with_capacity(n);
     let mut ckpt = Vec::with_capacity(n);
-    for (j, li) in (spec.start..spec.end).enumerate() {
+    let mut fixed = 0.0;
+    for li in spec.start..spec.end {
         let layer = &model.layers[li];
         let lt = p.compute.layer_time(ctx.gpu, model, li, shape);
         let tp_c = if tp > 1 && !lt.includes_tp_comm {
@@ -169,8 +173,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         t.fwd += lt.forward.get();
         t.bwd += lt.backward.get();
         t.tp_comm += tpf + tp_c * layer.tp_allreduces_bwd as f64;
-        t.recompute[j + 1] = t.recompute[j] + lt.forward.get() + tpf;
-        full.push(memory::layer_saved_bytes(
+        let saved = memory::layer_saved_bytes(
             layer,
             tokens,
             p.seq_len,
@@ -179,26 +182,36 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
             false,
             p.options.precision,
             p.options.compiles_loss(),
-        ));
-        // Full checkpointing keeps the layer's input: the previous layer's output.
-        let input = if li == 0 {
-            0.0
+        );
+        if layer.checkpointable() {
+            let k = full.len();
+            t.recompute[k + 1] = t.recompute[k] + lt.forward.get() + tpf;
+            full.push(saved);
+            // Full checkpointing keeps the layer's input: the previous layer's output.
+            let input = if li == 0 {
+                0.0
+            } else {
+                model.layers[li - 1].output_bytes_per_token * tokens * elem / 2.0
+            };
+            ckpt.push(input);
         } else {
-            model.layers[li - 1].output_bytes_per_token * tokens * elem / 2.0
-        };
-        ckpt.push(input);
+            fixed += saved;
+        }
         t.largest_layer = t
             .largest_layer
             .max(memory::stage_params(model, li..li + 1, tp));
     }
+    // Entry j: the first j transformer layers recomputed (all of them from their count on).
+    let blocks = full.len();
     let total_full: f64 = full.iter().sum();
     let mut ck_sum = 0.0;
     let mut full_sum = 0.0;
     let mut work: f64 = 0.0;
     for j in 0..=n {
-        t.kept[j] = ck_sum + (total_full - full_sum);
+        t.recompute[j] = t.recompute[j.min(blocks)];
+        t.kept[j] = fixed + ck_sum + (total_full - full_sum);
         t.working[j] = work;
-        if j < n {
+        if j < blocks {
             ck_sum += ckpt[j];
             full_sum += full[j];
             work = work.max(full[j]);
@@ -343,6 +356,10 @@ pub fn intra_stage(
     let pcie = ctx.gpu.pcie_bandwidth.get();
     let hbm = crate::cost::compute::hbm_rate(ctx.gpu);
     let nl = (spec.end - spec.start) as u32;
+    // What checkpointing counts: the stage's transformer layers.
+    let blocks = (spec.start..spec.end)
+        .filter(|&l| p.model.layers[l].checkpointable())
+        .count();
     let hidden = 1.0 - 1.0 / nl.max(1) as f64;
     let gpn = devices_per_node(&spec.devices);
     let conc = |n: u32| gpn.get(&n).copied().unwrap_or(0);
@@ -355,8 +372,8 @@ pub fn intra_stage(
     };
     let (nw, ng, no, na) = (wos.len(), gos.len(), oos.len(), aos.len());
     let ckpt_range: (usize, usize) = match ctx.space.ckpt {
-        CkptSpace::Tuned => (0, nl as usize),
-        CkptSpace::Full => (nl as usize, nl as usize),
+        CkptSpace::Tuned => (0, blocks),
+        CkptSpace::Full => (blocks, blocks),
         CkptSpace::Off => (0, 0),
     };
     let mut fits: Vec<usize> = Vec::with_capacity(nw * ng * no * na);
