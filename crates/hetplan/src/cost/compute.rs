@@ -287,7 +287,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             let mt = m * token_fraction * ep * fold;
             let cnt = *count as f64 / ep;
             let flop = 2.0 * mt * kl * nl * cnt;
-            // Rows of an unaligned width leave cuBLAS its slow kernels (GPT-2's 50,257-entry
+            // Rows of an odd 16-bit width leave cuBLAS its slow kernels (GPT-2's 50,257-entry
             // head), unless the engine pads the vocabulary.
             let padded = s.pads_vocabulary && op.name == "logits";
             let aligned = padded || (aligned_row(kl, elem) && aligned_row(nl, elem));

@@ -292,12 +292,17 @@ pub const FSDP_COPY_OUT_BYTES_PER_ELEMENT: f64 = 4.0;
 pub const FP8_GEMM_RELATIVE_EFFICIENCY: f64 = 0.95;
 
 /// A GEMM's dimensions that are the rows of its operands (the inner `k` and the output width
-/// `n`; not the tokens `m`) must span a multiple of this many bytes for cuBLAS's fast kernels
-/// (16-byte aligned rows: 8 BF16 or FP16 elements, 4 FP32; NVIDIA's "Matrix Multiplication
-/// Background" guide, Tensor Core requirements).
-pub const GEMM_ALIGN_BYTES: u64 = 16;
+/// `n`; not the tokens `m`) span a multiple of 16 bytes for cuBLAS's fastest kernels (NVIDIA's
+/// "Matrix Multiplication Background" guide, Tensor Core requirements); below that it picks
+/// kernels that load narrower vectors. What was measured is the narrowest case, rows aligned
+/// to 2 bytes only (an odd width in a 16-bit type: GPT-2's 50,257-entry head), 5–7× slower
+/// ([`UNALIGNED_GEMM_RELATIVE_EFFICIENCY`]). Rows aligned to 4 or 8 bytes (GPT-3 13B's
+/// published d_model of 5,140: 10,280 B) have vectorised tensor-core kernels of their own,
+/// not measured here: they are taken at the aligned rate, and a row below this many bytes'
+/// alignment at the measured one.
+pub const GEMM_ALIGN_BYTES: u64 = 4;
 
-/// A GEMM with an unaligned row ([`GEMM_ALIGN_BYTES`]) relative to the aligned one. Measured on
+/// A GEMM with a row aligned below [`GEMM_ALIGN_BYTES`] relative to the aligned one. Measured on
 /// an H200: GPT-2's 50,257-wide head at 16,384 tokens ran its forward, input- and
 /// weight-gradient products at 99, 141 and 145 TFLOP/s where the 50,304-wide one (padded, as
 /// Megatron pads the vocabulary) ran 689, 713 and 725 (`data/measured/h200-sxm-141gb/
