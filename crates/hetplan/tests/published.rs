@@ -216,6 +216,16 @@ fn bloom_memory_stays_within_todays_accuracy() {
     assert!(errs.len() >= 30, "{}", errs.len());
     let (median, _) = median_p90(&errs).unwrap();
     assert!(median <= 0.12, "BLOOM memory median {median:.3}");
+    // Without data parallelism DeepSpeed's fp16 ZeRO-1 step holds its partition's gradients in
+    // 16 bits and in FP32 (6 B a parameter) with the activations freed: rows 002 and 004 peak
+    // there (−19.7% and −20.6% priced at the last backward), row 006 (dp 2) less.
+    for (id, within) in [("002", 0.06), ("004", 0.06)] {
+        let c = (all.iter().map(|(_, c)| c))
+            .find(|c| c.id == format!("bigscience_bloom_prequel-{id}"))
+            .unwrap();
+        let e = c.memory_error().unwrap();
+        assert!(e.abs() < within, "{id}: memory {e:+.3}");
+    }
 }
 
 #[test]

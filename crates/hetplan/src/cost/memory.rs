@@ -170,6 +170,31 @@ pub fn reduce_bucket_bytes(engine: Engine, zero: u8, dp: u32, gradient_bytes: f6
     }
 }
 
+/// Bytes DeepSpeed's ZeRO-1 and -2 optimizer allocates at its step beyond the model states,
+/// with 16-bit gradients and the optimizer on the GPU: a flat 16-bit copy of the gradients of
+/// its partition and that copy cast to FP32, side by side for the cast
+/// (deepspeed/runtime/zero/stage_1_and_2.py, `step`:
+/// `self.flatten(self.averaged_gradients[i]).to(fp32)`, before the parameters' own gradients
+/// are freed), `(g + 4)` bytes per parameter of the partition — when the step runs, the
+/// activations are freed. 0 for other engines and stages, for FP32 gradients (the
+/// `BF16_Optimizer` accumulates them in FP32 already) and for an offloaded optimizer (its
+/// FP32 gradients live on the host).
+pub fn optimizer_step_bytes(
+    engine: Engine,
+    zero: u8,
+    gradient_bytes: f64,
+    params: f64,
+    dp: u32,
+    offloaded: bool,
+) -> f64 {
+    match (engine, zero) {
+        (Engine::Deepspeed, 1 | 2) if gradient_bytes < 4.0 && !offloaded => {
+            (gradient_bytes + 4.0) * params / dp.max(1) as f64
+        }
+        _ => 0.0,
+    }
+}
+
 /// Bytes per vocabulary entry and token that the loss keeps for backward.
 /// - A fused cross-entropy kernel (`fused`: flash-attn's, as llm-foundry runs MPT with
 ///   `loss_fn: fused_crossentropy`, or PyTorch's compiled, `Plan::compiles_loss`: Inductor

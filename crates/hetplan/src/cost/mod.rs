@@ -1604,7 +1604,17 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     // Offloaded activations leave the GPU except for the micro-batch in progress.
     let activations = act_per_mb * (1.0 + (inflight - 1.0).max(0.0) * (1.0 - off.activations));
     let bucket = memory::reduce_bucket_bytes(plan.engine, st.zero, st.dp, ctx.gg_bytes);
-    let temporary = working + transient + gathered + bucket;
+    // The optimizer's step runs with the activations freed: the device's peak is the larger of
+    // the last backward's and the step's.
+    let step = memory::optimizer_step_bytes(
+        plan.engine,
+        st.zero,
+        ctx.gg_bytes,
+        dense + expert / ep,
+        st.dp,
+        off.optimizer > 0.0,
+    );
+    let temporary = (working + transient + gathered).max(step - activations) + bucket;
     let allocated = weights + gradients + optimizer + activations + temporary;
     let overhead = memory::overhead_bytes(allocated);
     MemoryBreakdown {
