@@ -262,7 +262,11 @@ fn readme(job: Job<'_>, layout: &RankLayout, parts: &[usize]) -> String {
              plan's layer split (stage boundaries {parts:?}). Build your model with it; its layers \
              must be the model's in hetplan's order (embedding, the blocks, the head).{}\n",
             if checkpoint_interval(plan) > 0 {
-                " It checkpoints every layer's activations (`activation_checkpoint_interval=1`)."
+                " It checkpoints every layer's activations (`activation_checkpoint_interval=1`); \
+                 hetplan priced the transformer blocks as checkpointed and not the embedding or \
+                 the head, so pass `checkpointable_layers=[\"<your block's class name>\"]` (a \
+                 plain PipelineModule otherwise checkpoints every layer with parameters, \
+                 deepspeed/runtime/pipe/module.py `_is_checkpointable`)."
             } else {
                 ""
             }
