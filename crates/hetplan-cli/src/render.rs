@@ -4,7 +4,7 @@
 use hetplan::calibration::Report;
 use hetplan::cost::Estimate;
 use hetplan::gpu::GpuSpec;
-use hetplan::plan::{Engine, Precision, Schedule};
+use hetplan::plan::{Precision, Schedule};
 use hetplan::sim::{Executor, Simulation};
 use hetplan::units::{Bytes, Seconds};
 use hetplan::{Cluster, GpuId, Model, Plan};
@@ -173,14 +173,6 @@ fn schedule_name(s: Schedule) -> String {
     }
 }
 
-fn engine_name(e: Engine) -> &'static str {
-    match e {
-        Engine::Megatron => "megatron",
-        Engine::Deepspeed => "deepspeed",
-        Engine::Fsdp => "fsdp",
-    }
-}
-
 fn precision_name(p: Precision) -> &'static str {
     p.name()
 }
@@ -249,7 +241,7 @@ fn header(
         "         global batch {}, {}, {}, {}, {} of {} GPUs used",
         plan.global_batch,
         schedule_name(plan.schedule),
-        engine_name(plan.engine),
+        plan.engine.name(),
         precision_name(plan.precision),
         num_gpus,
         cluster.num_gpus()

@@ -65,6 +65,15 @@ pub enum Engine {
 }
 
 impl Engine {
+    /// The name plans and command lines use (`engine=`, `--engine`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Megatron => "megatron",
+            Engine::Deepspeed => "deepspeed",
+            Engine::Fsdp => "fsdp",
+        }
+    }
+
     /// Whether the parameter all-gather that follows a ZeRO-1/2 optimizer step runs behind the
     /// next iteration's forward, bucket by bucket as each layer's forward needs it: Megatron's
     /// `--overlap-param-gather` (which hetplan's Megatron export sets) and FSDP's prefetch do;

@@ -850,11 +850,7 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
         }
     }
     check_layers(plan, model, &mut errs);
-    let engine = match plan.engine {
-        super::Engine::Megatron => "megatron",
-        super::Engine::Deepspeed => "deepspeed",
-        super::Engine::Fsdp => "fsdp",
-    };
+    let engine = plan.engine.name();
     if !plan.compile.is_on() && !plan.engine.runs_pytorch_code() {
         errs.push(PlanError::CompileOutsideFsdp {
             engine,

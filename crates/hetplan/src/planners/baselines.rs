@@ -83,7 +83,7 @@ use crate::cost::{ComputeTimes, Estimate, LayerShape, LayerTime};
 use crate::gpu::{Arch, GpuSpec};
 use crate::model::Model;
 use crate::plan::inline::parse_inline_plan;
-use crate::plan::{Engine, LayerRange, Plan, Precision, Recompute};
+use crate::plan::{LayerRange, Plan, Precision, Recompute};
 use crate::units::{Bytes, BytesPerSec, FlopPerSec, Seconds};
 use std::collections::BTreeMap;
 
@@ -91,14 +91,6 @@ use std::collections::BTreeMap;
 pub const RANKED: usize = 10;
 
 // ------------------------------------------------------------------------------ helpers
-
-fn engine_key(e: Engine) -> &'static str {
-    match e {
-        Engine::Megatron => "megatron",
-        Engine::Deepspeed => "deepspeed",
-        Engine::Fsdp => "fsdp",
-    }
-}
 
 fn precision_key(p: Precision) -> &'static str {
     match p {
@@ -122,7 +114,7 @@ fn megatron_plan(
     let spec = format!(
         "tp={tp},pp={pp},dp={dp},mbs={mbs},gbs={},engine={},precision={},compile={}",
         problem.global_batch,
-        engine_key(problem.options.engine),
+        problem.options.engine.name(),
         precision_key(problem.options.precision),
         problem.options.compile_of().name()
     );
