@@ -410,6 +410,7 @@ fn measured_moe_layers_are_read_at_the_stages_ep_degree() {
         weight_casts: hetplan::cost::WeightCasts::None,
         eager: false,
         pads_vocabulary: false,
+        op_checkpointing: false,
     };
     let fwd = |layer, ep, etp| {
         profiled

@@ -171,12 +171,20 @@ fn a_blocks_activations_are_its_input_and_what_the_policy_keeps() {
     assert!((kept(true) / eager - 1.0).abs() < 1e-12, "{}", kept(true));
     // The recomputed forward is between none of the block's and all of it.
     let gpu = &cluster.gpu_types[0];
-    let lt = Analytic.layer_time(
+    let shape = LayerShape {
+        op_checkpointing: true,
+        ..LayerShape::plain(1, SEQ, 1, Precision::Bf16)
+    };
+    let lt = Analytic.layer_time(gpu, &model, b, shape);
+    // Priced only where a stage checkpoints op by op.
+    let plain = Analytic.layer_time(
         gpu,
         &model,
         b,
         LayerShape::plain(1, SEQ, 1, Precision::Bf16),
     );
+    assert_eq!(plain.op_checkpoint_forward.get(), 0.0);
+    assert_eq!(plain.forward, lt.forward);
     let share = lt.op_checkpoint_forward.get() / lt.forward.get();
     assert!((0.2..0.5).contains(&share), "{share:.3}");
 }

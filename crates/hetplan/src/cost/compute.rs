@@ -30,7 +30,8 @@ pub struct LayerTime {
     /// The part of `forward` that selective recomputation repeats (the attention core).
     pub selective_forward: Seconds,
     /// The part of `forward` that op-level selective checkpointing repeats
-    /// (`Recompute::Ops`, `Layer::op_checkpointing`); zero outside transformer blocks.
+    /// (`Recompute::Ops`, `Layer::op_checkpointing`); zero outside transformer blocks and
+    /// unless the shape asks for it (`LayerShape::op_checkpointing`).
     pub op_checkpoint_forward: Seconds,
     /// The attention core's share of `forward` and `backward` (the products with the keys and
     /// values): what a context-parallel ring's transfers overlap with.
@@ -81,6 +82,9 @@ pub struct LayerShape {
     /// The engine pads the vocabulary to aligned rows (`Engine::pads_vocabulary`): the head's
     /// product runs at full speed whatever the model's vocabulary.
     pub pads_vocabulary: bool,
+    /// The stage checkpoints op by op (`Recompute::Ops`): the time also says what that
+    /// repeats (`LayerTime::op_checkpoint_forward`, zero otherwise).
+    pub op_checkpointing: bool,
 }
 
 /// What PyTorch's mixed precision moves through HBM beside each matrix product, per
@@ -124,6 +128,7 @@ impl LayerShape {
             weight_casts: WeightCasts::None,
             eager: false,
             pads_vocabulary: false,
+            op_checkpointing: false,
         }
     }
 }
@@ -492,7 +497,9 @@ impl Analytic {
             includes_tp_comm: false,
             source: TimeSource::Analytic,
         };
-        let mut by_op = layer.op_checkpointing();
+        // What op-level checkpointing repeats, only where the stage does it: the lookahead it
+        // takes costs about half of the rest of this loop.
+        let mut by_op = layer.op_checkpointing().filter(|_| shape.op_checkpointing);
         for op in &layer.ops {
             let fp8 = fp8_gemm(op, layer.kind, shape.precision);
             let c = op_cost(op, gpu, model.per_sample, shape, fp8);
@@ -541,8 +548,36 @@ impl ComputeTimes for Analytic {
 pub struct ModelFlop {
     pub all: f64,
     pub unfused_attention: f64,
-    /// The products op-level selective checkpointing repeats (`Recompute::Ops`).
-    pub op_checkpointed: f64,
+}
+
+/// One op's forward model FLOPs for `tokens` tokens (the convention of [`ModelFlop`]): its
+/// products and attention; 0 for memory-bound ops.
+fn op_model_flop(op: &Op, tokens: f64, seq: u64) -> f64 {
+    match &op.kind {
+        OpKind::Gemm {
+            k,
+            n,
+            count,
+            token_fraction,
+            ..
+        } => 2.0 * tokens * token_fraction * (*k as f64) * (*n as f64) * (*count as f64),
+        OpKind::Attention {
+            heads,
+            head_dim,
+            window,
+            ..
+        } => {
+            // Without the causal half (the model-FLOPs convention) but within a sliding window:
+            // a window only costs its keys.
+            let keys = match window {
+                Some(w) if *w < seq => 2.0 * keys_per_query(seq, true, Some(*w)) / seq as f64,
+                _ => 1.0,
+            };
+            4.0 * tokens * seq as f64 * keys * (*heads as f64) * (*head_dim as f64)
+        }
+        OpKind::Opaque { flops_per_sample } => tokens * flops_per_sample,
+        _ => 0.0,
+    }
 }
 
 pub fn forward_model_flop(
@@ -552,52 +587,33 @@ pub fn forward_model_flop(
     seq: u64,
 ) -> ModelFlop {
     let mut f = ModelFlop::default();
+    for op in model.layers[layers].iter().flat_map(|l| &l.ops) {
+        let a = op_model_flop(op, tokens, seq);
+        f.all += a;
+        if let OpKind::Attention {
+            implementation: AttnImpl::Torch,
+            ..
+        } = op.kind
+        {
+            f.unfused_attention += a;
+        }
+    }
+    f
+}
+
+/// The forward model FLOPs of `layers` that op-level selective checkpointing repeats
+/// (`Recompute::Ops`, `Layer::op_checkpointing`), counted as [`forward_model_flop`] counts.
+pub fn op_checkpointed_flop(
+    model: &Model,
+    layers: std::ops::Range<usize>,
+    tokens: f64,
+    seq: u64,
+) -> f64 {
+    let mut f = 0.0;
     for l in &model.layers[layers] {
-        let mut by_op = l.op_checkpointing();
-        for op in &l.ops {
-            let recomputed = by_op
-                .as_mut()
-                .and_then(|it| it.next())
-                .map_or(0.0, |c| c.recomputed);
-            match &op.kind {
-                OpKind::Gemm {
-                    k,
-                    n,
-                    count,
-                    token_fraction,
-                    ..
-                } => {
-                    let g =
-                        2.0 * tokens * token_fraction * (*k as f64) * (*n as f64) * (*count as f64);
-                    f.all += g;
-                    f.op_checkpointed += g * recomputed;
-                }
-                OpKind::Attention {
-                    heads,
-                    head_dim,
-                    implementation,
-                    window,
-                    ..
-                } => {
-                    // Without the causal half (the model-FLOPs convention) but within a
-                    // sliding window: a window only costs its keys.
-                    let keys = match window {
-                        Some(w) if *w < seq => {
-                            2.0 * keys_per_query(seq, true, Some(*w)) / seq as f64
-                        }
-                        _ => 1.0,
-                    };
-                    let a = 4.0 * tokens * seq as f64 * keys * (*heads as f64) * (*head_dim as f64);
-                    f.all += a;
-                    if *implementation == AttnImpl::Torch {
-                        f.unfused_attention += a;
-                    }
-                }
-                OpKind::Opaque { flops_per_sample } => {
-                    f.all += tokens * flops_per_sample;
-                    f.op_checkpointed += tokens * flops_per_sample * recomputed;
-                }
-                _ => {}
+        if let Some(ck) = l.op_checkpointing() {
+            for (op, c) in l.ops.iter().zip(ck) {
+                f += op_model_flop(op, tokens, seq) * c.recomputed;
             }
         }
     }

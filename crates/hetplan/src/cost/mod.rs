@@ -786,6 +786,7 @@ fn layer_costs_in(
         },
         eager: plan.runs_eagerly(),
         pads_vocabulary: plan.engine.pads_vocabulary(),
+        op_checkpointing: st.recompute == Recompute::Ops,
     };
     let cp = st.cp.max(1);
     // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of
@@ -1314,7 +1315,9 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
                 .map(|(i, _)| compute::forward_model_flop(model, i..i + 1, tokens_mb, seq).all)
                 .sum(),
             Recompute::Selective => fwd.unfused_attention,
-            Recompute::Ops => fwd.op_checkpointed,
+            Recompute::Ops => {
+                compute::op_checkpointed_flop(model, st.layers.iter(), tokens_mb, seq)
+            }
             Recompute::None => 0.0,
         };
         hardware_model_flop += (3.0 * fwd.all + recomputed) * passes as f64;

@@ -147,6 +147,8 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         // The fastest kernels any engine runs: a bound.
                                         eager: false,
                                         pads_vocabulary: true,
+                                        // Recomputation only adds time.
+                                        op_checkpointing: false,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.
