@@ -12,7 +12,8 @@ compiled after wrapping (torchtitan's order: checkpointing, then `torch.compile`
 `--blocks` keeps the first N decoder blocks so that a large model's step fits one GPU; the
 estimate to set beside it is of the same model cut to N blocks (`num_hidden_layers`). One JSON
 line per variant: the median forward, backward and optimizer times and the whole step of
-`--repeats` after `--warmup` (CUDA events; compiling happens in the warm-up), the spread, and
+`--repeats` after `--warmup` (CUDA events; compiling happens in the warm-up) and every timed
+step in order, the spread, and
 the peak allocated and reserved memory over the timed steps with the allocated memory before
 them (weights, gradients, optimizer states). A variant that fails or runs out of memory says so
 and the others still run.
@@ -125,6 +126,7 @@ def run(shape, blocks, seq, mbs, ac, compiled, warmup, repeats, dev, sdpa):
     if parts["step_s"]:
         out.update({k: statistics.median(v) for k, v in parts.items()})
         out["spread"] = max(parts["step_s"]) / min(parts["step_s"])
+        out["step_s_each"] = [round(t, 6) for t in parts["step_s"]]
         free, total = torch.cuda.mem_get_info(dev)
         out.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
                    peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
