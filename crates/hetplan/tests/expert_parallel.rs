@@ -411,6 +411,7 @@ fn measured_moe_layers_are_read_at_the_stages_ep_degree() {
         eager: false,
         pads_vocabulary: false,
         op_checkpointing: false,
+        early_stop: false,
     };
     let fwd = |layer, ep, etp| {
         profiled

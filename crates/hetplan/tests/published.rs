@@ -96,14 +96,20 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // (BF16) and 19.6% (FP8), H200 15.6% (docs/validation.md §8). Checkpointing only the
     // transformer layers, as every engine does (`Layer::checkpointable`: the output layer is
     // no longer recomputed on the last stage), made BLOOM's rows faster: 11.9% → 14.7%, and
-    // torchtitan's FP8 rows 21.0%.
+    // torchtitan's FP8 rows 21.0%. A recomputation in PyTorch stops before each block's
+    // closing down projection (`LayerShape::early_stop`, measured on an H200: what recomputing
+    // adds within 3% where the whole forward had been charged 29–43% over; llm-foundry's
+    // checkpointed A100 rows −8…−13% → −0…−6%): torchtitan's full-recompute rows, which had
+    // looked accurate, now share the others' optimism — A100 12.6%, H100 18.1% (BF16) and
+    // 22.6% (FP8), H200 16.1% — a uniform +6…+23% across checkpointing modes that one GPU
+    // does not show (docs/validation.md §5, §8).
     let bounds = [
         ("bigscience_bloom_prequel", "a100", false, 0.15),
-        ("torchtitan", "a100", false, 0.12),
+        ("torchtitan", "a100", false, 0.13),
         ("megatron_lm_readme", "h100", false, 0.13),
-        ("torchtitan", "h100", false, 0.17),
-        ("torchtitan", "h100", true, 0.22),
-        ("torchtitan", "h200", true, 0.16),
+        ("torchtitan", "h100", false, 0.19),
+        ("torchtitan", "h100", true, 0.23),
+        ("torchtitan", "h200", true, 0.17),
     ];
     for (source, gpu, fp8, bound) in bounds {
         let rows = group(&all, source, gpu, fp8);

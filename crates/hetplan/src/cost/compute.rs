@@ -33,6 +33,11 @@ pub struct LayerTime {
     /// (`Recompute::Ops`, `Layer::op_checkpointing`); zero outside transformer blocks and
     /// unless the shape asks for it (`LayerShape::op_checkpointing`).
     pub op_checkpoint_forward: Seconds,
+    /// What recomputing the layer whole repeats of `forward`: all of it but FSDP2's copies of
+    /// the gathered weights (backward gathers them itself) and, where the recomputation stops
+    /// early (`LayerShape::early_stop`), the ops backward never reads
+    /// (`Layer::unread_by_backward`).
+    pub recompute_forward: Seconds,
     /// The attention core's share of `forward` and `backward` (the products with the keys and
     /// values): what a context-parallel ring's transfers overlap with.
     pub attention_forward: Seconds,
@@ -85,6 +90,13 @@ pub struct LayerShape {
     /// The stage checkpoints op by op (`Recompute::Ops`): the time also says what that
     /// repeats (`LayerTime::op_checkpoint_forward`, zero otherwise).
     pub op_checkpointing: bool,
+    /// A checkpointed block runs again only as far as backward reads it: PyTorch's
+    /// non-reentrant checkpoint stops early by default and torch.compile's partitioner leaves
+    /// dead code out (engines running PyTorch code, `Engine::runs_pytorch_code`). Megatron's
+    /// and DeepSpeed's checkpoint functions rerun the whole forward. Where set, what a
+    /// recomputation repeats leaves out the ops backward never reads
+    /// (`Layer::unread_by_backward`): a block's closing product.
+    pub early_stop: bool,
 }
 
 /// What PyTorch's mixed precision moves through HBM beside each matrix product, per
@@ -129,6 +141,7 @@ impl LayerShape {
             eager: false,
             pads_vocabulary: false,
             op_checkpointing: false,
+            early_stop: false,
         }
     }
 }
@@ -233,13 +246,17 @@ fn hbm_time(gpu: &GpuSpec, bytes: f64) -> f64 {
     bytes / hbm_rate(gpu)
 }
 
-/// (forward seconds, backward seconds, forward FLOPs, backward FLOPs, selective-recompute part)
+/// (forward seconds, backward seconds, forward FLOPs, backward FLOPs, selective-recompute part,
+/// FSDP2's gather copies in the forward)
 struct OpCost {
     fwd: f64,
     bwd: f64,
     fwd_flop: f64,
     bwd_flop: f64,
     selective: f64,
+    /// The part of `fwd` that copies the gathered weights (`WeightCasts::FullShard`): a
+    /// recomputation runs on the weights backward has gathered and does not repeat it.
+    gathered: f64,
 }
 
 /// Whether `op` of a layer of kind `kind` runs in FP8 at precision `p`: the matrix products of
@@ -316,6 +333,10 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                     )
                 }
             };
+            let gathered = match s.weight_casts {
+                WeightCasts::FullShard { .. } => cast_fwd,
+                _ => 0.0,
+            };
             if let (true, Some(fp8_peak)) = (fp8, crate::gpu::fp8_peak(gpu)) {
                 // FP8: 1-byte operands at the FP8 peak, BF16 output; before each product its
                 // BF16 operands are cast (and transposed for the backward's products), the
@@ -333,6 +354,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                     fwd_flop: flop,
                     bwd_flop: 2.0 * flop,
                     selective: 0.0,
+                    gathered,
                 };
             }
             let compute = flop / (peak * eff * shape_eff);
@@ -345,6 +367,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: flop,
                 bwd_flop: 2.0 * flop,
                 selective: 0.0,
+                gathered,
             }
         }
         OpKind::Attention {
@@ -384,6 +407,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                         fwd_flop: flop,
                         bwd_flop: k::FLASH_BWD_RATIO * flop,
                         selective: 0.0,
+                        gathered: 0.0,
                     }
                 }
                 AttnImpl::Torch => {
@@ -407,6 +431,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                         fwd_flop: flop,
                         bwd_flop: 2.0 * flop,
                         selective: fwd,
+                        gathered: 0.0,
                     }
                 }
             }
@@ -436,6 +461,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: m * flops_per_token / split,
                 bwd_flop: 2.0 * m * flops_per_token / split,
                 selective: 0.0,
+                gathered: 0.0,
             }
         }
         OpKind::Loss { vocab, .. } => {
@@ -448,6 +474,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: m * 5.0 * *vocab as f64 / tp,
                 bwd_flop: 2.0 * m * 5.0 * *vocab as f64 / tp,
                 selective: 0.0,
+                gathered: 0.0,
             }
         }
         OpKind::Lookup { width } => {
@@ -461,6 +488,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: 0.0,
                 bwd_flop: 0.0,
                 selective: 0.0,
+                gathered: 0.0,
             }
         }
         OpKind::Opaque { flops_per_sample } => {
@@ -472,6 +500,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: flop,
                 bwd_flop: 2.0 * flop,
                 selective: 0.0,
+                gathered: 0.0,
             }
         }
     }
@@ -490,6 +519,7 @@ impl Analytic {
             backward: Seconds::ZERO,
             selective_forward: Seconds::ZERO,
             op_checkpoint_forward: Seconds::ZERO,
+            recompute_forward: Seconds::ZERO,
             attention_forward: Seconds::ZERO,
             attention_backward: Seconds::ZERO,
             forward_flop: Flop::ZERO,
@@ -500,14 +530,18 @@ impl Analytic {
         // What op-level checkpointing repeats, only where the stage does it: the lookahead it
         // takes costs about half of the rest of this loop.
         let mut by_op = layer.op_checkpointing().filter(|_| shape.op_checkpointing);
+        let mut unread = shape.early_stop.then(|| layer.unread_by_backward());
         for op in &layer.ops {
             let fp8 = fp8_gemm(op, layer.kind, shape.precision);
             let c = op_cost(op, gpu, model.per_sample, shape, fp8);
             t.forward += Seconds(c.fwd);
             t.backward += Seconds(c.bwd);
             t.selective_forward += Seconds(c.selective);
+            let skipped = unread.as_mut().and_then(|it| it.next()).unwrap_or(false);
+            let redone = if skipped { 0.0 } else { c.fwd - c.gathered };
+            t.recompute_forward += Seconds(redone);
             if let Some(ck) = by_op.as_mut().and_then(|it| it.next()) {
-                t.op_checkpoint_forward += Seconds(c.fwd * ck.recomputed);
+                t.op_checkpoint_forward += Seconds(redone * ck.recomputed);
             }
             if matches!(op.kind, OpKind::Attention { .. }) {
                 t.attention_forward += Seconds(c.fwd);
@@ -602,22 +636,37 @@ pub fn forward_model_flop(
 }
 
 /// The forward model FLOPs of `layers` that op-level selective checkpointing repeats
-/// (`Recompute::Ops`, `Layer::op_checkpointing`), counted as [`forward_model_flop`] counts.
+/// (`Recompute::Ops`, `Layer::op_checkpointing`), counted as [`forward_model_flop`] counts;
+/// where the recomputation stops early (`LayerShape::early_stop`), not the ops backward never
+/// reads.
 pub fn op_checkpointed_flop(
     model: &Model,
     layers: std::ops::Range<usize>,
     tokens: f64,
     seq: u64,
+    early_stop: bool,
 ) -> f64 {
     let mut f = 0.0;
     for l in &model.layers[layers] {
         if let Some(ck) = l.op_checkpointing() {
-            for (op, c) in l.ops.iter().zip(ck) {
-                f += op_model_flop(op, tokens, seq) * c.recomputed;
+            for ((op, c), unread) in l.ops.iter().zip(ck).zip(l.unread_by_backward()) {
+                if !(early_stop && unread) {
+                    f += op_model_flop(op, tokens, seq) * c.recomputed;
+                }
             }
         }
     }
     f
+}
+
+/// The forward model FLOPs that recomputing `layer` whole repeats, counted as
+/// [`forward_model_flop`] counts: all of them, or where the recomputation stops early
+/// (`LayerShape::early_stop`) all but those of the ops backward never reads.
+pub fn recomputed_flop(layer: &Layer, tokens: f64, seq: u64, early_stop: bool) -> f64 {
+    (layer.ops.iter().zip(layer.unread_by_backward()))
+        .filter(|&(_, unread)| !(early_stop && unread))
+        .map(|(op, _)| op_model_flop(op, tokens, seq))
+        .sum()
 }
 
 /// FLOPs the model "needs" per iteration for MFU: three times the forward model FLOPs

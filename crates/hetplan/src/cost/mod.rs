@@ -787,6 +787,7 @@ fn layer_costs_in(
         eager: plan.runs_eagerly(),
         pads_vocabulary: plan.engine.pads_vocabulary(),
         op_checkpointing: st.recompute == Recompute::Ops,
+        early_stop: plan.engine.runs_pytorch_code() && st.recompute != Recompute::None,
     };
     let cp = st.cp.max(1);
     // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of
@@ -857,8 +858,18 @@ fn layer_costs_in(
             // projections, which the recomputed products' weight gradients need again: half
             // the forward's collectives, as many all-reduces' worth (a parallel block's one
             // all-gather counted as a whole all-reduce).
+            // A recomputation that stops early leaves out the block's closing product and the
+            // all-reduce after it (`LayerShape::early_stop`). With sequence parallelism that
+            // collective is a reduce-scatter, half an all-reduce, and the all-gathers before
+            // the products run again: counted in whole all-reduces, as many as the forward's.
+            let closing_skipped = u32::from(
+                shape.early_stop
+                    && !folded
+                    && !st.sequence_parallel
+                    && layer.closing_product_unread(),
+            );
             let tp_redone = if full {
-                tp_fwd
+                tp_fwd.saturating_sub(closing_skipped)
             } else if st.recompute == Recompute::Ops && layer.op_checkpointing().is_some() {
                 tp_fwd.div_ceil(2)
             } else {
@@ -866,7 +877,7 @@ fn layer_costs_in(
             };
             let (etp_fwd, etp_bwd) = if etp > 1 { (mf, mb) } else { (0, 0) };
             let recompute = if full {
-                lt.forward.get()
+                lt.recompute_forward.get()
             } else if st.recompute == Recompute::Selective {
                 lt.selective_forward.get()
             } else if st.recompute == Recompute::Ops {
@@ -891,7 +902,7 @@ fn layer_costs_in(
                 recompute,
                 tp_forward,
                 tp_backward: tp_c * tp_bwd as f64 + etp_c * mb as f64,
-                tp_recompute: if full {
+                tp_recompute: if full && closing_skipped == 0 {
                     tp_forward
                 } else {
                     tp_c * tp_redone as f64
@@ -1308,15 +1319,20 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         };
         let tokens_mb = samples_mb as f64 * tokens_per_sample;
         let fwd = compute::forward_model_flop(model, st.layers.iter(), tokens_mb, seq);
+        // What the layer costs say is recomputed (`layer_costs_in`): PyTorch's recomputation
+        // stops before what backward never reads.
+        let early_stop = plan.engine.runs_pytorch_code();
         let recomputed = match st.recompute {
             Recompute::Full | Recompute::Layers(_) => (st.layers.iter())
                 .zip(memory::fully_recomputed(model, st))
                 .filter(|&(_, whole)| whole)
-                .map(|(i, _)| compute::forward_model_flop(model, i..i + 1, tokens_mb, seq).all)
+                .map(|(i, _)| {
+                    compute::recomputed_flop(&model.layers[i], tokens_mb, seq, early_stop)
+                })
                 .sum(),
             Recompute::Selective => fwd.unfused_attention,
             Recompute::Ops => {
-                compute::op_checkpointed_flop(model, st.layers.iter(), tokens_mb, seq)
+                compute::op_checkpointed_flop(model, st.layers.iter(), tokens_mb, seq, early_stop)
             }
             Recompute::None => 0.0,
         };

@@ -128,6 +128,7 @@ fn measured(
         backward,
         selective_forward: analytic.selective_forward * fwd_scale,
         op_checkpoint_forward: analytic.op_checkpoint_forward * fwd_scale,
+        recompute_forward: analytic.recompute_forward * fwd_scale,
         attention_forward: analytic.attention_forward * fwd_scale,
         attention_backward: analytic.attention_backward * bwd_scale,
         forward_flop: analytic.forward_flop,

@@ -198,6 +198,79 @@ impl Layer {
         !matches!(self.kind, LayerKind::Embedding | LayerKind::Head)
     }
 
+    /// Whether backward reads each of the layer's ops' outputs, or anything the layer computes
+    /// from them, in op order: `true` for an op whose output it never reads. In a transformer
+    /// block those are the closing residual add and the product (with its bias) that only that
+    /// add reads — the MLP's down projection, a shared expert's without a gate — and in a
+    /// parallel block the attention's output projection too; not a product a post-norm reads,
+    /// nor the routed experts' (their weighting's backward reads them). Every op of another
+    /// layer is read. A recomputation that stops once it has what backward reads skips them:
+    /// PyTorch's non-reentrant checkpoint by default (`early_stop`, torch/utils/checkpoint.py)
+    /// and torch.compile's partitioner, which leaves dead code out (measured on an H200,
+    /// docs/validation.md §5).
+    pub fn unread_by_backward(&self) -> impl Iterator<Item = bool> + '_ {
+        let (tail, proj) = self.unread_tail().unwrap_or((self.ops.len(), None));
+        let proj = proj.map_or(0..0, |p| p..self.next_main(p));
+        (0..self.ops.len()).map(move |i| i >= tail || proj.contains(&i))
+    }
+
+    /// Whether the block's closing product is one backward never reads
+    /// ([`Layer::unread_by_backward`]): a recomputation that stops early skips it and the TP
+    /// collective after it.
+    pub fn closing_product_unread(&self) -> bool {
+        self.unread_tail()
+            .is_some_and(|(tail, _)| tail + 1 < self.ops.len())
+    }
+
+    /// The index of the next op after `i` that is not a bias (the op count if none).
+    fn next_main(&self, i: usize) -> usize {
+        (i + 1..self.ops.len())
+            .find(|&j| !self.ops[j].name.ends_with("_bias"))
+            .unwrap_or(self.ops.len())
+    }
+
+    /// ([`Layer::unread_by_backward`]) The first op of the block's unread tail (the closing
+    /// product, or the residual add alone), and a parallel block's output projection; `None`
+    /// for a layer without the closing residual add of a transformer block.
+    fn unread_tail(&self) -> Option<(usize, Option<usize>)> {
+        let n = self.ops.len();
+        if self.kind != LayerKind::Transformer || self.ops.last()?.name != "mlp_residual" {
+            return None;
+        }
+        // Only the residual add reads a row-parallel product's output, and its backward does
+        // not; a replicated product (a gate) or a norm is read.
+        let read_only_by_add = |op: &Op| {
+            matches!(
+                op.kind,
+                OpKind::Gemm {
+                    split: TpSplit::Row,
+                    ..
+                }
+            ) && !op.is_expert()
+        };
+        let mut i = n - 1;
+        while i > 0 && self.ops[i - 1].name.ends_with("_bias") {
+            i -= 1;
+        }
+        let tail = if i > 0 && read_only_by_add(&self.ops[i - 1]) {
+            i - 1
+        } else {
+            n - 1
+        };
+        // A parallel block adds the attention's output into the same closing sum: no residual
+        // add (nor a post-norm) follows its projection.
+        let proj = (tail < n - 1)
+            .then(|| self.ops.iter().position(|o| o.name == "proj"))
+            .flatten()
+            .filter(|&p| {
+                read_only_by_add(&self.ops[p]) && self.next_main(p) < tail && {
+                    let next = &self.ops[self.next_main(p)].name;
+                    next != "attn_residual" && next != "post_attn_norm"
+                }
+            });
+        Some((tail, proj))
+    }
+
     /// What op-level selective checkpointing (`plan::Recompute::Ops`) does with each of the
     /// layer's ops, in order; `None` for a layer that is not a transformer block (torchtitan
     /// checkpoints its blocks only: the embedding and the head keep what they keep).

@@ -426,6 +426,7 @@ impl ComputeTimes for AveragedTimes<'_> {
             backward: field(&|lt| lt.backward.get()),
             selective_forward: field(&|lt| lt.selective_forward.get()),
             op_checkpoint_forward: field(&|lt| lt.op_checkpoint_forward.get()),
+            recompute_forward: field(&|lt| lt.recompute_forward.get()),
             attention_forward: field(&|lt| lt.attention_forward.get()),
             attention_backward: field(&|lt| lt.attention_backward.get()),
             ..first

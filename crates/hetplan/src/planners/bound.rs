@@ -149,6 +149,7 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         pads_vocabulary: true,
                                         // Recomputation only adds time.
                                         op_checkpointing: false,
+                                        early_stop: false,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

@@ -185,7 +185,13 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
         );
         if layer.checkpointable() {
             let k = full.len();
-            t.recompute[k + 1] = t.recompute[k] + lt.forward.get() + tpf;
+            // What a whole recomputation repeats: the forward and its collectives, less the
+            // closing product and its collective where it stops early (`early_stop`).
+            let closing = u32::from(
+                shape.early_stop && !shape.sequence_parallel && layer.closing_product_unread(),
+            );
+            let redone = tp_c * layer.tp_allreduces_fwd.saturating_sub(closing) as f64;
+            t.recompute[k + 1] = t.recompute[k] + lt.recompute_forward.get() + redone;
             full.push(saved);
             // Full checkpointing keeps the layer's input: the previous layer's output.
             let input = if li == 0 {
