@@ -63,7 +63,26 @@ def _op_policy():
     return context
 
 
-def build(shape, blocks, ac, compiled, dev):
+class SplitMlp(torch.nn.Module):
+    """A gated MLP as torchtitan's `FeedForward` runs it, `w2(silu(w1(x)) * w3(x))`: the gate
+    and up projections two products (the profiler's block runs them as one), in that order,
+    which is how its op-level policy counts them."""
+
+    def __init__(self, fused):
+        super().__init__()
+        width = fused.down.in_features
+        self.w1 = torch.nn.Linear(fused.up.in_features, width, bias=False)
+        self.w3 = torch.nn.Linear(fused.up.in_features, width, bias=False)
+        with torch.no_grad():
+            self.w1.weight.copy_(fused.up.weight[:width])
+            self.w3.weight.copy_(fused.up.weight[width:])
+        self.w2 = fused.down
+
+    def forward(self, x):
+        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+def build(shape, blocks, ac, compiled, dev, mlp="fused"):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.distributed.device_mesh import init_device_mesh
@@ -83,6 +102,9 @@ def build(shape, blocks, ac, compiled, dev):
             return self.head(x, tokens)
 
     whole = Whole()
+    if mlp == "split":
+        for layer in whole.layers:
+            layer.mlp = SplitMlp(layer.mlp)
     mesh = init_device_mesh(dev.type, (1,))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for i, layer in enumerate(whole.layers):
@@ -99,8 +121,8 @@ def build(shape, blocks, ac, compiled, dev):
     return whole
 
 
-def run(shape, blocks, seq, mbs, ac, compiled, warmup, repeats, dev, sdpa):
-    whole = build(shape, blocks, ac, compiled, dev)
+def run(shape, blocks, seq, mbs, ac, compiled, warmup, repeats, dev, sdpa, mlp="fused"):
+    whole = build(shape, blocks, ac, compiled, dev, mlp)
     opt = torch.optim.AdamW(whole.parameters(), lr=1e-5, fused=dev.type == "cuda")
     gen = torch.Generator(device="cpu").manual_seed(0)
     tokens = torch.randint(0, shape["vocab"], (mbs, seq), generator=gen).to(dev)
@@ -109,7 +131,7 @@ def run(shape, blocks, seq, mbs, ac, compiled, warmup, repeats, dev, sdpa):
     out = {"seq_len": seq, "mbs": mbs, "blocks": blocks, "ac": ac,
            "compile": "blocks" if compiled else "eager",
            "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
-           "torch": torch.__version__, "sdpa": sdpa}
+           "torch": torch.__version__, "sdpa": sdpa, "mlp": mlp}
     from contextlib import nullcontext
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -177,6 +199,9 @@ def main():
                    help="checkpointing modes, a colon, compile modes (each comma-separated)")
     p.add_argument("--sdpa", default="default", choices=["default", "flash", "cudnn"],
                    help="the attention kernel: PyTorch's choice, FlashAttention-2 or cuDNN's")
+    p.add_argument("--mlp", default="fused", choices=["fused", "split"],
+                   help="a gated MLP's two up projections as one product (the profiler's block) "
+                        "or two, w1 then w3 (torchtitan's FeedForward)")
     p.add_argument("--device", default="cuda", help="cuda, or cpu to try the script out")
     a = p.parse_args()
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -195,7 +220,7 @@ def main():
             print(f"ac_step: {ac} {compiled}", file=sys.stderr, flush=True)
             try:
                 r = run(shape, a.blocks, a.seq_len, a.mbs, ac, compiled == "blocks",
-                        a.warmup, a.repeats, dev, a.sdpa)
+                        a.warmup, a.repeats, dev, a.sdpa, a.mlp)
             except Exception as e:  # one variant failing leaves the others' figures
                 r = {"ac": ac, "compile": compiled,
                      "error": f"{type(e).__name__}: {e}".split("\n")[0][:300]}
