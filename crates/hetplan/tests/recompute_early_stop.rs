@@ -169,3 +169,27 @@ fn without_sequence_parallelism_the_closing_all_reduce_is_not_redone() {
     let (sn, sf) = (run("fsdp", "on", "none"), run("fsdp", "on", "full"));
     assert_eq!(sf.tp_allreduces_backward, sn.tp_allreduces_backward + 2);
 }
+
+/// Op-level checkpointing's memory reads the same rule: the compiled code drops a kept output
+/// only where backward never reads it. DeepSeek-V3's latent attention runs five products
+/// before its output projection's sum with the residual, so the policy keeps that projection's
+/// output (the fifth), which the second norm's backward reads through the sum: kept compiled
+/// too. Its down projection (the eighth product, which the policy leaves to recompute) is read
+/// by nothing, and a recomputation that stops early does not run it.
+#[test]
+fn a_kept_output_projection_is_read_its_down_projection_is_not() {
+    let src = include_str!("data/hf/deepseek-v3.json");
+    let model = parse_hf_config(src, "deepseek-v3").unwrap();
+    let dense = &model.layers[1];
+    assert!(
+        dense.experts().is_none(),
+        "DeepSeek-V3's first blocks are dense"
+    );
+    let ck: Vec<_> = dense.op_checkpointing().unwrap().collect();
+    let of = |name: &str| {
+        let i = dense.ops.iter().position(|o| o.name == name).unwrap();
+        ck[i]
+    };
+    assert!(of("proj").kept_bytes_per_token > 0.0 && !of("proj").unread);
+    assert!(of("fc2").unread);
+}

@@ -293,83 +293,80 @@ impl Layer {
             return None;
         }
         let ops = &self.ops;
-        // The next op that is not a bias: a row-parallel product's consumer.
-        let next_main = move |i: usize| {
-            ops[i + 1..]
-                .iter()
-                .find(|o| !o.name.ends_with("_bias"))
-                .map(|o| o.name.as_str())
-        };
         let mut products = 0u32;
-        Some(ops.iter().enumerate().map(move |(i, op)| match &op.kind {
-            OpKind::Gemm {
-                n,
-                split,
-                count,
-                token_fraction,
-                ..
-            } if !op.is_expert() && op.name != "router" => {
-                // A gated MLP's up projection: the down projection that follows takes half its
-                // width.
-                let gated = ops[i + 1..].iter().find_map(|o| match o.kind {
-                    OpKind::Gemm { k: down, .. } if o.name.ends_with("fc2") => Some(down),
-                    _ => None,
-                });
-                let parts: u32 = if op.name.ends_with("fc1") && gated.is_some_and(|d| 2 * d == *n) {
-                    2
-                } else {
-                    1
-                };
-                let width = *n as f64 / parts as f64;
-                let (mut kept, mut recomputed) = (0.0, 0.0);
-                for _ in 0..parts {
-                    products += 1;
-                    if products % 2 == 1 {
-                        kept += width;
-                    } else {
-                        recomputed += width;
+        let unread = self.unread_by_backward();
+        Some(
+            ops.iter()
+                .enumerate()
+                .zip(unread)
+                .map(move |((i, op), unread)| match &op.kind {
+                    OpKind::Gemm {
+                        n,
+                        split,
+                        count,
+                        token_fraction,
+                        ..
+                    } if !op.is_expert() && op.name != "router" => {
+                        // A gated MLP's up projection: the down projection that follows takes half its
+                        // width.
+                        let gated = ops[i + 1..].iter().find_map(|o| match o.kind {
+                            OpKind::Gemm { k: down, .. } if o.name.ends_with("fc2") => Some(down),
+                            _ => None,
+                        });
+                        let parts: u32 =
+                            if op.name.ends_with("fc1") && gated.is_some_and(|d| 2 * d == *n) {
+                                2
+                            } else {
+                                1
+                            };
+                        let width = *n as f64 / parts as f64;
+                        let (mut kept, mut recomputed) = (0.0, 0.0);
+                        for _ in 0..parts {
+                            products += 1;
+                            if products % 2 == 1 {
+                                kept += width;
+                            } else {
+                                recomputed += width;
+                            }
+                        }
+                        let copies = *count as f64 * token_fraction;
+                        OpCheckpoint {
+                            recomputed: recomputed / *n as f64,
+                            kept_bytes_per_token: 2.0 * kept * copies,
+                            kept_sharded: *split == TpSplit::Column,
+                            unread,
+                        }
                     }
-                }
-                let copies = *count as f64 * token_fraction;
-                OpCheckpoint {
-                    recomputed: recomputed / *n as f64,
-                    kept_bytes_per_token: 2.0 * kept * copies,
-                    kept_sharded: *split == TpSplit::Column,
-                    // Only a residual add reads a row-parallel product's output, and its
-                    // backward does not.
-                    unread: *split == TpSplit::Row
-                        && next_main(i).is_some_and(|name| name.ends_with("residual")),
-                }
-            }
-            // The unfused core is matrix products and a softmax of its own, none of which the
-            // policy saves (it saves the SDPA kernels' outputs): recomputed whole.
-            OpKind::Attention {
-                heads,
-                head_dim,
-                implementation,
-                ..
-            } if *implementation != AttnImpl::Torch => {
-                // The output (as wide as the product after it reads) and one FP32 log-sum-exp
-                // per head.
-                let out = ops[i + 1..]
-                    .iter()
-                    .find_map(|o| match o.kind {
-                        OpKind::Gemm { k, .. } => Some(k),
-                        _ => None,
-                    })
-                    .unwrap_or(heads * head_dim);
-                OpCheckpoint {
-                    recomputed: 0.0,
-                    kept_bytes_per_token: 2.0 * out as f64 + 4.0 * *heads as f64,
-                    kept_sharded: true,
-                    unread: false,
-                }
-            }
-            _ => OpCheckpoint {
-                recomputed: 1.0,
-                ..OpCheckpoint::default()
-            },
-        }))
+                    // The unfused core is matrix products and a softmax of its own, none of which the
+                    // policy saves (it saves the SDPA kernels' outputs): recomputed whole.
+                    OpKind::Attention {
+                        heads,
+                        head_dim,
+                        implementation,
+                        ..
+                    } if *implementation != AttnImpl::Torch => {
+                        // The output (as wide as the product after it reads) and one FP32 log-sum-exp
+                        // per head.
+                        let out = ops[i + 1..]
+                            .iter()
+                            .find_map(|o| match o.kind {
+                                OpKind::Gemm { k, .. } => Some(k),
+                                _ => None,
+                            })
+                            .unwrap_or(heads * head_dim);
+                        OpCheckpoint {
+                            recomputed: 0.0,
+                            kept_bytes_per_token: 2.0 * out as f64 + 4.0 * *heads as f64,
+                            kept_sharded: true,
+                            unread: false,
+                        }
+                    }
+                    _ => OpCheckpoint {
+                        recomputed: 1.0,
+                        ..OpCheckpoint::default()
+                    },
+                }),
+        )
     }
 }
 
@@ -384,10 +381,12 @@ pub struct OpCheckpoint {
     /// The kept output is split over the TP ranks (a column-parallel product's, the attention
     /// core's); otherwise only sequence parallelism splits it.
     pub kept_sharded: bool,
-    /// The kept output is one backward never reads (a row-parallel product's, which only a
-    /// residual add consumes): eager code keeps it anyway (the policy's cache holds every
-    /// saved op's output, torch/utils/checkpoint.py `_CachingTorchDispatchMode`), the
-    /// compiler's partitioner saves only what backward reads.
+    /// The kept output is one backward never reads (`Layer::unread_by_backward`: the closing
+    /// product that only the residual add reads; not the attention's output projection of a
+    /// sequential block, whose sum with the residual the second norm's backward reads):
+    /// eager code keeps it anyway (the policy's cache holds every saved op's output,
+    /// torch/utils/checkpoint.py `_CachingTorchDispatchMode`), the compiler's partitioner
+    /// saves only what backward reads.
     pub unread: bool,
 }
 
