@@ -291,3 +291,47 @@ fn with_tensor_parallelism_the_recompute_gathers_again_but_does_not_reduce_again
         assert!(0.0 < o.recompute && o.recompute < f.recompute);
     }
 }
+
+/// Under TP with sequence parallelism the policy also keeps every reduce-scatter's output
+/// (`_c10d_functional.reduce_scatter_tensor` is in its save list): compiled, the attention
+/// projection's, which the second norm's backward reads through the residual sum (the down
+/// projection's only the closing add reads); eager code keeps both, and `w2`'s own output,
+/// kept by the policy, as the partial sums over the whole sequence that its reduce-scatter
+/// reads — which sequence parallelism does not split.
+#[test]
+fn with_sequence_parallelism_the_reduce_scatters_outputs_are_kept_too() {
+    let (model, cluster) = setup();
+    let p = plan(
+        "tp=8,dp=1,mbs=1,gbs=1,zero=3,sp=on,ckpt=ops,engine=fsdp",
+        &model,
+        &cluster,
+    );
+    let mut st = p.stages[0].clone();
+    let b = (model.layers.iter())
+        .position(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    st.layers = hetplan::plan::LayerRange {
+        start: b,
+        end: b + 1,
+    };
+    let tokens = SEQ as f64;
+    let kept = |eager: bool| {
+        memory::micro_batch_activations(&model, &st, 1, 8, SEQ, Precision::Bf16, eager, true).0
+    };
+    // What one GPU keeps without TP, split eight ways, and the attention projection's
+    // reduce-scattered output (4,096 wide, 2 B, an eighth of the tokens).
+    let alone = tokens * (2.0 * (4096.0 + 6144.0 + 4096.0 + 14336.0) + 4.0 * 32.0);
+    let compiled = alone / 8.0 + tokens * 2.0 * 4096.0 / 8.0;
+    assert!(
+        (kept(false) / compiled - 1.0).abs() < 1e-12,
+        "{} against {compiled}",
+        kept(false)
+    );
+    // Eager: also `w2`'s partial sums, every token, and its reduce-scattered output.
+    let eager = compiled + tokens * 2.0 * 4096.0 + tokens * 2.0 * 4096.0 / 8.0;
+    assert!(
+        (kept(true) / eager - 1.0).abs() < 1e-12,
+        "{} against {eager}",
+        kept(true)
+    );
+}

@@ -303,8 +303,9 @@ pub fn fully_recomputed<'a>(model: &'a Model, stage: &Stage) -> impl Iterator<It
 
 /// Bytes a transformer block keeps for backward under op-level selective checkpointing
 /// (`Recompute::Ops`) beyond its input, as (kept, of which backward reads): the outputs its
-/// ops keep (`Layer::op_checkpointing`), the ones backward never reads only where the code
-/// runs eagerly; `None` for a layer that is not a block.
+/// ops keep (`Layer::op_checkpointing`) and, under TP with sequence parallelism, its
+/// reduce-scatters' outputs; the ones backward never reads only where the code runs eagerly.
+/// `None` for a layer that is not a block.
 fn op_checkpoint_kept_bytes(
     layer: &Layer,
     tokens: f64,
@@ -317,12 +318,18 @@ fn op_checkpoint_kept_bytes(
     let scale = precision.element_bytes() / 2.0;
     let (mut kept, mut read) = (0.0, 0.0);
     for c in layer.op_checkpointing()? {
-        let split = if c.kept_sharded || sequence_parallel {
+        let row = c.reduce_scattered_bytes_per_token > 0.0;
+        // A row-parallel product's output is its partial sums over the whole sequence, before
+        // the collective: sequence parallelism splits what the reduce-scatter returns, not it.
+        let split = if c.kept_sharded || (sequence_parallel && !row) {
             tp
         } else {
             1.0
         };
-        let b = c.kept_bytes_per_token * tokens / split * scale;
+        let mut b = c.kept_bytes_per_token * tokens / split * scale;
+        if sequence_parallel && tp > 1.0 {
+            b += c.reduce_scattered_bytes_per_token * tokens / tp * scale;
+        }
         if !c.unread {
             read += b;
         }

@@ -334,6 +334,11 @@ impl Layer {
                             recomputed: recomputed / *n as f64,
                             kept_bytes_per_token: 2.0 * kept * copies,
                             kept_sharded: *split == TpSplit::Column,
+                            reduce_scattered_bytes_per_token: if *split == TpSplit::Row {
+                                2.0 * *n as f64 * copies
+                            } else {
+                                0.0
+                            },
                             unread,
                         }
                     }
@@ -358,6 +363,7 @@ impl Layer {
                             recomputed: 0.0,
                             kept_bytes_per_token: 2.0 * out as f64 + 4.0 * *heads as f64,
                             kept_sharded: true,
+                            reduce_scattered_bytes_per_token: 0.0,
                             unread: false,
                         }
                     }
@@ -379,8 +385,14 @@ pub struct OpCheckpoint {
     /// Bytes per token (16-bit) of the op's outputs kept for backward, before TP splits them.
     pub kept_bytes_per_token: f64,
     /// The kept output is split over the TP ranks (a column-parallel product's, the attention
-    /// core's); otherwise only sequence parallelism splits it.
+    /// core's); a row-parallel product's is its partial sums over the whole sequence, which
+    /// nothing splits.
     pub kept_sharded: bool,
+    /// Bytes per token (16-bit), before the split, of the output a row-parallel product
+    /// reduce-scatters over the TP ranks under sequence parallelism (0 for other ops): the
+    /// policy keeps every reduce-scatter's output (`_c10d_functional.reduce_scatter_tensor`
+    /// is in its save list), whether the product itself is kept or recomputed.
+    pub reduce_scattered_bytes_per_token: f64,
     /// The kept output is one backward never reads (`Layer::unread_by_backward`: the closing
     /// product that only the residual add reads; not the attention's output projection of a
     /// sequential block, whose sum with the residual the second norm's backward reads):
