@@ -113,7 +113,9 @@ def build(shape, blocks, ac, compiled, dev, mlp="fused"):
         elif ac == "ops":
             layer = checkpoint_wrapper(layer, context_fn=_op_policy(), preserve_rng_state=False)
         if compiled:
-            layer = torch.compile(layer)
+            # torchtitan compiles each block whole (`fullgraph=True`): a graph break would
+            # change what the partitioner sees.
+            layer = torch.compile(layer, fullgraph=True)
         fully_shard(layer, mesh=mesh, mp_policy=mp,
                     reshard_after_forward=i < len(whole.layers) - 1)
         whole.layers[i] = layer
@@ -226,6 +228,8 @@ def main():
                      "error": f"{type(e).__name__}: {e}".split("\n")[0][:300]}
             r["model"] = a.model
             print(json.dumps(r), flush=True)
+            # Free this variant's model before the next (compiled code holds references).
+            torch._dynamo.reset()
             gc.collect()
             if dev.type == "cuda":
                 torch.cuda.empty_cache()

@@ -255,7 +255,7 @@ fn cut_llama3(model: &str, blocks: u64) -> hetplan::model::Model {
 /// over one rank, FlashAttention-2, 8,192 tokens, one sequence): Llama-3 8B cut to 8 blocks and
 /// Llama-3 70B's shape cut to 2, each block left alone, under the op-level policy or recomputed
 /// whole, eager and compiled. Every step within 8% of the estimate (the script's eager blocks
-/// are priced as `compile=blocks`, as `one_gpu_step` says why: −2…−7% today), the memory
+/// are priced as `compile=blocks`, as `one_gpu_step` says why: +2…−7% today), the memory
 /// within 9% (the 8B rows +1…−6%; the 70B-shape rows −7…−8%: PyTorch's allocator reserved 22–24
 /// GiB beyond their peak allocation, among 1–4 GB FP32 weight and logit tensors, where hetplan
 /// allows 6.4 GiB, and hetplan counts 12 GiB more allocated than their peak), and what

@@ -41,12 +41,14 @@ fn a_sequential_block_leaves_its_down_projection_and_closing_add_unread() {
         match layer.kind {
             LayerKind::Transformer => {
                 assert_eq!(unread(layer), ["fc2", "mlp_residual"]);
-                assert!(layer.closing_product_unread());
+                assert!(
+                    layer.closing_product_skipped(true) && layer.closing_product_skipped(false)
+                );
             }
             // The embedding and the head are never recomputed; everything they run is read.
             _ => {
                 assert!(unread(layer).is_empty(), "{}", layer.name);
-                assert!(!layer.closing_product_unread());
+                assert!(!layer.closing_product_skipped(true));
             }
         }
     }
@@ -59,7 +61,36 @@ fn a_sequential_block_leaves_its_down_projection_and_closing_add_unread() {
 fn a_parallel_block_leaves_its_attention_projection_unread_too() {
     // Falcon adds the attention's and the MLP's outputs into one closing sum.
     let falcon = catalog_model("falcon-7b").unwrap();
-    assert_eq!(unread(&falcon.layers[1]), ["proj", "fc2", "mlp_residual"]);
+    let b = &falcon.layers[1];
+    assert_eq!(unread(b), ["proj", "fc2", "mlp_residual"]);
+    // The compiler leaves the projection out of a recomputation; eager code, which reruns
+    // the forward in order until every saved tensor is back, runs it before the MLP saves
+    // its inputs.
+    assert_eq!(skipped(b, false), ["proj", "fc2", "mlp_residual"]);
+    assert_eq!(skipped(b, true), ["fc2", "mlp_residual"]);
+    assert!(b.closing_product_skipped(true) && b.closing_product_skipped(false));
+}
+
+fn skipped(layer: &Layer, eager: bool) -> Vec<&str> {
+    (layer.ops.iter().zip(layer.skipped_by_early_stop(eager)))
+        .filter(|(_, s)| *s)
+        .map(|(o, _)| o.name.as_str())
+        .collect()
+}
+
+/// A residual dropout saves a mask its forward draws from the product's output: eager code
+/// must run the product to get it back, the compiler regenerates it from the seed.
+#[test]
+fn a_residual_dropout_keeps_eager_code_from_stopping_early() {
+    let gpt = catalog_model("gpt3-1.3b").unwrap();
+    let mut b = gpt.layers[1].clone();
+    let residual = b.ops.last_mut().unwrap();
+    assert_eq!(residual.name, "mlp_residual");
+    residual.saved_bytes_per_token = 2048.0;
+    assert!(skipped(&b, true).is_empty());
+    assert!(!b.closing_product_skipped(true));
+    assert_eq!(skipped(&b, false), ["fc2", "fc2_bias", "mlp_residual"]);
+    assert!(b.closing_product_skipped(false));
 }
 
 #[test]
@@ -71,10 +102,37 @@ fn what_a_norm_or_the_experts_weighting_reads_is_read() {
         "sliding_window": 128, "hidden_activation": "gelu_pytorch_tanh"}"#;
     let gemma = parse_hf_config(src, "gemma2-tiny").unwrap();
     assert_eq!(unread(&gemma.layers[1]), ["mlp_residual"]);
-    assert!(!gemma.layers[1].closing_product_unread());
+    assert!(!gemma.layers[1].closing_product_skipped(false));
     // The router's weights' gradient reads the experts' outputs.
     let mixtral = catalog_model("mixtral-8x7b").unwrap();
     assert_eq!(unread(&mixtral.layers[1]), ["mlp_residual"]);
+    assert!(!mixtral.layers[1].closing_product_skipped(false));
+}
+
+/// Expert parallelism's load factor slows the busiest rank's expert work in every pass: a
+/// recomputation repeats the slowed forward (Megatron's, whole).
+#[test]
+fn an_expert_parallel_recompute_repeats_the_loaded_forward() {
+    let model = catalog_model("mixtral-8x7b").unwrap();
+    let cluster = catalog_cluster("2x8xh100-sxm5-80gb").unwrap();
+    let c = costs(
+        &model,
+        &cluster,
+        "tp=2,dp=8,ep=2,mbs=1,gbs=8,zero=1,sp=on,ckpt=full,engine=megatron",
+    );
+    let mut checked = 0;
+    for (l, layer) in model.layers.iter().enumerate() {
+        if layer.experts().is_some() {
+            assert!(
+                (c[l].recompute / c[l].forward - 1.0).abs() < 1e-12,
+                "layer {l}: {} against {}",
+                c[l].recompute,
+                c[l].forward
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
 }
 
 /// The forward seconds of `layer`'s ops that backward never reads, on `shape`.
@@ -112,9 +170,15 @@ fn pytorchs_recompute_leaves_the_closing_product_out_megatrons_does_not() {
         }
         // Megatron's checkpoint function reruns the block's whole forward.
         assert_eq!(megatron[l].recompute, megatron[l].forward);
-        // PyTorch's stops before the down projection and the closing add: the autocast casts
-        // of the rest are made again (ZeRO-1 keeps FP32 weights it casts at each use).
-        let skipped = unread_forward(&model, &cluster, layer, shape);
+        // PyTorch's stops before the down projection and the closing add; the autocast casts
+        // are all made again (ZeRO-1 keeps FP32 weights it casts at each use, and the down
+        // projection's backward saves its cast weight), so what it leaves out is those two
+        // ops' time without casts.
+        let bare = LayerShape {
+            weight_casts: hetplan::cost::WeightCasts::None,
+            ..shape
+        };
+        let skipped = unread_forward(&model, &cluster, layer, bare);
         assert!(skipped > 0.1 * fsdp[l].forward, "{skipped}");
         let expected = fsdp[l].forward - skipped;
         assert!(

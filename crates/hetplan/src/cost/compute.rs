@@ -35,8 +35,8 @@ pub struct LayerTime {
     pub op_checkpoint_forward: Seconds,
     /// What recomputing the layer whole repeats of `forward`: all of it but FSDP2's copies of
     /// the gathered weights (backward gathers them itself) and, where the recomputation stops
-    /// early (`LayerShape::early_stop`), the ops backward never reads
-    /// (`Layer::unread_by_backward`).
+    /// early (`LayerShape::early_stop`), the ops it skips (`Layer::skipped_by_early_stop`:
+    /// under autocast their weights' casts still run).
     pub recompute_forward: Seconds,
     /// The attention core's share of `forward` and `backward` (the products with the keys and
     /// values): what a context-parallel ring's transfers overlap with.
@@ -94,8 +94,8 @@ pub struct LayerShape {
     /// non-reentrant checkpoint stops early by default and torch.compile's partitioner leaves
     /// dead code out (engines running PyTorch code, `Engine::runs_pytorch_code`). Megatron's
     /// and DeepSpeed's checkpoint functions rerun the whole forward. Where set, what a
-    /// recomputation repeats leaves out the ops backward never reads
-    /// (`Layer::unread_by_backward`): a block's closing product.
+    /// recomputation repeats leaves out the ops it skips (`Layer::skipped_by_early_stop`, as
+    /// `eager` says): a block's closing product.
     pub early_stop: bool,
 }
 
@@ -247,16 +247,18 @@ fn hbm_time(gpu: &GpuSpec, bytes: f64) -> f64 {
 }
 
 /// (forward seconds, backward seconds, forward FLOPs, backward FLOPs, selective-recompute part,
-/// FSDP2's gather copies in the forward)
+/// the weights' casts in the forward)
 struct OpCost {
     fwd: f64,
     bwd: f64,
     fwd_flop: f64,
     bwd_flop: f64,
     selective: f64,
-    /// The part of `fwd` that copies the gathered weights (`WeightCasts::FullShard`): a
-    /// recomputation runs on the weights backward has gathered and does not repeat it.
-    gathered: f64,
+    /// The part of `fwd` that casts or copies the weights (`WeightCasts`): under FSDP2's full
+    /// sharding a recomputation runs on the weights backward has gathered and does not
+    /// repeat it; under autocast it casts them again, even for a product it stops before (the
+    /// product's backward saves the cast copy).
+    cast: f64,
 }
 
 /// Whether `op` of a layer of kind `kind` runs in FP8 at precision `p`: the matrix products of
@@ -333,10 +335,6 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                     )
                 }
             };
-            let gathered = match s.weight_casts {
-                WeightCasts::FullShard { .. } => cast_fwd,
-                _ => 0.0,
-            };
             if let (true, Some(fp8_peak)) = (fp8, crate::gpu::fp8_peak(gpu)) {
                 // FP8: 1-byte operands at the FP8 peak, BF16 output; before each product its
                 // BF16 operands are cast (and transposed for the backward's products), the
@@ -354,7 +352,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                     fwd_flop: flop,
                     bwd_flop: 2.0 * flop,
                     selective: 0.0,
-                    gathered,
+                    cast: cast_fwd,
                 };
             }
             let compute = flop / (peak * eff * shape_eff);
@@ -367,7 +365,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: flop,
                 bwd_flop: 2.0 * flop,
                 selective: 0.0,
-                gathered,
+                cast: cast_fwd,
             }
         }
         OpKind::Attention {
@@ -407,7 +405,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                         fwd_flop: flop,
                         bwd_flop: k::FLASH_BWD_RATIO * flop,
                         selective: 0.0,
-                        gathered: 0.0,
+                        cast: 0.0,
                     }
                 }
                 AttnImpl::Torch => {
@@ -431,7 +429,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                         fwd_flop: flop,
                         bwd_flop: 2.0 * flop,
                         selective: fwd,
-                        gathered: 0.0,
+                        cast: 0.0,
                     }
                 }
             }
@@ -461,7 +459,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: m * flops_per_token / split,
                 bwd_flop: 2.0 * m * flops_per_token / split,
                 selective: 0.0,
-                gathered: 0.0,
+                cast: 0.0,
             }
         }
         OpKind::Loss { vocab, .. } => {
@@ -474,7 +472,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: m * 5.0 * *vocab as f64 / tp,
                 bwd_flop: 2.0 * m * 5.0 * *vocab as f64 / tp,
                 selective: 0.0,
-                gathered: 0.0,
+                cast: 0.0,
             }
         }
         OpKind::Lookup { width } => {
@@ -488,7 +486,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: 0.0,
                 bwd_flop: 0.0,
                 selective: 0.0,
-                gathered: 0.0,
+                cast: 0.0,
             }
         }
         OpKind::Opaque { flops_per_sample } => {
@@ -500,7 +498,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 fwd_flop: flop,
                 bwd_flop: 2.0 * flop,
                 selective: 0.0,
-                gathered: 0.0,
+                cast: 0.0,
             }
         }
     }
@@ -530,15 +528,21 @@ impl Analytic {
         // What op-level checkpointing repeats, only where the stage does it: the lookahead it
         // takes costs about half of the rest of this loop.
         let mut by_op = layer.op_checkpointing().filter(|_| shape.op_checkpointing);
-        let mut unread = shape.early_stop.then(|| layer.unread_by_backward());
+        let mut skips = (shape.early_stop).then(|| layer.skipped_by_early_stop(shape.eager));
+        let full_shard = matches!(shape.weight_casts, WeightCasts::FullShard { .. });
         for op in &layer.ops {
             let fp8 = fp8_gemm(op, layer.kind, shape.precision);
             let c = op_cost(op, gpu, model.per_sample, shape, fp8);
             t.forward += Seconds(c.fwd);
             t.backward += Seconds(c.bwd);
             t.selective_forward += Seconds(c.selective);
-            let skipped = unread.as_mut().and_then(|it| it.next()).unwrap_or(false);
-            let redone = if skipped { 0.0 } else { c.fwd - c.gathered };
+            let skipped = skips.as_mut().and_then(|it| it.next()).unwrap_or(false);
+            let redone = match (skipped, full_shard) {
+                (false, false) => c.fwd,
+                (false, true) => c.fwd - c.cast,
+                (true, false) => c.cast,
+                (true, true) => 0.0,
+            };
             t.recompute_forward += Seconds(redone);
             if let Some(ck) = by_op.as_mut().and_then(|it| it.next()) {
                 t.op_checkpoint_forward += Seconds(redone * ck.recomputed);
@@ -637,20 +641,22 @@ pub fn forward_model_flop(
 
 /// The forward model FLOPs of `layers` that op-level selective checkpointing repeats
 /// (`Recompute::Ops`, `Layer::op_checkpointing`), counted as [`forward_model_flop`] counts;
-/// where the recomputation stops early (`LayerShape::early_stop`), not the ops backward never
-/// reads.
+/// where the recomputation stops early (`LayerShape::early_stop`), not the ops it skips
+/// (`Layer::skipped_by_early_stop`, compiled or `eager`).
 pub fn op_checkpointed_flop(
     model: &Model,
     layers: std::ops::Range<usize>,
     tokens: f64,
     seq: u64,
     early_stop: bool,
+    eager: bool,
 ) -> f64 {
     let mut f = 0.0;
     for l in &model.layers[layers] {
         if let Some(ck) = l.op_checkpointing() {
-            for ((op, c), unread) in l.ops.iter().zip(ck).zip(l.unread_by_backward()) {
-                if !(early_stop && unread) {
+            let skips = l.skipped_by_early_stop(eager);
+            for ((op, c), skipped) in l.ops.iter().zip(ck).zip(skips) {
+                if !(early_stop && skipped) {
                     f += op_model_flop(op, tokens, seq) * c.recomputed;
                 }
             }
@@ -661,10 +667,11 @@ pub fn op_checkpointed_flop(
 
 /// The forward model FLOPs that recomputing `layer` whole repeats, counted as
 /// [`forward_model_flop`] counts: all of them, or where the recomputation stops early
-/// (`LayerShape::early_stop`) all but those of the ops backward never reads.
-pub fn recomputed_flop(layer: &Layer, tokens: f64, seq: u64, early_stop: bool) -> f64 {
-    (layer.ops.iter().zip(layer.unread_by_backward()))
-        .filter(|&(_, unread)| !(early_stop && unread))
+/// (`LayerShape::early_stop`) all but those of the ops it skips
+/// (`Layer::skipped_by_early_stop`, compiled or `eager`).
+pub fn recomputed_flop(layer: &Layer, tokens: f64, seq: u64, early_stop: bool, eager: bool) -> f64 {
+    (layer.ops.iter().zip(layer.skipped_by_early_stop(eager)))
+        .filter(|&(_, skipped)| !(early_stop && skipped))
         .map(|(op, _)| op_model_flop(op, tokens, seq))
         .sum()
 }

@@ -828,6 +828,7 @@ fn layer_costs_in(
                 lt.backward = lt.backward * f;
                 lt.selective_forward = lt.selective_forward * f;
                 lt.op_checkpoint_forward = lt.op_checkpoint_forward * f;
+                lt.recompute_forward = lt.recompute_forward * f;
             }
             // Each GPU dispatches its 1/tp of the tokens' top-k copies and gets them back.
             let ep_bytes = match moe {
@@ -866,7 +867,7 @@ fn layer_costs_in(
                 shape.early_stop
                     && !folded
                     && !st.sequence_parallel
-                    && layer.closing_product_unread(),
+                    && layer.closing_product_skipped(shape.eager),
             );
             let tp_redone = if full {
                 tp_fwd.saturating_sub(closing_skipped)
@@ -1321,19 +1322,24 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         let fwd = compute::forward_model_flop(model, st.layers.iter(), tokens_mb, seq);
         // What the layer costs say is recomputed (`layer_costs_in`): PyTorch's recomputation
         // stops before what backward never reads.
-        let early_stop = plan.engine.runs_pytorch_code();
+        let (early_stop, eager) = (plan.engine.runs_pytorch_code(), plan.runs_eagerly());
         let recomputed = match st.recompute {
             Recompute::Full | Recompute::Layers(_) => (st.layers.iter())
                 .zip(memory::fully_recomputed(model, st))
                 .filter(|&(_, whole)| whole)
                 .map(|(i, _)| {
-                    compute::recomputed_flop(&model.layers[i], tokens_mb, seq, early_stop)
+                    compute::recomputed_flop(&model.layers[i], tokens_mb, seq, early_stop, eager)
                 })
                 .sum(),
             Recompute::Selective => fwd.unfused_attention,
-            Recompute::Ops => {
-                compute::op_checkpointed_flop(model, st.layers.iter(), tokens_mb, seq, early_stop)
-            }
+            Recompute::Ops => compute::op_checkpointed_flop(
+                model,
+                st.layers.iter(),
+                tokens_mb,
+                seq,
+                early_stop,
+                eager,
+            ),
             Recompute::None => 0.0,
         };
         hardware_model_flop += (3.0 * fwd.all + recomputed) * passes as f64;

@@ -204,22 +204,54 @@ impl Layer {
     /// add reads — the MLP's down projection, a shared expert's without a gate — and in a
     /// parallel block the attention's output projection too; not a product a post-norm reads,
     /// nor the routed experts' (their weighting's backward reads them). Every op of another
-    /// layer is read. A recomputation that stops once it has what backward reads skips them:
-    /// PyTorch's non-reentrant checkpoint by default (`early_stop`, torch/utils/checkpoint.py)
-    /// and torch.compile's partitioner, which leaves dead code out (measured on an H200,
-    /// docs/validation.md §5).
+    /// layer is read. A recomputation that stops once it has what backward reads skips them
+    /// ([`Layer::skipped_by_early_stop`]): torch.compile's partitioner, which leaves dead code
+    /// out, all of them; PyTorch's eager non-reentrant checkpoint (`early_stop`,
+    /// torch/utils/checkpoint.py) the closing ones (measured on an H200, docs/validation.md
+    /// §5).
     pub fn unread_by_backward(&self) -> impl Iterator<Item = bool> + '_ {
         let (tail, proj) = self.unread_tail().unwrap_or((self.ops.len(), None));
         let proj = proj.map_or(0..0, |p| p..self.next_main(p));
         (0..self.ops.len()).map(move |i| i >= tail || proj.contains(&i))
     }
 
-    /// Whether the block's closing product is one backward never reads
-    /// ([`Layer::unread_by_backward`]): a recomputation that stops early skips it and the TP
-    /// collective after it.
-    pub fn closing_product_unread(&self) -> bool {
-        self.unread_tail()
-            .is_some_and(|(tail, _)| tail + 1 < self.ops.len())
+    /// Which of the layer's ops, in order, a recomputation that stops once it has what
+    /// backward reads does not run again. Compiled (`eager` false), torch.compile's
+    /// partitioner leaves out every op whose output backward never reads
+    /// ([`Layer::unread_by_backward`]). Eager, PyTorch's non-reentrant checkpoint reruns the
+    /// forward in order and stops once every tensor the forward saved is back: it skips only
+    /// the block's closing tail, and nothing where an op of it saves a tensor of its own (a
+    /// residual dropout's mask, which needs the product's output); a parallel block's
+    /// attention projection, which runs before the MLP saves its inputs, runs again.
+    pub fn skipped_by_early_stop(&self, eager: bool) -> impl Iterator<Item = bool> + '_ {
+        let n = self.ops.len();
+        let (tail, proj) = match self.unread_tail() {
+            None => (n, None),
+            Some((tail, proj)) if !eager => (tail, proj),
+            Some((tail, _)) => {
+                let saves = self.ops[tail..]
+                    .iter()
+                    .skip(1)
+                    .any(|o| o.saved_bytes_per_token > 0.0);
+                (if saves { n } else { tail }, None)
+            }
+        };
+        let proj = proj.map_or(0..0, |p| p..self.next_main(p));
+        (0..n).map(move |i| i >= tail || proj.contains(&i))
+    }
+
+    /// Whether a recomputation that stops early ([`Layer::skipped_by_early_stop`]) leaves out
+    /// the block's closing product, and so the TP collective after it (a dense block's; a
+    /// mixture of experts reduces its routed and shared experts' outputs together).
+    pub fn closing_product_skipped(&self, eager: bool) -> bool {
+        self.experts().is_none()
+            && self.unread_tail().is_some_and(|(tail, _)| {
+                tail + 1 < self.ops.len()
+                    && (!eager
+                        || !self.ops[tail + 1..]
+                            .iter()
+                            .any(|o| o.saved_bytes_per_token > 0.0))
+            })
     }
 
     /// The index of the next op after `i` that is not a bias (the op count if none).

@@ -50,7 +50,6 @@ impl Problem<'_> {
             native_attention: self.options.engine.native_attention(),
             eager: self.options.runs_eagerly(),
             pads_vocabulary: self.options.engine.pads_vocabulary(),
-            early_stop: self.options.engine.runs_pytorch_code(),
             ..crate::cost::LayerShape::plain(mbs, self.seq_len, tp, self.options.precision)
         }
     }

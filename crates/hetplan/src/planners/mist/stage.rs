@@ -140,7 +140,12 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
     let tp_devs = &spec.devices[..tp as usize];
     let elem = p.options.precision.element_bytes();
     let tokens = mbs as f64 * model.tokens_per_sample(p.seq_len) as f64;
-    let shape = p.layer_shape(mbs, tp);
+    // Its recompute table prices what the engine's recomputation repeats
+    // (`LayerShape::early_stop`; the other planners price none and skip the cost of asking).
+    let shape = crate::cost::LayerShape {
+        early_stop: p.options.engine.runs_pytorch_code(),
+        ..p.layer_shape(mbs, tp)
+    };
     let n = spec.end - spec.start;
     let mut t = Table {
         fwd: 0.0,
@@ -188,7 +193,9 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
             // What a whole recomputation repeats: the forward and its collectives, less the
             // closing product and its collective where it stops early (`early_stop`).
             let closing = u32::from(
-                shape.early_stop && !shape.sequence_parallel && layer.closing_product_unread(),
+                shape.early_stop
+                    && !shape.sequence_parallel
+                    && layer.closing_product_skipped(shape.eager),
             );
             let redone = tp_c * layer.tp_allreduces_fwd.saturating_sub(closing) as f64;
             t.recompute[k + 1] = t.recompute[k] + lt.recompute_forward.get() + redone;
