@@ -91,6 +91,16 @@ fn a_residual_dropout_keeps_eager_code_from_stopping_early() {
     assert!(!b.closing_product_skipped(true));
     assert_eq!(skipped(&b, false), ["fc2", "fc2_bias", "mlp_residual"]);
     assert!(b.closing_product_skipped(false));
+    // Behind a post-norm the add alone is the tail: with a dropout eager code runs it too.
+    let src = r#"{"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 512,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+        "sliding_window": 128, "hidden_activation": "gelu_pytorch_tanh"}"#;
+    let mut g = parse_hf_config(src, "gemma2-tiny").unwrap().layers[1].clone();
+    assert_eq!(skipped(&g, true), ["mlp_residual"]);
+    g.ops.last_mut().unwrap().saved_bytes_per_token = 256.0;
+    assert!(skipped(&g, true).is_empty());
+    assert_eq!(skipped(&g, false), ["mlp_residual"]);
 }
 
 #[test]

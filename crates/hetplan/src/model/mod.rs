@@ -229,9 +229,11 @@ impl Layer {
             None => (n, None),
             Some((tail, proj)) if !eager => (tail, proj),
             Some((tail, _)) => {
-                let saves = self.ops[tail..]
+                // What the tail saves beyond the closing product's own input, which the ops
+                // before it produce.
+                let from = if tail + 1 < n { tail + 1 } else { tail };
+                let saves = self.ops[from..]
                     .iter()
-                    .skip(1)
                     .any(|o| o.saved_bytes_per_token > 0.0);
                 (if saves { n } else { tail }, None)
             }
