@@ -6,7 +6,7 @@
 
 use hetplan::cluster::spec::catalog_cluster;
 use hetplan::cluster::Cluster;
-use hetplan::cost::{layer_costs, Analytic, LayerCost, LayerShape, Workload};
+use hetplan::cost::{layer_costs, Analytic, ComputeTimes, LayerCost, LayerShape, Workload};
 use hetplan::model::catalog::catalog_model;
 use hetplan::model::hf::parse_hf_config;
 use hetplan::model::{Layer, LayerKind, Model};
@@ -266,4 +266,69 @@ fn a_kept_output_projection_is_read_its_down_projection_is_not() {
     };
     assert!(of("proj").kept_bytes_per_token > 0.0 && !of("proj").unread);
     assert!(of("fc2").unread);
+}
+
+/// A measured layer (a profile) repeats its measured forward in the share the analytic model
+/// gives the recomputed ops, plus the engine's own work as priced: Megatron's recomputation is
+/// the measured forward itself; under FSDP2's full sharding, the measured kernels less the down
+/// projection's share, and none of the gather copies the forward is charged beside them.
+#[test]
+fn a_measured_layer_repeats_its_measured_kernels() {
+    use hetplan::cost::Profiled;
+    use hetplan::profile::{ProfileDb, ProfileIndex};
+    let src = include_str!("../../../data/measured/h200-sxm-141gb/profile-llama3-8b-s8192.json");
+    let db = ProfileDb::parse(src).unwrap();
+    let index = ProfileIndex::new(&db);
+    let profiled = Profiled {
+        index: &index,
+        interpolation: Default::default(),
+    };
+    // The block's measured forward at one sequence of 8,192 tokens.
+    let v: serde_json::Value = serde_json::from_str(src).unwrap();
+    let measured_fwd = v["profiles"][0]["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["layer"] == "transformer" && s["mbs"] == 1)
+        .unwrap()["forward"]
+        .as_f64()
+        .unwrap();
+    let model = catalog_model("llama3-8b").unwrap();
+    let cluster = catalog_cluster("1x1xh200-sxm-141gb").unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 8192,
+    };
+    let costs = |spec: &str| {
+        let p = parse_inline_plan(spec, &model, &cluster).unwrap();
+        layer_costs(w, &w.validate(&p).unwrap(), &profiled, 0, 0)
+    };
+    let megatron = costs("dp=1,mbs=1,gbs=1,zero=1,ckpt=full,engine=megatron");
+    assert!((megatron[1].forward / measured_fwd - 1.0).abs() < 1e-9);
+    assert_eq!(megatron[1].recompute, megatron[1].forward);
+    let fsdp = costs("dp=1,mbs=1,gbs=1,zero=3,ckpt=full,engine=fsdp");
+    let bare = Analytic.layer_time(
+        cluster.gpu(cluster.gpus()[0]),
+        &model,
+        1,
+        LayerShape {
+            early_stop: true,
+            ..LayerShape::plain(1, 8192, 1, hetplan::plan::Precision::Bf16)
+        },
+    );
+    let expected = measured_fwd * (bare.recompute_forward / bare.forward);
+    assert!(
+        (fsdp[1].recompute / expected - 1.0).abs() < 1e-9,
+        "{} against {expected}",
+        fsdp[1].recompute
+    );
+    // The forward carries FSDP2's copies beside the kernels; the recomputation leaves them
+    // and the down projection (about a fifth of the block's forward at 8,192 tokens) out.
+    assert!(
+        fsdp[1].forward > measured_fwd && fsdp[1].recompute < 0.9 * measured_fwd,
+        "forward {}, recompute {}, measured {measured_fwd}",
+        fsdp[1].forward,
+        fsdp[1].recompute
+    );
 }

@@ -92,9 +92,17 @@ impl ComputeTimes for Profiled<'_> {
                 } else {
                     (p.forward, p.backward)
                 };
+                // What a whole recomputation repeats: the measured kernels in the share the
+                // analytic model gives them, and the engine's own work as it prices it (eager
+                // kernels and autocast's casts again, not FSDP2's gather copies).
+                let recompute = forward * ratio(bare.recompute_forward, bare.forward)
+                    + (analytic.recompute_forward - bare.recompute_forward);
                 let forward = forward + (analytic.forward - bare.forward);
                 let backward = backward + (analytic.backward - bare.backward);
-                measured(analytic, forward, backward, shape, p.how)
+                LayerTime {
+                    recompute_forward: recompute,
+                    ..measured(analytic, forward, backward, shape, p.how)
+                }
             }
             None => analytic,
         }
