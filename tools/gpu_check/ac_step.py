@@ -30,7 +30,7 @@ from collections import defaultdict
 import torch
 
 import hetplan
-from hetplan.profile import _modules
+from fsdp_step import whole_model  # this folder: Python puts a script's own folder on the path
 
 
 def _op_policy():
@@ -87,21 +87,7 @@ def build(shape, blocks, ac, compiled, dev, mlp="fused"):
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.manual_seed(0)
-    emb, layers, head = _modules(shape, torch, torch.float32, dev, blocks=[False] * blocks)
-
-    class Whole(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb, self.layers, self.head = emb, layers, head
-
-        def forward(self, tokens):
-            x = self.emb(tokens)
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(x, tokens)
-
-    whole = Whole()
+    whole = whole_model(shape, blocks, dev)
     if mlp == "split":
         for layer in whole.layers:
             layer.mlp = SplitMlp(layer.mlp)

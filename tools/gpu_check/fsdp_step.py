@@ -28,11 +28,12 @@ from hetplan.profile import _modules
 from hetplan.step import time_steps
 
 
-def build(model, dev):
-    shape = json.loads(model._h.transformer)
-    n = sum(1 for k in model._h.layer_kinds if k == "transformer")
+def whole_model(shape, blocks, dev):
+    """The embedding, `blocks` dense decoder blocks and the head of a transformer of `shape`
+    (hetplan's description) as one module, FP32 weights built on `dev` (seed 0); `ac_step.py`
+    builds its cut models with it."""
     torch.manual_seed(0)
-    emb, layers, head = _modules(shape, torch, torch.float32, dev, blocks=[False] * n)
+    emb, layers, head = _modules(shape, torch, torch.float32, dev, blocks=[False] * blocks)
 
     class Whole(torch.nn.Module):
         def __init__(self):
@@ -45,7 +46,13 @@ def build(model, dev):
                 x = layer(x)
             return self.head(x, tokens)
 
-    return shape, Whole()
+    return Whole()
+
+
+def build(model, dev):
+    shape = json.loads(model._h.transformer)
+    n = sum(1 for k in model._h.layer_kinds if k == "transformer")
+    return shape, whole_model(shape, n, dev)
 
 
 def run(variant, model, seq, mbs, warmup, repeats, dev):

@@ -49,10 +49,12 @@ def timed(fn, warmup=WARMUP, repeats=REPEATS):
     return statistics.median(times), max(times) / min(times)
 
 
-def smi():
-    q = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu"
+def smi(q="name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,"
+            "temperature.gpu", units=True):
+    """nvidia-smi's reading of the fields `q` (with their units unless `units` is false)."""
+    fmt = "csv,noheader" if units else "csv,noheader,nounits"
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", f"--format={fmt}"],
                              capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError) as e:
         return {"error": str(e)}

@@ -26,11 +26,9 @@ struct Row {
 }
 
 fn rows() -> Vec<Row> {
-    STEPS
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+    json_lines(STEPS)
+        .into_iter()
+        .map(|v| {
             let m = &v["measured"];
             let oom = m["out_of_memory"].as_bool().unwrap_or(false);
             let device = match (
@@ -49,6 +47,14 @@ fn rows() -> Vec<Row> {
                 device_bytes: device,
             }
         })
+        .collect()
+}
+
+/// The JSON objects of a JSON-lines file, blank lines skipped.
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    (text.lines())
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
 }
 
@@ -139,10 +145,8 @@ fn one_gpu_steps_on_an_h200_time_memory_and_the_verdict() {
 fn fsdp2_against_autocast_on_one_h200() {
     let est = |zero: u32| one_gpu_step("llama2-7b", 2048, 1, zero, &Analytic).iteration_time_s;
     let measured = |variant: &str| -> f64 {
-        let times: Vec<f64> = FSDP
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        let times: Vec<f64> = json_lines(FSDP)
+            .into_iter()
             .filter(|v| v["variant"] == variant)
             .map(|v| v["step_s"].as_f64().unwrap())
             .collect();
@@ -265,11 +269,7 @@ fn cut_llama3(model: &str, blocks: u64) -> hetplan::model::Model {
 /// projection — it was 64.7 and 54.2 ms, 29% and 43% over.
 #[test]
 fn checkpointed_steps_on_an_h200() {
-    let rows: Vec<serde_json::Value> = CHECKPOINTED
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<serde_json::Value> = json_lines(CHECKPOINTED);
     assert_eq!(rows.len(), 10);
     let cluster = catalog_cluster("1x1xh200-sxm-141gb").unwrap();
     let estimate_of = |r: &serde_json::Value, ac: &str| {
@@ -309,11 +309,7 @@ fn checkpointed_steps_on_an_h200() {
     // and as hetplan counts the products (`ac_step_split.jsonl`): what it adds to the
     // compiled step, 16.4 ms measured against 17.5 estimated (the output projection, `w3` and
     // the elementwise ops; the down projection is kept), within 10%, and both steps within 8%.
-    let split: Vec<serde_json::Value> = SPLIT_MLP
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let split: Vec<serde_json::Value> = json_lines(SPLIT_MLP);
     assert_eq!(split.len(), 4);
     let step = |ac: &str, compile: &str| {
         let r = (split.iter())

@@ -13,7 +13,7 @@ use hetplan::model::catalog::catalog_model;
 use hetplan::model::{LayerKind, OpKind};
 use hetplan::plan::inline::parse_inline_plan;
 use hetplan::plan::validate::{validate, PlanError};
-use hetplan::plan::{Engine, Precision, Recompute};
+use hetplan::plan::{Engine, Precision, Recompute, Stage};
 use hetplan::{Cluster, Model, Plan};
 
 const SEQ: u64 = 8192;
@@ -27,6 +27,20 @@ fn setup() -> (Model, Cluster) {
 
 fn plan(spec: &str, model: &Model, cluster: &Cluster) -> Plan {
     parse_inline_plan(spec, model, cluster).unwrap()
+}
+
+/// The first stage of the plan `spec`, holding the model's first transformer block alone, and
+/// that block's index.
+fn first_block_alone(model: &Model, cluster: &Cluster, spec: &str) -> (Stage, usize) {
+    let mut st = plan(spec, model, cluster).stages[0].clone();
+    let b = (model.layers.iter())
+        .position(|l| l.kind == LayerKind::Transformer)
+        .unwrap();
+    st.layers = hetplan::plan::LayerRange {
+        start: b,
+        end: b + 1,
+    };
+    (st, b)
 }
 
 fn est(model: &Model, cluster: &Cluster, p: &Plan) -> Estimate {
@@ -141,20 +155,11 @@ fn it_keeps_less_than_no_checkpointing_and_recomputes_less_than_full() {
 #[test]
 fn a_blocks_activations_are_its_input_and_what_the_policy_keeps() {
     let (model, cluster) = setup();
-    let p = plan(
-        "dp=8,mbs=1,gbs=8,zero=3,ckpt=ops,engine=fsdp",
+    let (st, b) = first_block_alone(
         &model,
         &cluster,
+        "dp=8,mbs=1,gbs=8,zero=3,ckpt=ops,engine=fsdp",
     );
-    let mut st = p.stages[0].clone();
-    // One block alone.
-    let b = (model.layers.iter())
-        .position(|l| l.kind == LayerKind::Transformer)
-        .unwrap();
-    st.layers = hetplan::plan::LayerRange {
-        start: b,
-        end: b + 1,
-    };
     let tokens = SEQ as f64;
     let kept = |eager: bool| {
         memory::micro_batch_activations(&model, &st, 1, 1, SEQ, Precision::Bf16, eager, true).0
@@ -301,19 +306,8 @@ fn with_tensor_parallelism_the_recompute_gathers_again_but_does_not_reduce_again
 #[test]
 fn with_sequence_parallelism_the_reduce_scatters_outputs_are_kept_too() {
     let (model, cluster) = setup();
-    let p = plan(
-        "tp=8,dp=1,mbs=1,gbs=1,zero=3,sp=on,ckpt=ops,engine=fsdp",
-        &model,
-        &cluster,
-    );
-    let mut st = p.stages[0].clone();
-    let b = (model.layers.iter())
-        .position(|l| l.kind == LayerKind::Transformer)
-        .unwrap();
-    st.layers = hetplan::plan::LayerRange {
-        start: b,
-        end: b + 1,
-    };
+    let spec = "tp=8,dp=1,mbs=1,gbs=1,zero=3,sp=on,ckpt=ops,engine=fsdp";
+    let (st, _) = first_block_alone(&model, &cluster, spec);
     let tokens = SEQ as f64;
     let kept = |eager: bool| {
         memory::micro_batch_activations(&model, &st, 1, 8, SEQ, Precision::Bf16, eager, true).0

@@ -210,9 +210,8 @@ impl Layer {
     /// torch/utils/checkpoint.py) the closing ones (measured on an H200, docs/validation.md
     /// §5).
     pub fn unread_by_backward(&self) -> impl Iterator<Item = bool> + '_ {
-        let (tail, proj) = self.unread_tail().unwrap_or((self.ops.len(), None));
-        let proj = proj.map_or(0..0, |p| p..self.next_main(p));
-        (0..self.ops.len()).map(move |i| i >= tail || proj.contains(&i))
+        // The compiler's partitioner skips exactly those.
+        self.skipped_by_early_stop(false)
     }
 
     /// Which of the layer's ops, in order, a recomputation that stops once it has what
@@ -224,8 +223,23 @@ impl Layer {
     /// residual dropout's mask, which needs the product's output); a parallel block's
     /// attention projection, which runs before the MLP saves its inputs, runs again.
     pub fn skipped_by_early_stop(&self, eager: bool) -> impl Iterator<Item = bool> + '_ {
+        let (tail, proj) = self.skipped_tail(eager);
+        let proj = proj.map_or(0..0, |p| p..self.next_main(p));
+        (0..self.ops.len()).map(move |i| i >= tail || proj.contains(&i))
+    }
+
+    /// Whether a recomputation that stops early ([`Layer::skipped_by_early_stop`]) leaves out
+    /// the block's closing product, and so the TP collective after it (a dense block's; a
+    /// mixture of experts reduces its routed and shared experts' outputs together).
+    pub fn closing_product_skipped(&self, eager: bool) -> bool {
+        self.experts().is_none() && self.skipped_tail(eager).0 + 1 < self.ops.len()
+    }
+
+    /// ([`Layer::skipped_by_early_stop`]) The first op of the closing tail a recomputation
+    /// skips (the op count if none) and the parallel block's projection it skips.
+    fn skipped_tail(&self, eager: bool) -> (usize, Option<usize>) {
         let n = self.ops.len();
-        let (tail, proj) = match self.unread_tail() {
+        match self.unread_tail() {
             None => (n, None),
             Some((tail, proj)) if !eager => (tail, proj),
             Some((tail, _)) => {
@@ -237,23 +251,7 @@ impl Layer {
                     .any(|o| o.saved_bytes_per_token > 0.0);
                 (if saves { n } else { tail }, None)
             }
-        };
-        let proj = proj.map_or(0..0, |p| p..self.next_main(p));
-        (0..n).map(move |i| i >= tail || proj.contains(&i))
-    }
-
-    /// Whether a recomputation that stops early ([`Layer::skipped_by_early_stop`]) leaves out
-    /// the block's closing product, and so the TP collective after it (a dense block's; a
-    /// mixture of experts reduces its routed and shared experts' outputs together).
-    pub fn closing_product_skipped(&self, eager: bool) -> bool {
-        self.experts().is_none()
-            && self.unread_tail().is_some_and(|(tail, _)| {
-                tail + 1 < self.ops.len()
-                    && (!eager
-                        || !self.ops[tail + 1..]
-                            .iter()
-                            .any(|o| o.saved_bytes_per_token > 0.0))
-            })
+        }
     }
 
     /// The index of the next op after `i` that is not a bias (the op count if none).
