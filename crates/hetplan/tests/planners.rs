@@ -262,3 +262,56 @@ fn hetplan_answers_for_each_engine() {
         }
     }
 }
+
+/// On many nodes behind a slow network the fastest plans are deep pipelines: each node then
+/// reduces the gradients of a small part of the model over that network. hetplan lays out
+/// uniform pipelines of 8 stages and more itself, before the seeds (which, under a small node
+/// limit, reach no such plan): its answer is at least as fast, by its estimate, as the
+/// uniform 32-stage pipeline of 4-GPU groups, and has at least 8 stages.
+#[test]
+fn hetplan_reaches_deep_pipelines_behind_a_slow_network() {
+    use hetplan::cluster::spec::catalog_cluster;
+    use hetplan::cost::{estimate, Analytic, Workload};
+    use hetplan::model::catalog::catalog_model;
+    use hetplan::plan::inline::parse_inline_plan;
+    use hetplan::planners::{Limits, NoClock, NoProgress};
+    let model = catalog_model("gpt3-6.7b").unwrap();
+    let cluster = catalog_cluster("16x8xv100-sxm2-32gb@10Gbps").unwrap();
+    let (gbs, seq) = (512, 2048);
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: seq,
+    };
+    let deep = parse_inline_plan("tp=4,pp=32,dp=1,mbs=1,gbs=512", &model, &cluster).unwrap();
+    let deep = estimate(w, &w.validate(&deep).unwrap(), &Analytic);
+    assert!(deep.fits);
+    // The best plan of at most 4 stages, for scale: the deep one is faster.
+    let shallow = parse_inline_plan("tp=4,pp=4,dp=8,mbs=1,gbs=512", &model, &cluster).unwrap();
+    let shallow = estimate(w, &w.validate(&shallow).unwrap(), &Analytic);
+    assert!(deep.iteration_time_s < shallow.iteration_time_s);
+    let problem = Problem {
+        model: &model,
+        cluster: &cluster,
+        global_batch: gbs,
+        seq_len: seq,
+        compute: &Analytic,
+        options: PlanOptions::default(),
+    };
+    let limits = Limits {
+        max_nodes: Some(300),
+        time: None,
+    };
+    let o = planners::hetplan::Hetplan
+        .plan(&problem, &mut Search::new(limits, &NoClock, &NoProgress))
+        .unwrap();
+    assert!(o.estimate.fits);
+    assert!(
+        o.estimate.iteration_time_s <= deep.iteration_time_s * (1.0 + 1e-9),
+        "{:.3} s ({}) against the uniform 32-stage pipeline's {:.3} s",
+        o.estimate.iteration_time_s,
+        o.plan.summary(),
+        deep.iteration_time_s
+    );
+    assert!(o.plan.stages.len() >= 8, "{}", o.plan.summary());
+}

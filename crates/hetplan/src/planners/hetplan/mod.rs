@@ -3,15 +3,17 @@
 //!
 //! No seed planner wins everywhere (docs/planners.md): Mist wins where memory binds, Metis where
 //! data parallelism over a slow network hurts, Poplar on data-parallel-friendly clusters, the
-//! Megatron heuristic on uniform farms. This planner runs each seed's search on the problem
-//! (Mist, in an anytime order of its loops, on a second thread beside the others, which run
-//! fast first), then `refine`'s local search from their best distinct answers over moves no
-//! single seed makes, ranks everything by hetplan's estimate (each answer fits:
-//! `Planner::plan`), and answers the best, with the next best distinct plans, the gap to
-//! `planners::bound`, the simulator's check of the three best, and — without `--engine` — the
-//! best plan each mainstream engine runs (`plan::runtime`).
+//! Megatron heuristic on uniform farms. This planner first lays out uniform plans (on each GPU
+//! type alone and on every GPU; pipelines of 1–4 stages, then deeper ones), then runs each
+//! seed's search on the problem (Mist, in an anytime order of its loops, on a second thread
+//! beside the others, which run fast first), then `refine`'s local search from the best
+//! distinct starts over moves no single seed makes, ranks everything by hetplan's estimate
+//! (each answer fits: `Planner::plan`), and answers the best, with the next best distinct
+//! plans, the gap to `planners::bound`, the simulator's check of the three best, and — without
+//! `--engine` — the best plan each mainstream engine runs (`plan::runtime`).
 //!
-//! Limits: the seeds get `MEMBERS_SHARE` of a time or node limit (node shares fixed before the
+//! Limits: the uniform starts end at `UNIFORM_FIRST_SHARE` of a time limit, the seeds get
+//! `MEMBERS_SHARE` of a time or node limit (node shares fixed before the
 //! threads start, so a node-limited answer does not depend on the thread count), the local
 //! search runs until `REFINE_SHARE`, the per-engine searches until `SEARCH_SHARE`, and the rest
 //! is kept for the simulator's check. In the chain, member
@@ -182,9 +184,10 @@ impl Planner for Hetplan {
     }
 
     fn description(&self) -> &'static str {
-        "hetplan's planner: every seed's search (Metis, Mist, Poplar, Ditto, AMP, the Megatron \
-         heuristic, ...), then its own local search over the union of their spaces from their \
-         best answers, ranked by hetplan's estimate, with the gap to a certified lower bound"
+        "hetplan's planner: uniform layouts, every seed's search (Metis, Mist, Poplar, Ditto, \
+         AMP, the Megatron heuristic, ...), then its own local search over the union of their \
+         spaces from the best of them, ranked by hetplan's estimate, with the gap to a \
+         certified lower bound"
     }
 
     fn find(
@@ -194,9 +197,19 @@ impl Planner for Hetplan {
     ) -> Result<Outcome, PlannerError> {
         // The bound first, so that its time comes out of the members' budgets.
         let bound = bound::lower_bound(problem);
+        let time = search.limits.time.map(|t| t.get());
+        // Uniform layouts before the seeds, on a share of the limit: at a thousand GPUs and
+        // more they are what a slow network favours (deep pipelines of wide replicas) and no
+        // seed reaches them in time, and left for after the seeds they got what the seeds
+        // leave, a fraction of a second (`benches/speed.rs` at 1,024 GPUs: 2.8 s for all
+        // of them, 9.1 s gone when they began).
+        let uniform = {
+            let now = search.elapsed().get();
+            let until = time.map(|t| now + UNIFORM_FIRST_SHARE * (t - now).max(0.0));
+            uniform_starts(problem, search, until)
+        };
         let members = members();
         let n = members.len();
-        let time = search.limits.time.map(|t| t.get());
         let nodes = search.limits.max_nodes;
         let members_until = time.map(|t| t * MEMBERS_SHARE);
         let members_nodes = nodes.map(|m| (m as f64 * MEMBERS_SHARE) as u64);
@@ -208,7 +221,7 @@ impl Planner for Hetplan {
         // cost models' bests (which may not fit, and price plans their own way).
         let relay = Relay {
             inner: search.progress(),
-            best: Mutex::new(None),
+            best: Mutex::new(uniform.first().map(|u| Seconds(u.est.iteration_time_s))),
         };
         let clock = search.clock();
         let (chain, solo) = members.split_at(n - 1);
@@ -281,15 +294,15 @@ impl Planner for Hetplan {
             })
             .collect();
         // Long sequences: the seeds have no context parallelism, so uniform plans with it join
-        // them as starting points (where nothing else fits, they are the only ones). They and
-        // the uniform starts come after the seeds, which take most of a time limit: a share of
-        // what is left, the context-parallel starts its first half (unbounded, they took 6 s
-        // of a 60 s limit at 4,096 GPUs and left the local search nothing).
+        // them as starting points (where nothing else fits, they are the only ones). They come
+        // after the seeds, which take most of a time limit: a share of what is left
+        // (unbounded, they took 6 s of a 60 s limit at 4,096 GPUs and left the local search
+        // nothing).
         let mut seen = seen;
         let now = search.elapsed().get();
-        let share = |f: f64| time.map(|t| now + f * UNIFORM_STARTS_SHARE * (t - now).max(0.0));
-        seen.extend(context_parallel_starts(problem, search, share(0.5)));
-        seen.extend(uniform_starts(problem, search, share(1.0)));
+        let until = time.map(|t| now + CONTEXT_PARALLEL_STARTS_SHARE * (t - now).max(0.0));
+        seen.extend(context_parallel_starts(problem, search, until));
+        seen.extend(uniform);
         let cands = admit(problem, &seen, search, time);
         if cands.is_empty() {
             return Err(match (stop, problem.options.runtime) {
@@ -522,7 +535,11 @@ fn context_parallel_starts(
 /// cluster (Megatron's heuristic, Alpa's) have no memory options to make them fit. Megatron's
 /// layouts (`tp` of 1–8, `pp` of 1–4, the most replicas that divide the batch, micro-batches
 /// of 1–8 samples or a replica's whole batch, sequence parallelism with TP) on those nodes,
-/// fitted by the memory ladder (`refine::repair`: ZeRO, checkpointing, offloading).
+/// fitted by the memory ladder (`refine::repair`: ZeRO, checkpointing, offloading); then, as
+/// time allows, the same layouts in deeper pipelines (`pp` of 8, 16, … up to the layer count):
+/// on hundreds of nodes behind a slow network each node then holds a smaller part of the
+/// model, and the gradients it reduces over that network shrink with it (at 1,024 GPUs of
+/// `benches/speed.rs` the best uniform plan has 8 stages, at 4,096 16).
 fn uniform_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
@@ -543,11 +560,24 @@ fn uniform_starts(
     } else {
         0
     };
-    let sets = (0..types).map(|t| (Some(t), nodes_of_type(cluster, t)));
-    for (t, (sub, keep)) in sets.chain(std::iter::once((None, all))) {
+    let sets: Vec<_> = (0..types)
+        .map(|t| (Some(t), nodes_of_type(cluster, t)))
+        .chain(std::iter::once((None, all)))
+        .collect();
+    // Megatron's depths on every set first, then deeper pipelines: the first pass is what
+    // the time limit must not cut short.
+    let deeper: Vec<u64> = std::iter::successors(Some(8u64), |d| Some(d * 2))
+        .take_while(|&d| d as usize <= model.layers.len())
+        .collect();
+    let passes: [&[u64]; 2] = [&[1, 2, 4], &deeper];
+    for (depths, (t, (sub, keep))) in passes
+        .iter()
+        .flat_map(|d| sets.iter().map(move |s| (*d, s)))
+    {
+        let t = *t;
         let gpus = sub.num_gpus() as u64;
         for tp in [1u64, 2, 4, 8] {
-            for pp in [1u64, 2, 4] {
+            for &pp in depths {
                 if tp > problem.options.max_tp as u64
                     || tp * pp > gpus
                     || pp as usize > model.layers.len()
@@ -572,7 +602,7 @@ fn uniform_starts(
                     }
                     let sp = if tp > 1 { "on" } else { "off" };
                     let spec = format!("tp={tp},pp={pp},dp={dp},mbs={mbs},gbs={gbs},sp={sp}");
-                    let plan = crate::plan::inline::parse_inline_plan(&spec, model, &sub)
+                    let plan = crate::plan::inline::parse_inline_plan(&spec, model, sub)
                         .ok()
                         .map(|mut p| {
                             for st in &mut p.stages {
@@ -597,10 +627,16 @@ fn uniform_starts(
     evaluate_starts(problem, search, cands, deadline)
 }
 
-/// The share of the time the seeds leave that the context-parallel and uniform starts may take
-/// (their estimates, with both memory ladders, take seconds at a thousand GPUs); the local
-/// search keeps the rest.
-const UNIFORM_STARTS_SHARE: f64 = 0.25;
+/// The share of a time limit the uniform starts may take before the seeds run (their
+/// estimates, with both memory ladders, take seconds at a thousand GPUs: all 420 layouts of
+/// `benches/speed.rs`' 1,024-GPU problem in 2.8 s on two cores, 5.8 s at 4,096 GPUs,
+/// milliseconds at 64; at a quarter of a 10 s limit the deep A100 pipelines were reached in
+/// one run of the bench and not in the next).
+const UNIFORM_FIRST_SHARE: f64 = 0.3;
+
+/// The share of the time the seeds leave that the context-parallel starts may take; the
+/// local search keeps the rest.
+const CONTEXT_PARALLEL_STARTS_SHARE: f64 = 0.125;
 
 /// The nodes of GPU type `t` as a cluster of their own, and each one's index in `cluster`.
 fn nodes_of_type(
