@@ -9,8 +9,9 @@
 //! beside the others, which run fast first), then `refine`'s local search from the best
 //! distinct starts over moves no single seed makes, ranks everything by hetplan's estimate
 //! (each answer fits: `Planner::plan`), and answers the best, with the next best distinct
-//! plans, the gap to `planners::bound`, the simulator's check of the three best, and — without
-//! `--engine` — the best plan each mainstream engine runs (`plan::runtime`).
+//! plans, the gap to `planners::bound`, the simulator's check of the three best (as far as the
+//! time left allows), and — without `--engine` — the best plan each mainstream engine runs
+//! (`plan::runtime`).
 //!
 //! Limits: the uniform starts end at `UNIFORM_FIRST_SHARE` of a time limit, the seeds get
 //! `MEMBERS_SHARE` of a time or node limit (node shares fixed before the
@@ -419,7 +420,8 @@ impl Planner for Hetplan {
             bound.gap(Seconds(t)) * 100.0,
             Seconds(bound.iteration_time_s)
         ));
-        notes.extend(simulated(problem, &chosen, &ranked));
+        let left = time.map(|t| (t - search.elapsed().get()).max(0.0));
+        notes.extend(simulated(problem, &chosen, &ranked, left));
         notes.extend(explain(problem, &chosen.plan));
         notes.extend(memory_options(problem, &chosen.plan, &chosen.est));
         notes.extend(expert_parallelism(problem, &chosen.plan, &chosen.est));
@@ -929,32 +931,53 @@ const SIMULATED: usize = 3;
 /// Larger task graphs are not simulated here (a bound on the check's time and memory).
 const SIM_MAX_TASKS: u64 = 200_000;
 
+/// Seconds the check takes per task of a simulated plan, so that it fits the time left: a
+/// 127,872-task plan (`benches/speed.rs`' 1,024-GPU answer, 8 stages × 16 replicas, 256
+/// micro-batches) built and simulated in 0.41 s on the 2-core VM (`hetplan simulate`), 3.2 µs a
+/// task, doubled for three simulations sharing two cores.
+const SIM_SECONDS_PER_TASK: f64 = 6.4e-6;
+
 /// Estimate and simulation parting by more than this fraction are reported.
 const SIM_DISAGREES: f64 = 0.05;
 
 /// The answer and the next best plans run through the simulator (in parallel, results in
 /// order): a note when estimate and simulation part by more than `SIM_DISAGREES` on any of
-/// them, and when the simulator would rank another of them first.
-fn simulated(problem: &Problem<'_>, chosen: &Seen, ranked: &[Ranked]) -> Vec<String> {
+/// them, and when the simulator would rank another of them first. With `left` seconds of a
+/// time limit, only task graphs the check can run in that time (`SIM_SECONDS_PER_TASK`), and
+/// a note when the answer's was larger.
+fn simulated(
+    problem: &Problem<'_>,
+    chosen: &Seen,
+    ranked: &[Ranked],
+    left: Option<f64>,
+) -> Vec<String> {
     use rayon::prelude::*;
     let w = common::workload(problem);
+    let max_tasks = left.map_or(SIM_MAX_TASKS, |s| {
+        SIM_MAX_TASKS.min((s / SIM_SECONDS_PER_TASK) as u64)
+    });
     let opts = crate::sim::SimOptions {
-        max_tasks: SIM_MAX_TASKS,
+        max_tasks,
         ..Default::default()
     };
     let best: Vec<(&Plan, f64)> = std::iter::once((&chosen.plan, chosen.est.iteration_time_s))
         .chain(ranked.iter().map(|r| (&r.plan, r.estimate_s)))
         .take(SIMULATED)
         .collect();
-    let sims: Vec<Option<f64>> = best
+    // (the simulated time, or whether the time left was too short for the task graph)
+    let runs: Vec<Result<f64, bool>> = best
         .par_iter()
         .map(|(p, _)| {
-            let v = crate::plan::ValidPlan::check(p, problem.model, problem.cluster).ok()?;
-            crate::sim::simulate(w, &v, problem.compute, &opts)
-                .ok()
-                .map(|s| s.iteration_time_s)
+            let v = crate::plan::ValidPlan::check(p, problem.model, problem.cluster)
+                .map_err(|_| false)?;
+            match crate::sim::simulate(w, &v, problem.compute, &opts) {
+                Ok(s) => Ok(s.iteration_time_s),
+                Err(crate::sim::SimError::TooLarge { .. }) => Err(max_tasks < SIM_MAX_TASKS),
+                Err(_) => Err(false),
+            }
         })
         .collect();
+    let sims: Vec<Option<f64>> = runs.iter().map(|r| r.ok()).collect();
     let parts: Vec<String> = (best.iter().zip(&sims).enumerate())
         .filter_map(|(i, ((_, est), sim))| {
             let sim = (*sim)?;
@@ -975,6 +998,15 @@ fn simulated(problem: &Problem<'_>, chosen: &Seen, ranked: &[Ranked]) -> Vec<Str
         })
         .collect();
     let mut notes = Vec::new();
+    if runs.first() == Some(&Err(true)) {
+        notes.push(format!(
+            "the simulator did not check the answer: its task graph is larger than the {} \
+             tasks it could simulate in the {} left of the time limit (`hetplan simulate` \
+             runs it)",
+            max_tasks,
+            Seconds(left.unwrap_or(0.0))
+        ));
+    }
     if !parts.is_empty() {
         notes.push(format!(
             "the simulator parts from the estimate on the best candidates: {}",
@@ -1223,4 +1255,52 @@ fn explain(problem: &Problem<'_>, plan: &crate::plan::Plan) -> Vec<String> {
         });
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::spec::catalog_cluster;
+    use crate::cost::Analytic;
+    use crate::model::catalog::catalog_model;
+
+    /// The simulator's check of the best candidates fits the time left: with none left it
+    /// simulates nothing and says so; without a time limit it simulates the answer (which
+    /// here agrees with its estimate, so no note at all).
+    #[test]
+    fn the_simulator_check_fits_the_time_left() {
+        let model = catalog_model("gpt3-1.3b").unwrap();
+        let cluster = catalog_cluster("1x4xa100-sxm4-80gb").unwrap();
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 8,
+            seq_len: 1024,
+            compute: &Analytic,
+            options: PlanOptions::default(),
+        };
+        let plan =
+            crate::plan::inline::parse_inline_plan("tp=1,pp=2,dp=2,mbs=1,gbs=8", &model, &cluster)
+                .unwrap();
+        let est = common::evaluate(&problem, &plan).unwrap();
+        let seen = Seen {
+            who: "a test".into(),
+            plan,
+            est,
+            steps: Vec::new(),
+        };
+        let none_left = simulated(&problem, &seen, &[], Some(0.0));
+        assert_eq!(none_left.len(), 1, "{none_left:?}");
+        assert!(
+            none_left[0].starts_with("the simulator did not check the answer"),
+            "{none_left:?}"
+        );
+        let unlimited = simulated(&problem, &seen, &[], None);
+        assert!(
+            unlimited.iter().all(|n| !n.contains("did not check")),
+            "{unlimited:?}"
+        );
+        let plenty = simulated(&problem, &seen, &[], Some(60.0));
+        assert_eq!(plenty, unlimited);
+    }
 }
