@@ -267,7 +267,9 @@ fn hetplan_answers_for_each_engine() {
 /// reduces the gradients of a small part of the model over that network. hetplan lays out
 /// uniform pipelines of 8 stages and more itself, before the seeds (which, under a small node
 /// limit, reach no such plan): its answer is at least as fast, by its estimate, as the
-/// uniform 32-stage pipeline of 4-GPU groups, and has at least 8 stages.
+/// uniform 32-stage pipeline of 4-GPU groups, and has at least 8 stages. (A check of the
+/// search, by the estimate: the simulation of that pipeline is 16% slower, docs/validation.md
+/// §3.)
 #[test]
 fn hetplan_reaches_deep_pipelines_behind_a_slow_network() {
     use hetplan::cluster::spec::catalog_cluster;
@@ -299,13 +301,16 @@ fn hetplan_reaches_deep_pipelines_behind_a_slow_network() {
         options: PlanOptions::default(),
     };
     let limits = Limits {
-        max_nodes: Some(300),
+        max_nodes: Some(600),
         time: None,
     };
     let o = planners::hetplan::Hetplan
         .plan(&problem, &mut Search::new(limits, &NoClock, &NoProgress))
         .unwrap();
     assert!(o.estimate.fits);
+    // The starts before the seeds spend the node limit's nodes, not nodes beyond it (the
+    // node that meets the limit counts: `Search::tick`).
+    assert!(o.explored <= 601, "{} nodes explored", o.explored);
     assert!(
         o.estimate.iteration_time_s <= deep.iteration_time_s * (1.0 + 1e-9),
         "{:.3} s ({}) against the uniform 32-stage pipeline's {:.3} s",

@@ -1,5 +1,5 @@
-//! hetplan's own planner (issue 10): the seeds' searches, then a search of its own over the
-//! union of their spaces, with a certified gap.
+//! hetplan's own planner (issue 10): uniform layouts and the seeds' searches, then a search of
+//! its own over the union of their spaces, with a certified gap.
 //!
 //! No seed planner wins everywhere (docs/planners.md): Mist wins where memory binds, Metis where
 //! data parallelism over a slow network hurts, Poplar on data-parallel-friendly clusters, the
@@ -13,11 +13,12 @@
 //! time left allows), and — without `--engine` — the best plan each mainstream engine runs
 //! (`plan::runtime`).
 //!
-//! Limits: the uniform starts end at `UNIFORM_FIRST_SHARE` of a time limit, the seeds get
-//! `MEMBERS_SHARE` of a time or node limit (node shares fixed before the
-//! threads start, so a node-limited answer does not depend on the thread count), the local
-//! search runs until `REFINE_SHARE`, the per-engine searches until `SEARCH_SHARE`, and the rest
-//! is kept for the simulator's check. In the chain, member
+//! Limits: the uniform starts take up to `UNIFORM_FIRST_SHARE` of a time or node limit; the
+//! seeds run until `MEMBERS_SHARE` of it (their node shares, what the uniform starts left of
+//! that, fixed before the threads start, so a node-limited answer does not depend on the
+//! thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
+//! then left, the local search runs until `REFINE_SHARE`, the per-engine searches until
+//! `SEARCH_SHARE`, and the rest is kept for the simulator's check. In the chain, member
 //! i of n gets `remaining / (n − i)`, so time a fast member does not use goes to the ones after
 //! it. Without limits every search runs to its own end, and the answer is deterministic.
 //! Not yet here (docs/planners.md): a layer split by dynamic programming per stage structure,
@@ -204,16 +205,20 @@ impl Planner for Hetplan {
         // seed reaches them in time, and left for after the seeds they got what the seeds
         // leave, a fraction of a second (`benches/speed.rs` at 1,024 GPUs: 2.8 s for all
         // of them, 9.1 s gone when they began).
+        // Under a node limit they take at most the same share of its nodes, and the seeds
+        // what they leave of theirs.
+        let nodes = search.limits.max_nodes;
         let uniform = {
             let now = search.elapsed().get();
             let until = time.map(|t| now + UNIFORM_FIRST_SHARE * (t - now).max(0.0));
-            uniform_starts(problem, search, until)
+            let cap = nodes.map(|m| (m as f64 * UNIFORM_FIRST_SHARE) as u64);
+            uniform_starts(problem, search, until, cap)
         };
         let members = members();
         let n = members.len();
-        let nodes = search.limits.max_nodes;
         let members_until = time.map(|t| t * MEMBERS_SHARE);
-        let members_nodes = nodes.map(|m| (m as f64 * MEMBERS_SHARE) as u64);
+        let members_nodes =
+            nodes.map(|m| ((m as f64 * MEMBERS_SHARE) as u64).saturating_sub(search.explored()));
         // Mist (the last member) on a thread of its own beside the others, one after the
         // other: on two cores the two searches that gain most from time (Mist, Metis) both
         // get most of it. Node shares are fixed up front, so a node-limited answer does not
@@ -297,12 +302,12 @@ impl Planner for Hetplan {
         // Long sequences: the seeds have no context parallelism, so uniform plans with it join
         // them as starting points (where nothing else fits, they are the only ones). They come
         // after the seeds, which take most of a time limit: a share of what is left
-        // (unbounded, they took 6 s of a 60 s limit at 4,096 GPUs and left the local search
-        // nothing).
+        // (unbounded, they and the uniform starts, which then ran after them too, took 6 s of
+        // a 60 s limit at 4,096 GPUs and left the local search nothing).
         let mut seen = seen;
         let now = search.elapsed().get();
         let until = time.map(|t| now + CONTEXT_PARALLEL_STARTS_SHARE * (t - now).max(0.0));
-        seen.extend(context_parallel_starts(problem, search, until));
+        seen.extend(context_parallel_starts(problem, search, until, None));
         seen.extend(uniform);
         let cands = admit(problem, &seen, search, time);
         if cands.is_empty() {
@@ -484,6 +489,7 @@ fn context_parallel_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
     deadline: Option<f64>,
+    node_cap: Option<u64>,
 ) -> Vec<Seen> {
     let model = problem.model;
     let cluster = problem.cluster;
@@ -527,7 +533,7 @@ fn context_parallel_starts(
             )
         })
         .collect();
-    evaluate_starts(problem, search, cands, deadline)
+    evaluate_starts(problem, search, cands, deadline, node_cap)
 }
 
 /// Uniform plans on all the GPUs and, for clusters of several types, on the GPUs of each type
@@ -546,6 +552,7 @@ fn uniform_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
     deadline: Option<f64>,
+    node_cap: Option<u64>,
 ) -> Vec<Seen> {
     let (model, cluster, gbs) = (problem.model, problem.cluster, problem.global_batch);
     if model.per_sample || !search.poll() {
@@ -626,7 +633,7 @@ fn uniform_starts(
             }
         }
     }
-    evaluate_starts(problem, search, cands, deadline)
+    evaluate_starts(problem, search, cands, deadline, node_cap)
 }
 
 /// The share of a time limit the uniform starts may take before the seeds run (their
@@ -671,17 +678,20 @@ fn nodes_of_type(
 /// the problem's engine and precision, made to run on `--engine`'s runtime, fitted by the
 /// memory ladder; the best [`STARTS`] that fit. In chunks, in parallel, each chunk only while
 /// the search has time and nodes left (an estimate at thousands of GPUs takes milliseconds)
-/// and, given one, before `deadline` (seconds into the search).
+/// and, given them, before `deadline` (seconds into the search) and while it has explored
+/// fewer than `node_cap` nodes (one a plan).
 fn evaluate_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
     cands: Vec<(String, Option<Plan>)>,
     deadline: Option<f64>,
+    node_cap: Option<u64>,
 ) -> Vec<Seen> {
     let mut out: Vec<Seen> = Vec::new();
+    let capped = |search: &Search<'_>| node_cap.is_some_and(|c| search.explored() >= c);
     'chunks: for chunk in cands.chunks(8) {
         let late = deadline.is_some_and(|d| search.elapsed().get() >= d);
-        if late || !search.poll() {
+        if late || capped(search) || !search.poll() {
             break;
         }
         let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
@@ -701,7 +711,7 @@ fn evaluate_starts(
             })
             .collect();
         for ((who, _), e) in chunk.iter().zip(evaluated) {
-            if !search.tick() {
+            if capped(search) || !search.tick() {
                 break 'chunks;
             }
             if let Some((plan, est)) = e.filter(|(_, e)| e.fits) {
@@ -935,11 +945,13 @@ const SIMULATED: usize = 3;
 /// Larger task graphs are not simulated here (a bound on the check's time and memory).
 const SIM_MAX_TASKS: u64 = 200_000;
 
-/// Seconds the check takes per task of a simulated plan, so that it fits the time left: a
-/// 127,872-task plan (`benches/speed.rs`' 1,024-GPU answer, 8 stages × 16 replicas, 256
-/// micro-batches) built and simulated in 0.41 s on the 2-core VM (`hetplan simulate`), 3.2 µs a
-/// task, doubled for three simulations sharing two cores.
-const SIM_SECONDS_PER_TASK: f64 = 6.4e-6;
+/// Seconds one simulation takes per task of its plan: a 127,872-task plan (`benches/speed.rs`'
+/// 1,024-GPU answer, 8 stages of 8 TP-8 replicas, 256 micro-batches) built and simulated in
+/// 0.41 s on the 2-core VM (`hetplan simulate`), 3.2 µs a task.
+const SIM_SECONDS_PER_TASK: f64 = 3.2e-6;
+
+/// The share of the time left that the check may take (the notes after it estimate plans too).
+const SIM_SHARE_OF_LEFT: f64 = 0.5;
 
 /// Estimate and simulation parting by more than this fraction are reported.
 const SIM_DISAGREES: f64 = 0.05;
@@ -947,8 +959,9 @@ const SIM_DISAGREES: f64 = 0.05;
 /// The answer and the next best plans run through the simulator (in parallel, results in
 /// order): a note when estimate and simulation part by more than `SIM_DISAGREES` on any of
 /// them, and when the simulator would rank another of them first. With `left` seconds of a
-/// time limit, only task graphs the check can run in that time (`SIM_SECONDS_PER_TASK`), and
-/// a note when the answer's was larger.
+/// time limit, only task graphs the check can run in half of that time, its simulations in
+/// rounds of as many as there are threads (`SIM_SECONDS_PER_TASK`), and a note when the
+/// answer's was larger.
 fn simulated(
     problem: &Problem<'_>,
     chosen: &Seen,
@@ -957,8 +970,9 @@ fn simulated(
 ) -> Vec<String> {
     use rayon::prelude::*;
     let w = common::workload(problem);
+    let rounds = SIMULATED.div_ceil(rayon::current_num_threads().max(1)) as f64;
     let max_tasks = left.map_or(SIM_MAX_TASKS, |s| {
-        SIM_MAX_TASKS.min((s / SIM_SECONDS_PER_TASK) as u64)
+        SIM_MAX_TASKS.min((SIM_SHARE_OF_LEFT * s / (SIM_SECONDS_PER_TASK * rounds)) as u64)
     });
     let opts = crate::sim::SimOptions {
         max_tasks,
@@ -976,7 +990,8 @@ fn simulated(
                 .map_err(|_| false)?;
             match crate::sim::simulate(w, &v, problem.compute, &opts) {
                 Ok(s) => Ok(s.iteration_time_s),
-                Err(crate::sim::SimError::TooLarge { .. }) => Err(max_tasks < SIM_MAX_TASKS),
+                // Too large for the time left, or for the check at all.
+                Err(crate::sim::SimError::TooLarge { tasks, .. }) => Err(tasks <= SIM_MAX_TASKS),
                 Err(_) => Err(false),
             }
         })
@@ -1299,12 +1314,19 @@ mod tests {
             none_left[0].starts_with("the simulator did not check the answer"),
             "{none_left:?}"
         );
-        let unlimited = simulated(&problem, &seen, &[], None);
-        assert!(
-            unlimited.iter().all(|n| !n.contains("did not check")),
-            "{unlimited:?}"
-        );
-        let plenty = simulated(&problem, &seen, &[], Some(60.0));
-        assert_eq!(plenty, unlimited);
+        // The plan simulates, within 5% of its estimate: no note without a time limit or
+        // with plenty of time.
+        let v = crate::plan::ValidPlan::check(&seen.plan, &model, &cluster).unwrap();
+        let sim = crate::sim::simulate(
+            common::workload(&problem),
+            &v,
+            &Analytic,
+            &Default::default(),
+        )
+        .unwrap();
+        let off = sim.iteration_time_s / seen.est.iteration_time_s - 1.0;
+        assert!(off.abs() <= SIM_DISAGREES, "{off}");
+        assert!(simulated(&problem, &seen, &[], None).is_empty());
+        assert!(simulated(&problem, &seen, &[], Some(60.0)).is_empty());
     }
 }
