@@ -722,15 +722,13 @@ fn evaluate_starts(
                     est,
                     steps: Vec::new(),
                 });
+                // Only the best are kept as they come (a stable sort: ties to the earlier),
+                // not every estimate of thousands of GPUs.
+                out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
+                out.truncate(STARTS);
             }
         }
-        // Only the best are kept (a stable sort: the same as sorting them all at the end),
-        // not every estimate of thousands of GPUs.
-        out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
-        out.truncate(STARTS);
     }
-    out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
-    out.truncate(STARTS);
     out
 }
 
