@@ -210,8 +210,9 @@ fn the_simulator_agrees_with_the_estimate_on_published_plans() {
     );
 }
 
-/// BLOOM's nvidia-smi readings: under by 11.8% (median) with the embedding's and the head's
-/// activations kept (every engine checkpoints only its transformer layers), 14.8% before.
+/// BLOOM's nvidia-smi readings: 4.2% (median) with NCCL's communicators counted (nvidia-smi
+/// sees their buffers), 11.4% before, 14.8% before the embedding's and the head's activations
+/// were kept (every engine checkpoints only its transformer layers).
 #[test]
 fn bloom_memory_stays_within_todays_accuracy() {
     let (all, _) = cases();
@@ -221,11 +222,13 @@ fn bloom_memory_stays_within_todays_accuracy() {
         .collect();
     assert!(errs.len() >= 30, "{}", errs.len());
     let (median, _) = median_p90(&errs).unwrap();
-    assert!(median <= 0.12, "BLOOM memory median {median:.3}");
+    assert!(median <= 0.05, "BLOOM memory median {median:.3}");
     // Without data parallelism DeepSpeed's fp16 ZeRO-1 step holds its partition's gradients in
     // 16 bits and in FP32 (6 B a parameter) with the activations freed: rows 002 and 004 peak
-    // there (−19.7% and −20.6% priced at the last backward), row 006 (dp 2) less.
-    for (id, within) in [("002", 0.06), ("004", 0.06)] {
+    // there (−19.7% and −20.6% priced at the last backward), row 006 (dp 2) less. With NCCL's
+    // buffers 002 is +3.0%, 004 +8.0% (one node: its three groups, TP, model-parallel and the
+    // default, hold the same eight GPUs).
+    for (id, within) in [("002", 0.05), ("004", 0.09)] {
         let c = (all.iter().map(|(_, c)| c))
             .find(|c| c.id == format!("bigscience_bloom_prequel-{id}"))
             .unwrap();
@@ -239,10 +242,11 @@ fn out_of_memory_rows_are_predicted_where_they_are_today() {
     let (all, _) = cases();
     let ooms: Vec<&Checked> = all.iter().map(|(_, c)| c).filter(|c| c.oom).collect();
     assert_eq!(ooms.len(), 4);
-    // 054 and 062 are caught; 098 and 112 are not yet (docs/validation.md §7).
+    // 054, 062 and (since NCCL's buffers are counted) 098 are caught; 112 is not
+    // (docs/validation.md §7).
     for c in &ooms {
         let caught = !c.fits;
-        let expected = c.id.ends_with("054") || c.id.ends_with("062");
+        let expected = ["054", "062", "098"].iter().any(|r| c.id.ends_with(r));
         assert_eq!(caught, expected, "{}", c.id);
     }
     // No run that ran is predicted out of memory.

@@ -706,17 +706,20 @@ pub fn check(
     let sim = simulate
         .then(|| sim::simulate(w, &plan, &Analytic, &SimOptions::default()).ok())
         .flatten();
-    // The runtime's reserve (CUDA context, workspaces) is in hetplan's total; torch's reserved
-    // figure does not see it.
-    let quantity = case.measured_memory.map(|m| m.quantity);
-    let reserve = match quantity {
-        Some(MemoryQuantity::TorchReserved) => {
-            Bytes::gib(cost::constants::RUNTIME_RESERVED_GIB).get()
-        }
-        _ => 0.0,
-    };
+    // What the runtime holds outside PyTorch's allocator (CUDA context, workspaces, NCCL's
+    // buffers) is in hetplan's total and in an nvidia-smi reading; torch's reserved figure does
+    // not see it.
+    let torch_reserved =
+        case.measured_memory.map(|m| m.quantity) == Some(MemoryQuantity::TorchReserved);
     let peak = (e.stages.iter())
-        .map(|s| s.memory.total.get() - reserve)
+        .map(|s| {
+            s.memory.total.get()
+                - if torch_reserved {
+                    s.memory.runtime.get()
+                } else {
+                    0.0
+                }
+        })
         .fold(0.0, f64::max);
     Ok(Checked {
         id: case.id.clone(),

@@ -176,10 +176,29 @@ pub const GRAD_BYTES_16: f64 = 2.0;
 pub const OPTIMIZER_BYTES_MIXED: f64 = 12.0;
 pub const OPTIMIZER_BYTES_FP32: f64 = 8.0;
 
-/// Memory the framework holds outside tensors: the CUDA context, cuBLAS/cuDNN workspaces and
-/// NCCL buffers, ~1.0 GiB on A100/H100 with PyTorch 2.x (`torch.cuda.mem_get_info` right after
-/// initialisation vs. device total; PyTorch CUDA semantics notes).
+/// Memory the framework holds outside tensors before it communicates: the CUDA context and
+/// cuBLAS/cuDNN workspaces, ~1.0 GiB on A100/H100 with PyTorch 2.x (`torch.cuda.mem_get_info`
+/// right after initialisation vs. device total; PyTorch CUDA semantics notes). NCCL's buffers
+/// come on top, per communicator (`NCCL_GROUP_BYTES`).
 pub const RUNTIME_RESERVED_GIB: f64 = 1.0;
+
+/// Device memory one NCCL communicator holds on each of its GPUs once it has run a collective:
+/// its channels' FIFOs (4 MiB for the Simple protocol, 4.7 MiB LL128, 0.5 MiB LL per
+/// connection, nccl src/init.cc `DEFAULT_*BUFFSIZE`), for every channel it opens. Measured on
+/// A100s connected by NVLink with PyTorch, one process group per subset of 4 GPUs and a 4 MB
+/// all-reduce in each: 688 MB per group of 3 or 4 GPUs, 544 MB per pair (NVIDIA/nccl issue
+/// #964, 2023). NCCL opens channels to reach the link's bandwidth and its memory grows
+/// linearly with them (NCCL's maintainer, issue #864: "we'll use more memory to reach H100
+/// peak NVLink bandwidth than a PCI Gen3 peak bandwidth ... linearly tied to the number of
+/// channels"), so `cost::memory::runtime_bytes` scales these by the GPU's intra-node link
+/// against the A100's NVLink they were measured on (`NCCL_MEASURED_LINK_GB_S`). nvidia-smi
+/// counts them; PyTorch's allocator statistics do not.
+pub const NCCL_GROUP_BYTES: f64 = 688e6;
+/// A two-GPU communicator (see `NCCL_GROUP_BYTES`).
+pub const NCCL_PAIR_BYTES: f64 = 544e6;
+/// The link `NCCL_GROUP_BYTES` was measured over: an A100 SXM's NVLink, 300 GB/s per
+/// direction (the catalog's `a100-sxm4-*`).
+pub const NCCL_MEASURED_LINK_GB_S: f64 = 300.0;
 
 /// The caching allocator's fragmentation: reserved ≈ 1.07 × allocated at peak for transformer
 /// training (PyTorch memory snapshots of Megatron/FSDP runs report 5–10%; Sailor's GH200

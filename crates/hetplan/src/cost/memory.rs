@@ -15,8 +15,12 @@ pub struct MemoryBreakdown {
     pub activations: Bytes,
     /// Transient buffers: ZeRO-3 gathered layers, the loss's fp32 logits, recompute working set.
     pub temporary: Bytes,
-    /// Allocator fragmentation and the CUDA context/workspaces.
+    /// Allocator fragmentation, the CUDA context and workspaces, NCCL's buffers.
     pub overhead: Bytes,
+    /// The part of `overhead` outside PyTorch's allocator: the CUDA context and workspaces and
+    /// NCCL's communicators' buffers ([`runtime_bytes`]), which nvidia-smi counts and
+    /// `torch.cuda.max_memory_reserved` does not.
+    pub runtime: Bytes,
     pub total: Bytes,
     /// Offloaded to the node's host memory (not in `total`): weights, gradients and optimizer
     /// states by their offload fractions, and the offloaded activations of the micro-batches
@@ -506,22 +510,168 @@ pub fn state_bytes(engine: Engine, p: Precision) -> (f64, f64, f64) {
     }
 }
 
+/// NCCL communicators one GPU holds, by size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Communicators {
+    /// Communicators of two GPUs.
+    pub pairs: u32,
+    /// Communicators of three or more.
+    pub groups: u32,
+}
+
+/// What one GPU's rank communicates with: the parallel degrees of its stage, where the stage
+/// sits in the pipeline, the job's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankLayout {
+    pub engine: Engine,
+    pub tp: u32,
+    pub dp: u32,
+    pub cp: u32,
+    pub ep: u32,
+    pub pipeline_depth: usize,
+    pub stage: usize,
+    /// Embedding and head weights tied across the first and last stages.
+    pub tied_across_stages: bool,
+    /// GPUs in the job.
+    pub world: u32,
+}
+
+impl RankLayout {
+    /// A rank of stage `stage` of a `depth`-deep pipeline, in one of `dp` replicas of `tp` GPUs,
+    /// without context or expert parallelism, in a job of `world` GPUs: what the seed
+    /// planners know when they check a stage's memory. `tied`: the model ties weights
+    /// ([`ties_weights`]), which ties the first and last stages when `depth` > 1.
+    pub fn stage(
+        engine: Engine,
+        tied: bool,
+        (tp, dp): (u32, u32),
+        (stage, depth): (usize, usize),
+        world: u32,
+    ) -> RankLayout {
+        RankLayout {
+            engine,
+            tp,
+            dp,
+            cp: 1,
+            ep: 1,
+            pipeline_depth: depth,
+            stage,
+            tied_across_stages: tied && depth > 1,
+            world,
+        }
+    }
+
+    /// The NCCL communicators the rank uses in a training step. PyTorch creates one per process
+    /// group on its first collective (ProcessGroupNCCL, lazily), and one per peer pair for
+    /// unbatched `send`/`recv`:
+    /// - one per parallel dimension larger than 1: TP, DP (ZeRO's and FSDP's collectives run
+    ///   over it too), CP, EP;
+    /// - the pipeline: Megatron and torchtitan batch their sends in the pipeline group
+    ///   (`batch_isend_irecv`), one communicator; DeepSpeed's pipeline engine calls
+    ///   `dist.send`/`recv` for each neighbour (runtime/pipe/p2p.py), a pair each, and
+    ///   broadcasts the loss over the pipeline group (`_aggregate_total_loss`); the first and
+    ///   last stages reduce their tied embedding's gradient over a pair of their own;
+    /// - Megatron and DeepSpeed reduce the gradient norm and the overflow flag over the
+    ///   model-parallel group (TP × PP ranks, a group of its own even when it has the TP ranks);
+    /// - the job's default group, which both barrier on at start-up (torchtitan's device mesh
+    ///   uses it for a dimension that spans the job, so only with two or more dimensions).
+    pub fn communicators(&self) -> Communicators {
+        let mut c = Communicators::default();
+        let mut add = |ranks: u32| match ranks {
+            0 | 1 => {}
+            2 => c.pairs += 1,
+            _ => c.groups += 1,
+        };
+        let depth = self.pipeline_depth.max(1) as u32;
+        for d in [self.tp, self.dp, self.cp, self.ep] {
+            add(d);
+        }
+        if depth > 1 {
+            if self.engine == Engine::Deepspeed {
+                let neighbours =
+                    u32::from(self.stage > 0) + u32::from(self.stage + 1 < depth as usize);
+                for _ in 0..neighbours {
+                    add(2);
+                }
+            }
+            add(depth);
+            let end = self.stage == 0 || self.stage + 1 == depth as usize;
+            if self.tied_across_stages && end && self.engine != Engine::Fsdp {
+                add(2);
+            }
+        }
+        if self.engine != Engine::Fsdp {
+            add(self.tp.max(1) * depth);
+        }
+        let dimensions = [self.tp, self.dp, self.cp, self.ep, depth]
+            .iter()
+            .filter(|&&d| d > 1)
+            .count();
+        let own_default = self.engine != Engine::Fsdp || dimensions > 1;
+        if own_default && self.world > 1 {
+            add(self.world);
+        }
+        c
+    }
+}
+
+/// What a GPU holds outside PyTorch's allocator: the CUDA context and workspaces
+/// (`RUNTIME_RESERVED_GIB`) and NCCL's buffers, `NCCL_GROUP_BYTES` (or `NCCL_PAIR_BYTES`) per
+/// communicator, scaled by the node's GPU-to-GPU link (`Node::intra_bandwidth`) against the A100
+/// NVLink they were measured on (NCCL opens channels, and buffers, in proportion to the
+/// bandwidth it aims at).
+pub fn runtime_bytes(intra_link: crate::units::BytesPerSec, comms: Communicators) -> f64 {
+    let link = intra_link.get() / (k::NCCL_MEASURED_LINK_GB_S * 1e9);
+    let nccl = comms.pairs as f64 * k::NCCL_PAIR_BYTES + comms.groups as f64 * k::NCCL_GROUP_BYTES;
+    Bytes::gib(k::RUNTIME_RESERVED_GIB).get() + link * nccl
+}
+
+/// Whether `model` ties a weight to its embedding (the head's, in most models).
+pub fn ties_weights(model: &Model) -> bool {
+    model.layers.iter().flat_map(|l| &l.ops).any(|o| o.tied)
+}
+
+/// [`runtime_bytes`] on GPU `gpu`'s node for a rank of a stage whose place in a pipeline the
+/// caller does not know: the most of a first, a middle and a last stage of three.
+pub fn pipelined_runtime_bytes(
+    cluster: &crate::cluster::Cluster,
+    gpu: crate::cluster::GpuId,
+    (engine, tied): (Engine, bool),
+    (tp, dp): (u32, u32),
+    world: u32,
+) -> f64 {
+    (0..3)
+        .map(|i| {
+            let layout = RankLayout::stage(engine, tied, (tp, dp), (i, 3), world);
+            gpu_runtime_bytes(cluster, gpu, &layout)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// [`runtime_bytes`] on GPU `gpu`'s node for a rank of `layout`.
+pub fn gpu_runtime_bytes(
+    cluster: &crate::cluster::Cluster,
+    gpu: crate::cluster::GpuId,
+    layout: &RankLayout,
+) -> f64 {
+    runtime_bytes(cluster.node(gpu).intra_bandwidth, layout.communicators())
+}
+
 /// What the device needs beyond `allocated` bytes of tensors: the caching allocator's
-/// fragmentation (`ALLOCATOR_OVERHEAD` of them) and the runtime's reserve (CUDA context, NCCL and
-/// cuBLAS workspaces: `RUNTIME_RESERVED_GIB`). Every memory check of the cost model and the
-/// planners goes through this and its inverse, `allocatable_bytes`.
-pub fn overhead_bytes(allocated: f64) -> f64 {
-    allocated * k::ALLOCATOR_OVERHEAD + Bytes::gib(k::RUNTIME_RESERVED_GIB).get()
+/// fragmentation (`ALLOCATOR_OVERHEAD` of them) and `runtime` bytes outside the allocator
+/// ([`runtime_bytes`]). Every memory check of the cost model and the planners goes through this
+/// and its inverse, `allocatable_bytes`.
+pub fn overhead_bytes(allocated: f64, runtime: f64) -> f64 {
+    allocated * k::ALLOCATOR_OVERHEAD + runtime
 }
 
 /// Device bytes for `allocated` bytes of tensors (see `overhead_bytes`).
-pub fn device_bytes(allocated: f64) -> f64 {
-    allocated + overhead_bytes(allocated)
+pub fn device_bytes(allocated: f64, runtime: f64) -> f64 {
+    allocated + overhead_bytes(allocated, runtime)
 }
 
-/// The tensor bytes a device of `capacity` bytes holds: the inverse of `device_bytes`, never
-/// negative.
-pub fn allocatable_bytes(capacity: f64) -> f64 {
-    ((capacity - Bytes::gib(k::RUNTIME_RESERVED_GIB).get()) / (1.0 + k::ALLOCATOR_OVERHEAD))
-        .max(0.0)
+/// The tensor bytes a device of `capacity` bytes holds beside `runtime` bytes: the inverse of
+/// `device_bytes`, never negative.
+pub fn allocatable_bytes(capacity: f64, runtime: f64) -> f64 {
+    ((capacity - runtime) / (1.0 + k::ALLOCATOR_OVERHEAD)).max(0.0)
 }

@@ -463,6 +463,8 @@ struct Ctx<'a> {
     nic: std::cell::OnceCell<NicLoad>,
     /// When the pipeline sends leave (`SendTiming`), built on first use.
     timing: std::cell::OnceCell<Option<SendTiming>>,
+    /// Whether the first and last stages tie weights (`tied_params_across_stages`), on first use.
+    tied: std::cell::OnceCell<bool>,
 }
 
 impl<'a> Ctx<'a> {
@@ -478,6 +480,7 @@ impl<'a> Ctx<'a> {
             gg_bytes,
             nic: std::cell::OnceCell::new(),
             timing: std::cell::OnceCell::new(),
+            tied: std::cell::OnceCell::new(),
         }
     }
 
@@ -1641,7 +1644,26 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     );
     let temporary = (working + transient + gathered).max(step - activations) + bucket;
     let allocated = weights + gradients + optimizer + activations + temporary;
-    let overhead = memory::overhead_bytes(allocated);
+    let layout = memory::RankLayout {
+        engine: plan.engine,
+        tp,
+        dp: st.dp,
+        cp: st.cp,
+        ep: st.ep,
+        pipeline_depth: depth,
+        stage: p,
+        tied_across_stages: *ctx
+            .tied
+            .get_or_init(|| tied_params_across_stages(model, plan) > 0.0),
+        // The pipeline's first `depth` stages hold every GPU once (the others are chunks of
+        // an interleaved schedule on the same GPUs).
+        world: (plan.stages.iter().take(depth))
+            .map(|s| s.devices.len() as u32)
+            .sum(),
+    };
+    let node = ctx.w.cluster.node(st.replica(r)[0]);
+    let runtime = memory::runtime_bytes(node.intra_bandwidth, layout.communicators());
+    let overhead = memory::overhead_bytes(allocated, runtime);
     MemoryBreakdown {
         weights: Bytes(weights),
         gradients: Bytes(gradients),
@@ -1649,6 +1671,7 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
         activations: Bytes(activations),
         temporary: Bytes(temporary),
         overhead: Bytes(overhead),
+        runtime: Bytes(runtime),
         total: Bytes(allocated + overhead),
         host: Bytes(offloaded_states + act_per_mb * (inflight - 1.0).max(0.0) * off.activations),
     }

@@ -296,8 +296,9 @@ fn one_stage(problem: &Problem<'_>, zero: u8, sizes: Vec<u64>) -> StageChoice {
 
 /// hetplan's memory model for one GPU of Poplar's stage at `batch` samples: (bytes allocated
 /// before forward, bytes one more sample's forward allocates ×batch, peak total). The terms of
-/// `cost::estimate`'s per-GPU peak for a one-stage 1F1B plan (one micro-batch in flight).
-fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
+/// `cost::estimate`'s per-GPU peak for a one-stage 1F1B plan (one micro-batch in flight) on
+/// GPU `gpu` (its node's link sizes NCCL's buffers).
+fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64, gpu: GpuId) -> (f64, f64, Bytes) {
     let model = problem.model;
     let n = problem.cluster.num_gpus().max(1) as f64;
     let precision = problem.options.precision;
@@ -354,7 +355,15 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64) -> (f64, f64, Bytes) {
     let before = weights + gradients + optimizer + gathered;
     let forward = act + working + transient;
     let allocated = before + forward;
-    let total = memory::device_bytes(allocated);
+    let layout = memory::RankLayout::stage(
+        problem.options.engine,
+        false,
+        (1, n as u32),
+        (0, 1),
+        n as u32,
+    );
+    let runtime = memory::gpu_runtime_bytes(problem.cluster, gpu, &layout);
+    let total = memory::device_bytes(allocated, runtime);
     (before, forward, Bytes(total))
 }
 
@@ -384,8 +393,14 @@ fn profile_type(
 ) -> Result<Option<TypeProfile>, NoSample> {
     let spec = &problem.cluster.gpu_types[ty.0];
     let capacity = spec.memory;
+    let gpu = (problem.cluster.nodes.iter().enumerate())
+        .find(|(_, n)| n.gpu_type == ty)
+        .map_or(GpuId { node: 0, local: 0 }, |(i, _)| GpuId {
+            node: i as u32,
+            local: 0,
+        });
     // Lines 2–7: bf, af at one sample, mbs = (memory − bf) / (af − bf).
-    let (bf, per_sample, need_one) = memory_at(problem, zero, 1);
+    let (bf, per_sample, need_one) = memory_at(problem, zero, 1, gpu);
     let estimate = if per_sample > 0.0 && capacity.get() > bf {
         ((capacity.get() - bf) / per_sample)
             .floor()
@@ -405,7 +420,7 @@ fn profile_type(
             return None;
         }
         probes += 1;
-        if memory_at(problem, zero, b).2.get() > capacity.get() {
+        if memory_at(problem, zero, b, gpu).2.get() > capacity.get() {
             return Some(None);
         }
         let (t, s) = step_time(problem, ty, b);
@@ -1146,7 +1161,7 @@ mod tests {
             plan.global_batch = total;
             let est = common::evaluate(&p, &plan).unwrap();
             for (b, g) in [(3u64, &est.per_gpu[0]), (1, &est.per_gpu[1])] {
-                let ours = memory_at(&p, zero, b).2.get();
+                let ours = memory_at(&p, zero, b, g.gpu).2.get();
                 assert!(
                     (ours - g.peak_memory_bytes).abs() < 1.0,
                     "ZeRO-{zero} batch {b}: {ours} vs {}",

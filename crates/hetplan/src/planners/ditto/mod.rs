@@ -248,6 +248,10 @@ struct Config {
     /// TP degree (the DP degree is the stage's GPU count over it).
     tp: u32,
     mbs: u64,
+    /// What the runtime holds beside the tensors on one of the stage's GPUs (CUDA context,
+    /// NCCL's communicators; `memory::pipelined_runtime_bytes`: the stage's place in the
+    /// pipeline is not known here).
+    runtime: f64,
     /// Latency prefix (seconds): compute + TP all-reduces per micro-batch.
     lat: Vec<f64>,
     /// Bytes prefix of model states and of one micro-batch's activations, and of transients.
@@ -323,6 +327,7 @@ impl<'p> Model<'p> {
         let seq = problem.seq_len;
         let precision = problem.options.precision;
         let tokens_per_sample = model.tokens_per_sample(seq) as f64;
+        let ties = memory::ties_weights(model);
         let elem = precision.element_bytes();
         let (wb, gb, ob) = memory::state_bytes(problem.options.engine, precision);
         let mut types = Vec::new();
@@ -389,6 +394,13 @@ impl<'p> Model<'p> {
                     cs.push(Config {
                         tp,
                         mbs,
+                        runtime: memory::pipelined_runtime_bytes(
+                            cluster,
+                            gpus[0],
+                            (problem.options.engine, ties),
+                            (tp, dp as u32),
+                            cluster.num_gpus() as u32,
+                        ),
                         lat: prefix((0..layers).map(|l| time(l, mbs, tp))),
                         states: prefix(
                             (0..layers).map(|l| {
@@ -463,7 +475,7 @@ impl<'p> Model<'p> {
             let alloc = c.states[v] - c.states[u]
                 + (c.acts[v] - c.acts[u]) * inflight as f64
                 + (c.transient[v] - c.transient[u]);
-            let mem = memory::device_bytes(alloc);
+            let mem = memory::device_bytes(alloc, c.runtime);
             if mem > t.capacity {
                 continue;
             }

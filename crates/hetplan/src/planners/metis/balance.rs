@@ -174,25 +174,49 @@ impl Ctx<'_, '_> {
     pub(super) fn max_layers(&mut self, g: &Group, tp: u32, s: usize, i: usize, b: u64) -> usize {
         let per_mb = self.p.global_batch / b;
         let inflight = memory::in_flight(Schedule::OneFOneB, s, i, b);
-        let key = (g.shape, tp, per_mb, inflight.to_bits());
+        let key = (g.shape, tp, per_mb, inflight.to_bits(), s as u32);
         if let Some(&v) = self.room_cache.get(&key) {
             return v;
         }
-        let v = self.compute_max_layers(g, tp, per_mb, inflight);
+        let v = self.compute_max_layers(g, tp, per_mb, inflight, s);
         self.cached(48);
         self.room_cache.insert(key, v);
         v
     }
 
-    fn compute_max_layers(&mut self, g: &Group, tp: u32, per_mb: u64, inflight: f64) -> usize {
+    fn compute_max_layers(
+        &mut self,
+        g: &Group,
+        tp: u32,
+        per_mb: u64,
+        inflight: f64,
+        s: usize,
+    ) -> usize {
         let mut best = 0usize;
         let mut next = Some(tp);
         while let Some(t) = next {
             if let Some(mbs) = self.data_lb(g, t, per_mb) {
                 let mut fit = usize::MAX;
                 for (r, &m) in mbs.iter().enumerate() {
-                    let cap = self.cluster().gpu(g.devices[r * t as usize]).memory.get();
-                    let room = memory::allocatable_bytes(cap);
+                    let gpu = g.devices[r * t as usize];
+                    let cap = self.cluster().gpu(gpu).memory.get();
+                    // The least the runtime can hold anywhere in the pipeline (a bound).
+                    let dp = (g.devices.len() / t as usize) as u32;
+                    let world = self.cluster().num_gpus() as u32;
+                    let runtime = (0..s)
+                        .filter(|&i| i <= 1 || i + 1 == s)
+                        .map(|i| {
+                            let layout = memory::RankLayout::stage(
+                                self.p.options.engine,
+                                self.ties,
+                                (t, dp),
+                                (i, s),
+                                world,
+                            );
+                            memory::gpu_runtime_bytes(self.cluster(), gpu, &layout)
+                        })
+                        .fold(f64::INFINITY, f64::min);
+                    let room = memory::allocatable_bytes(cap, runtime);
                     let least = self.least_layer_memory(t, m, inflight);
                     let n = if least > 0.0 {
                         (room / least).floor().min(self.layers as f64) as usize

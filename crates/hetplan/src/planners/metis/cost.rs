@@ -16,9 +16,16 @@ use std::collections::BTreeMap;
 
 impl Ctx<'_, '_> {
     /// Peak bytes of one GPU of a replica holding layers `a..b` at (`tp`, `mbs`) with
-    /// `inflight` micro-batches of activations (hetplan's memory model, no ZeRO, no
-    /// recomputation, no offloading).
-    fn memory(&mut self, tp: u32, mbs: u64, a: usize, b: usize, inflight: f64) -> f64 {
+    /// `inflight` micro-batches of activations beside `runtime` bytes outside the allocator
+    /// (hetplan's memory model, no ZeRO, no recomputation, no offloading).
+    fn memory(
+        &mut self,
+        tp: u32,
+        mbs: u64,
+        (a, b): (usize, usize),
+        inflight: f64,
+        runtime: f64,
+    ) -> f64 {
         let states = self.params(tp, a, b) * self.state_bytes;
         let tokens = mbs as f64 * self.tokens_per_sample;
         let t = self
@@ -32,7 +39,7 @@ impl Ctx<'_, '_> {
             .filter(|&&l| l >= a && l < b)
             .map(|&l| t.transient[l] * tokens)
             .fold(0.0, f64::max);
-        memory::device_bytes(states + act + trans)
+        memory::device_bytes(states + act + trans, runtime)
     }
 
     /// DetectOOM for stage i of `s` stages with `b` micro-batches.
@@ -42,9 +49,15 @@ impl Ctx<'_, '_> {
         let (lo, hi) = (st.bounds[i], st.bounds[i + 1]);
         let tp = st.tp[i];
         let cluster = self.cluster();
+        let world = cluster.num_gpus() as u32;
+        let dp = (g.devices.len() / tp as usize) as u32;
+        let layout =
+            memory::RankLayout::stage(self.p.options.engine, self.ties, (tp, dp), (i, s), world);
         for (r, &m) in st.mbs[i].iter().enumerate() {
-            let cap = cluster.gpu(g.devices[r * tp as usize]).memory.get();
-            if self.memory(tp, m, lo, hi, inflight) > cap {
+            let gpu = g.devices[r * tp as usize];
+            let cap = cluster.gpu(gpu).memory.get();
+            let runtime = memory::gpu_runtime_bytes(cluster, gpu, &layout);
+            if self.memory(tp, m, (lo, hi), inflight, runtime) > cap {
                 return true;
             }
         }

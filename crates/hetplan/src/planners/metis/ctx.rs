@@ -99,8 +99,11 @@ pub(super) struct Ctx<'a, 'p> {
     pub(super) shapes: HashMap<Vec<(usize, u32)>, u32>,
     /// Per (shape, micro-batch samples): the DP-first (TP, replica micro-batches, capacity).
     pub(super) first_cache: HashMap<(u32, u64), Option<DpFirst>>,
-    /// Per (shape, TP, micro-batch samples, in-flight micro-batches): `max_layers`.
-    pub(super) room_cache: HashMap<(u32, u32, u64, u64), usize>,
+    /// Per (shape, TP, micro-batch samples, in-flight micro-batches, stages): `max_layers`.
+    pub(super) room_cache: HashMap<(u32, u32, u64, u64, u32), usize>,
+    /// The model ties a weight to its embedding (`memory::ties_weights`): the pipeline's ends
+    /// reduce it over a communicator of their own.
+    pub(super) ties: bool,
     /// About how many bytes `first_cache`, `room_cache` and `least_cache` hold (`cached`).
     cache_bytes: usize,
     /// Lower-bound constants: the whole model's GPU-seconds per sample at the best class, TP
@@ -187,6 +190,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             shapes: HashMap::new(),
             first_cache: HashMap::new(),
             room_cache: HashMap::new(),
+            ties: memory::ties_weights(p.model),
             cache_bytes: 0,
             h_fast: 0.0,
             speed: 0.0,

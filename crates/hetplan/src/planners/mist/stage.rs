@@ -365,7 +365,26 @@ pub fn intra_stage(
         crate::plan::default_gradient_dtype(p.options.engine, p.options.precision).element_bytes(),
     );
     let cap = ctx.gpu.memory.get();
-    let room_all = memory::allocatable_bytes(cap);
+    // What the runtime holds beside the tensors: the stage knows its neighbours, not the
+    // pipeline's depth (a middle stage stands for any, an end stage for a pipeline of two).
+    let runtime_at = |tp: u32, dp: u32| {
+        let (stage, depth) = match spec.sends {
+            0 => (0, 1),
+            1 => (0, 2),
+            _ => (1, 3),
+        };
+        let layout = memory::RankLayout {
+            tied_across_stages: spec.tied_params > 0.0,
+            ..memory::RankLayout::stage(
+                p.options.engine,
+                false,
+                (tp, dp),
+                (stage, depth),
+                cluster.num_gpus() as u32,
+            )
+        };
+        memory::gpu_runtime_bytes(cluster, spec.devices[0], &layout)
+    };
     let pcie = ctx.gpu.pcie_bandwidth.get();
     let hbm = crate::cost::compute::hbm_rate(ctx.gpu);
     let nl = (spec.end - spec.start) as u32;
@@ -403,6 +422,8 @@ pub fn intra_stage(
         if !per_mb.is_multiple_of(dp as u64) {
             continue;
         }
+        let runtime = runtime_at(tp, dp);
+        let room_all = memory::allocatable_bytes(cap, runtime);
         let mbs = per_mb / dp as u64;
         if mbs == 0 || mbs > p.options.max_micro_batch {
             continue;
@@ -614,6 +635,7 @@ pub fn intra_stage(
                             let (t, d) = cost(n, off);
                             let mem = memory::device_bytes(
                                 states + curves[ia].0[idx] + tab.transient + gathered,
+                                runtime,
                             );
                             sweep.offer(Point {
                                 t,
