@@ -333,7 +333,8 @@ pub fn estimate(
         ("optimizer", Right),
         ("activations", Right),
         ("temp", Right),
-        ("overhead", Right),
+        ("frag.", Right),
+        ("runtime", Right),
         ("total", Right),
         ("capacity", Right),
         ("fits", Left),
@@ -347,7 +348,8 @@ pub fn estimate(
             gib(s.memory.optimizer),
             gib(s.memory.activations),
             gib(s.memory.temporary),
-            gib(s.memory.overhead),
+            gib(Bytes(s.memory.overhead.get() - s.memory.runtime.get())),
+            gib(s.memory.runtime),
             gib(s.memory.total),
             gib(Bytes(cap)),
             if fits { "ok".into() } else { "OOM".into() },
@@ -355,6 +357,10 @@ pub fn estimate(
     }
     o.push_str("memory per GPU in GiB (most loaded GPU of each stage)\n");
     o.push_str(&m.render());
+    o.push_str(
+        "frag.: the allocator's fragmentation; runtime: the CUDA context and NCCL's buffers, which \
+         nvidia-smi counts and torch.cuda.max_memory_reserved does not\n",
+    );
     o.push('\n');
 
     // Totals.
