@@ -675,3 +675,79 @@ pub fn device_bytes(allocated: f64, runtime: f64) -> f64 {
 pub fn allocatable_bytes(capacity: f64, runtime: f64) -> f64 {
     ((capacity - runtime) / (1.0 + k::ALLOCATOR_OVERHEAD)).max(0.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::BytesPerSec;
+
+    fn layout(engine: Engine, (tp, dp): (u32, u32), (stage, depth): (usize, usize)) -> RankLayout {
+        let world = tp * dp * depth as u32;
+        RankLayout::stage(engine, true, (tp, dp), (stage, depth), world)
+    }
+
+    fn comms(pairs: u32, groups: u32) -> Communicators {
+        Communicators { pairs, groups }
+    }
+
+    #[test]
+    fn one_gpu_opens_no_communicator() {
+        for engine in [Engine::Megatron, Engine::Deepspeed, Engine::Fsdp] {
+            let l = layout(engine, (1, 1), (0, 1));
+            assert_eq!(l.communicators(), comms(0, 0), "{engine:?}");
+        }
+        // The CUDA context alone.
+        let r = runtime_bytes(BytesPerSec::gb_s(300.0), Communicators::default());
+        assert_eq!(r, Bytes::gib(k::RUNTIME_RESERVED_GIB).get());
+    }
+
+    #[test]
+    fn each_engine_counts_its_own_groups() {
+        // BLOOM's middle stage under DeepSpeed's pipeline engine (TP 8, PP 6, DP 8): TP, DP,
+        // a pair per neighbour, the pipeline group, the model-parallel group, the default one.
+        assert_eq!(
+            layout(Engine::Deepspeed, (8, 8), (2, 6)).communicators(),
+            comms(2, 5)
+        );
+        // Its first stage: one neighbour, and the tied embedding's pair instead.
+        assert_eq!(
+            layout(Engine::Deepspeed, (8, 8), (0, 6)).communicators(),
+            comms(2, 5)
+        );
+        // Megatron batches its sends in the pipeline group: a middle stage has no pair.
+        assert_eq!(
+            layout(Engine::Megatron, (8, 8), (2, 6)).communicators(),
+            comms(0, 5)
+        );
+        // FSDP alone spans the job with one group: the default group is not another.
+        assert_eq!(
+            layout(Engine::Fsdp, (1, 8), (0, 1)).communicators(),
+            comms(0, 1)
+        );
+        // Megatron's pure data parallelism: its DP group and the default group.
+        assert_eq!(
+            layout(Engine::Megatron, (1, 8), (0, 1)).communicators(),
+            comms(0, 2)
+        );
+        // Groups of two ranks are pairs: torchtitan's TP and PP here, beside the default group
+        // of all four (two dimensions).
+        assert_eq!(
+            layout(Engine::Fsdp, (2, 1), (0, 2)).communicators(),
+            comms(2, 1)
+        );
+    }
+
+    #[test]
+    fn nccl_buffers_scale_with_the_link() {
+        let c = comms(1, 2);
+        let context = Bytes::gib(k::RUNTIME_RESERVED_GIB).get();
+        let nvlink = runtime_bytes(BytesPerSec::gb_s(300.0), c) - context;
+        assert!((nvlink - (k::NCCL_PAIR_BYTES + 2.0 * k::NCCL_GROUP_BYTES)).abs() < 1.0);
+        let pcie = runtime_bytes(BytesPerSec::gb_s(31.5), c) - context;
+        assert!((pcie / nvlink - 31.5 / 300.0).abs() < 1e-12);
+        // The inverse holds beside any reserve.
+        let cap = 80e9;
+        let room = allocatable_bytes(cap, context + nvlink);
+        assert!((device_bytes(room, context + nvlink) - cap).abs() < 1e-3);
+    }
+}
