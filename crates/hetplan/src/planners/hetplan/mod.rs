@@ -338,7 +338,10 @@ impl Planner for Hetplan {
             (Some(t), None) => Some(t * REFINE_SHARE),
             (t, _) => t.map(|t| t * SEARCH_SHARE),
         };
-        let refined = refine_from(problem, &cands, search, until, nodes, &mut stop);
+        let mut refined = refine_from(problem, &cands, search, until, nodes, &mut stop);
+        if stop == StopReason::Exhausted {
+            refined.extend(refine_more(problem, &cands, search, until, nodes));
+        }
         let chosen = (refined.iter().chain(&cands))
             .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s))
             .cloned()
@@ -859,6 +862,41 @@ fn refine_from(
                     *stop = why;
                 }
             }
+        }
+    }
+    out
+}
+
+/// When every start of [`refine_from`] reached a local optimum before the limits: the other
+/// candidates as starts too, in rank order, `STARTS` at a time, each batch on half of the time
+/// (until `until`) and nodes left — the best start is not always the best end, and what is
+/// left after them goes to the engines' searches. Stops at the first batch a limit cuts short.
+fn refine_more(
+    problem: &Problem<'_>,
+    cands: &[Seen],
+    search: &mut Search<'_>,
+    until: Option<f64>,
+    nodes: Option<u64>,
+) -> Vec<Seen> {
+    let first = diverse_starts(cands);
+    let rest: Vec<Seen> = (cands.iter())
+        .filter(|c| !first.iter().any(|f| f.plan == c.plan))
+        .cloned()
+        .collect();
+    let mut out = Vec::new();
+    for batch in rest.chunks(STARTS) {
+        let now = search.elapsed().get();
+        let mine = until.map(|u| now + (u - now).max(0.0) / 2.0);
+        let my_nodes = nodes.map(|m| {
+            let e = search.explored();
+            e + m.saturating_sub(e) / 2
+        });
+        let mut stop = StopReason::Exhausted;
+        out.extend(refine_from(
+            problem, batch, search, mine, my_nodes, &mut stop,
+        ));
+        if stop != StopReason::Exhausted {
+            break;
         }
     }
     out
