@@ -17,7 +17,8 @@
 //! seeds run until `MEMBERS_SHARE` of it (their node shares, what the uniform starts left of
 //! that, fixed before the threads start, so a node-limited answer does not depend on the
 //! thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
-//! then left, the local search runs until `REFINE_SHARE`, the per-engine searches until
+//! then left, the local search runs until `REFINE_SHARE` (its further starts, `refine_more`,
+//! on half of what its first ones leave), the per-engine searches until
 //! `SEARCH_SHARE`, and the rest is kept for the simulator's check. In the chain, member
 //! i of n gets `remaining / (n − i)`, so time a fast member does not use goes to the ones after
 //! it. Without limits every search runs to its own end, and the answer is deterministic.
