@@ -569,8 +569,9 @@ impl RankLayout {
     /// - the pipeline: Megatron and torchtitan batch their sends in the pipeline group
     ///   (`batch_isend_irecv`), one communicator; DeepSpeed's pipeline engine calls
     ///   `dist.send`/`recv` for each neighbour (runtime/pipe/p2p.py), a pair each, and
-    ///   broadcasts the loss over the pipeline group (`_aggregate_total_loss`); the first and
-    ///   last stages reduce their tied embedding's gradient over a pair of their own;
+    ///   broadcasts the loss over the pipeline group (`_aggregate_total_loss`); under Megatron
+    ///   and DeepSpeed the first and last stages reduce their tied embedding's gradient over a
+    ///   pair of their own;
     /// - Megatron and DeepSpeed reduce the gradient norm and the overflow flag over the
     ///   model-parallel group (TP × PP ranks, a group of its own even when it has the TP ranks);
     /// - the job's default group, which both barrier on at start-up (torchtitan's device mesh

@@ -393,8 +393,11 @@ fn profile_type(
 ) -> Result<Option<TypeProfile>, NoSample> {
     let spec = &problem.cluster.gpu_types[ty.0];
     let capacity = spec.memory;
+    // The type's node with the fastest GPU link: the most NCCL holds there (its buffers grow
+    // with the link), a bound for every node of the type.
     let gpu = (problem.cluster.nodes.iter().enumerate())
-        .find(|(_, n)| n.gpu_type == ty)
+        .filter(|(_, n)| n.gpu_type == ty)
+        .max_by(|a, b| (a.1.intra_bandwidth.get()).total_cmp(&b.1.intra_bandwidth.get()))
         .map_or(GpuId { node: 0, local: 0 }, |(i, _)| GpuId {
             node: i as u32,
             local: 0,

@@ -250,7 +250,8 @@ struct Config {
     mbs: u64,
     /// What the runtime holds beside the tensors on one of the stage's GPUs (CUDA context,
     /// NCCL's communicators; `memory::pipelined_runtime_bytes`: the stage's place in the
-    /// pipeline is not known here).
+    /// pipeline is not known here, so the most of a first, middle and last stage — a plan of
+    /// one stage pays for groups it does not open, 1–2.5 GB on NVLink).
     runtime: f64,
     /// Latency prefix (seconds): compute + TP all-reduces per micro-batch.
     lat: Vec<f64>,
@@ -348,6 +349,15 @@ impl<'p> Model<'p> {
                 .map(|n| n.num_gpus as usize)
                 .max()
                 .unwrap_or(1);
+            // The type's GPU on the node with the fastest GPU link: where NCCL holds the most
+            // (its buffers grow with the link), a bound for every node of the type.
+            let fastest_link = *gpus
+                .iter()
+                .max_by(|a, b| {
+                    let bw = |g: &GpuId| cluster.node(*g).intra_bandwidth.get();
+                    bw(a).total_cmp(&bw(b))
+                })
+                .expect("a type present has GPUs");
             // A TP group of the type's first node (the all-reduce `c_in`).
             let first_node = gpus[0].node;
             let node_gpus: Vec<GpuId> = gpus
@@ -396,7 +406,7 @@ impl<'p> Model<'p> {
                         mbs,
                         runtime: memory::pipelined_runtime_bytes(
                             cluster,
-                            gpus[0],
+                            fastest_link,
                             (problem.options.engine, ties),
                             (tp, dp as u32),
                             cluster.num_gpus() as u32,

@@ -17,9 +17,9 @@
 //! seeds run until `MEMBERS_SHARE` of it (their node shares, what the uniform starts left of
 //! that, fixed before the threads start, so a node-limited answer does not depend on the
 //! thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
-//! then left, the local search runs until `REFINE_SHARE` (its further starts, `refine_more`,
-//! on half of what its first ones leave), the per-engine searches until
-//! `SEARCH_SHARE`, and the rest is kept for the simulator's check. In the chain, member
+//! then left, the local search runs until `REFINE_SHARE` (when its first starts end early,
+//! further ones, `refine_more`, each batch on half of what is left), the per-engine searches
+//! until `SEARCH_SHARE`, and the rest is kept for the simulator's check. In the chain, member
 //! i of n gets `remaining / (n − i)`, so time a fast member does not use goes to the ones after
 //! it. Without limits every search runs to its own end, and the answer is deterministic.
 //! Not yet here (docs/planners.md): a layer split by dynamic programming per stage structure,
@@ -339,9 +339,14 @@ impl Planner for Hetplan {
             (Some(t), None) => Some(t * REFINE_SHARE),
             (t, _) => t.map(|t| t * SEARCH_SHARE),
         };
-        let mut refined = refine_from(problem, &cands, search, until, nodes, &mut stop);
-        if stop == StopReason::Exhausted {
+        // Its own stop reason: a seed stopped by its share of the limits leaves the local
+        // search free to end early, and then to search on from further starts.
+        let mut refine_stop = StopReason::Exhausted;
+        let mut refined = refine_from(problem, &cands, search, until, nodes, &mut refine_stop);
+        if refine_stop == StopReason::Exhausted {
             refined.extend(refine_more(problem, &cands, search, until, nodes));
+        } else if stop == StopReason::Exhausted {
+            stop = refine_stop;
         }
         let chosen = (refined.iter().chain(&cands))
             .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s))
@@ -869,9 +874,12 @@ fn refine_from(
 }
 
 /// When every start of [`refine_from`] reached a local optimum before the limits: the other
-/// candidates as starts too, in rank order, `STARTS` at a time, each batch on half of the time
-/// (until `until`) and nodes left — the best start is not always the best end, and what is
-/// left after them goes to the engines' searches. Stops at the first batch a limit cuts short.
+/// candidates as starts too (the seeds' answers and at most `STARTS` uniform and as many
+/// context-parallel starts: tens of plans), in rank order, `STARTS` at a time, each batch on
+/// half of the time (until `until`) and nodes left then — the best start is not always the
+/// best end, and what the batches leave goes to the engines' searches. Stops after the first
+/// batch its share cuts short; that share is not the search's limit, so the planner's
+/// `StopReason` does not change.
 fn refine_more(
     problem: &Problem<'_>,
     cands: &[Seen],

@@ -320,19 +320,25 @@ pub fn refine(
     };
     // Seconds one wave of neighbours (one per thread) took, as last measured.
     let mut wave: Option<f64> = None;
-    // Expert parallelism waits for a local optimum of the other moves (`Move::is_expert`).
+    // Expert parallelism waits for a local optimum of the other moves (`Move::is_expert`);
+    // the round after it (`fresh`) tries the expert moves alone, the others being known not to
+    // improve the plan.
     let mut experts = false;
+    let mut fresh = false;
     while search.poll() {
         let mut moves = neighbours(problem, &cur.plan);
-        let all = moves.len();
-        if !experts {
-            moves.retain(|m| !m.is_expert());
-        }
-        let held_back = moves.len() < all;
         // First: on a large plan a round may be cut short by the time limit.
         if let Some(counts) = balanced_counts(&cur.plan, &cur.estimate) {
             moves.insert(0, Move::Rebalance { counts });
         }
+        let all = moves.len();
+        if !experts {
+            moves.retain(|m| !m.is_expert());
+        } else if fresh {
+            moves.retain(Move::is_expert);
+            fresh = false;
+        }
+        let held_back = !experts && moves.len() < all;
         let now = cur.estimate.iteration_time_s;
         let mut best: Option<(Move, Plan, Estimate)> = None;
         let mut stopped = false;
@@ -389,7 +395,10 @@ pub fn refine(
                 cur.plan = p;
                 cur.estimate = e;
             }
-            None if held_back && !stopped => experts = true,
+            None if held_back && !stopped => {
+                experts = true;
+                fresh = true;
+            }
             None => break,
         }
         if stopped {

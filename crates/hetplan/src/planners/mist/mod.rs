@@ -37,8 +37,10 @@
 //!   sums over the checkpoint count; every configuration is then a few additions. Memory is
 //!   the peak of hetplan's memory model (states sharded by ZeRO and reduced by the offload
 //!   ratios, 1F1B in-flight activations of which AO leave the GPU except the one in progress,
-//!   recompute working set, logits buffer, ZeRO-3's two gathered layers, allocator overhead
-//!   and the CUDA context), so that Mist and hetplan's estimate agree on what fits.
+//!   recompute working set, logits buffer, ZeRO-3's two gathered layers, allocator overhead,
+//!   the CUDA context and NCCL's communicators for the stage's place in the pipeline), so
+//!   that Mist and hetplan's estimate agree on what fits (Mist counts the job's default group
+//!   on every GPU of the cluster, where the estimate counts the plan's).
 //! * **Intra-stage tuning, Eq. 4.** Exhaustive ("we simply search in a brute-force way"):
 //!   every (DP, TP) of the group (b = B / (G·DP), Table 2), every ZeRO level, every point of
 //!   the offload grid and, for each, the fewest checkpointed layers that fit (exact: more
@@ -352,8 +354,8 @@ struct Solution {
     points: Vec<Point>,
 }
 
-/// Memo of intra-stage frontiers: (start, end, shape, G, in-flight, sends, tied).
-type FrontierKey = (usize, usize, Shape, u64, u64, u32, bool);
+/// Memo of intra-stage frontiers: (start, end, shape, G, in-flight, sends, tied, S ≥ 3).
+type FrontierKey = (usize, usize, Shape, u64, u64, u32, bool, bool);
 
 /// The candidates of one inter-stage MILP: per stage, Eq. 2's (t, d, l, GPUs) and what they
 /// stand for.
@@ -448,7 +450,7 @@ impl<'p, 'a> Tuner<'p, 'a> {
                 };
                 for si in 0..self.shapes.len() {
                     let shape = self.shapes[si];
-                    let key = (start, end, shape, g, in_flight, sends, tied > 0.0);
+                    let key = (start, end, shape, g, in_flight, sends, tied > 0.0, s >= 3);
                     if !self.frontiers.contains_key(&key) {
                         let gpu = &cluster.gpu_types[self.classes[shape.class].gpu_type.0];
                         let ctx = stage::Ctx {
@@ -467,6 +469,7 @@ impl<'p, 'a> Tuner<'p, 'a> {
                             in_flight,
                             sends,
                             tied_params: tied,
+                            deep: s >= 3,
                         };
                         let pts =
                             stage::intra_stage(&ctx, &spec, &mut self.cache, search).ok_or(())?;

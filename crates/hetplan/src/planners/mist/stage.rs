@@ -67,6 +67,8 @@ pub struct StageSpec {
     /// Whether the stage holds a tied embedding whose gradient it all-reduces with the other
     /// end of the pipeline, and how many parameters that is (per TP rank before /tp).
     pub tied_params: f64,
+    /// The pipeline has three stages or more (its pipeline group is not a pair).
+    pub deep: bool,
 }
 
 /// One intra-stage configuration.
@@ -365,12 +367,14 @@ pub fn intra_stage(
         crate::plan::default_gradient_dtype(p.options.engine, p.options.precision).element_bytes(),
     );
     let cap = ctx.gpu.memory.get();
-    // What the runtime holds beside the tensors: the stage knows its neighbours, not the
-    // pipeline's depth (a middle stage stands for any, an end stage for a pipeline of two).
+    // What the runtime holds beside the tensors: the stage knows its neighbours and whether
+    // the pipeline is deeper than two, which is all its communicators' sizes depend on (a
+    // depth of 3 stands for any deeper one).
     let runtime_at = |tp: u32, dp: u32| {
-        let (stage, depth) = match spec.sends {
-            0 => (0, 1),
-            1 => (0, 2),
+        let (stage, depth) = match (spec.sends, spec.deep) {
+            (0, _) => (0, 1),
+            (1, false) => (0, 2),
+            (1, true) => (0, 3),
             _ => (1, 3),
         };
         let layout = memory::RankLayout {
