@@ -632,21 +632,25 @@ pub fn ties_weights(model: &Model) -> bool {
     model.layers.iter().flat_map(|l| &l.ops).any(|o| o.tied)
 }
 
-/// [`runtime_bytes`] on GPU `gpu`'s node for a rank of a stage whose place in a pipeline the
-/// caller does not know: the most of a first, a middle and a last stage of three.
-pub fn pipelined_runtime_bytes(
+/// [`runtime_bytes`] on GPU `gpu`'s node for a rank of stage `tp × dp` at each place of a
+/// `depth`-deep pipeline whose communicators differ — the first, the second and the last
+/// stage (the middle ones are alike) — for callers that do not know the place: the most bounds
+/// what a stage may hold anywhere (Ditto), the least what it holds at best (Metis's layer
+/// bound).
+pub fn runtime_bytes_by_place(
     cluster: &crate::cluster::Cluster,
     gpu: crate::cluster::GpuId,
     (engine, tied): (Engine, bool),
     (tp, dp): (u32, u32),
+    depth: usize,
     world: u32,
-) -> f64 {
-    (0..3)
-        .map(|i| {
-            let layout = RankLayout::stage(engine, tied, (tp, dp), (i, 3), world);
+) -> impl Iterator<Item = f64> + '_ {
+    (0..depth.max(1))
+        .filter(move |&i| i <= 1 || i + 1 == depth)
+        .map(move |i| {
+            let layout = RankLayout::stage(engine, tied, (tp, dp), (i, depth), world);
             gpu_runtime_bytes(cluster, gpu, &layout)
         })
-        .fold(0.0, f64::max)
 }
 
 /// [`runtime_bytes`] on GPU `gpu`'s node for a rank of `layout`.

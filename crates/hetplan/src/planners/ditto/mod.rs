@@ -249,9 +249,9 @@ struct Config {
     tp: u32,
     mbs: u64,
     /// What the runtime holds beside the tensors on one of the stage's GPUs (CUDA context,
-    /// NCCL's communicators; `memory::pipelined_runtime_bytes`: the stage's place in the
-    /// pipeline is not known here, so the most of a first, middle and last stage — a plan of
-    /// one stage pays for groups it does not open, 1–2.5 GB on NVLink).
+    /// NCCL's communicators; `memory::runtime_bytes_by_place`: the stage's place in the
+    /// pipeline is not known here, so the most of a first, middle and last stage of three — a
+    /// plan of one stage pays for groups it does not open, 1–2.5 GB on NVLink).
     runtime: f64,
     /// Latency prefix (seconds): compute + TP all-reduces per micro-batch.
     lat: Vec<f64>,
@@ -404,13 +404,16 @@ impl<'p> Model<'p> {
                     cs.push(Config {
                         tp,
                         mbs,
-                        runtime: memory::pipelined_runtime_bytes(
+                        // A stage of three, the most of its places: the deepest groups.
+                        runtime: memory::runtime_bytes_by_place(
                             cluster,
                             fastest_link,
                             (problem.options.engine, ties),
                             (tp, dp as u32),
+                            3,
                             cluster.num_gpus() as u32,
-                        ),
+                        )
+                        .fold(0.0, f64::max),
                         lat: prefix((0..layers).map(|l| time(l, mbs, tp))),
                         states: prefix(
                             (0..layers).map(|l| {

@@ -1328,6 +1328,56 @@ mod tests {
     use crate::cost::Analytic;
     use crate::model::catalog::catalog_model;
 
+    /// `refine_more` searches on from the candidates `refine_from`'s starts left, each once,
+    /// and from none of those starts again; each end is at least as fast as its start.
+    #[test]
+    fn further_starts_are_the_ones_the_first_left() {
+        let model = catalog_model("gpt3-1.3b").unwrap();
+        let cluster = catalog_cluster("1x4xa100-sxm4-80gb").unwrap();
+        let problem = Problem {
+            model: &model,
+            cluster: &cluster,
+            global_batch: 8,
+            seq_len: 1024,
+            compute: &Analytic,
+            options: PlanOptions::default(),
+        };
+        let specs = [
+            "tp=1,pp=1,dp=4,mbs=2,gbs=8",
+            "tp=2,pp=1,dp=2,mbs=2,gbs=8",
+            "tp=1,pp=2,dp=2,mbs=1,gbs=8",
+            "tp=4,pp=1,dp=1,mbs=1,gbs=8",
+            "tp=1,pp=4,dp=1,mbs=1,gbs=8",
+        ];
+        let mut cands: Vec<Seen> = (specs.iter().enumerate())
+            .map(|(k, spec)| {
+                let plan = crate::plan::inline::parse_inline_plan(spec, &model, &cluster).unwrap();
+                let est = common::evaluate(&problem, &plan).unwrap();
+                // One family ("a test"): `diverse_starts` takes the best `STARTS` alone.
+                Seen {
+                    who: format!("a test ({k})"),
+                    plan,
+                    est,
+                    steps: Vec::new(),
+                }
+            })
+            .collect();
+        cands.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
+        let limits = Limits {
+            max_nodes: None,
+            time: None,
+        };
+        let mut search = Search::new(limits, &super::super::NoClock, &super::super::NoProgress);
+        let more = refine_more(&problem, &cands, &mut search, None, None);
+        let rest = &cands[STARTS..];
+        assert_eq!(more.len(), rest.len());
+        for (end, start) in more.iter().zip(rest) {
+            assert_eq!(end.who, start.who);
+            assert!(end.est.iteration_time_s <= start.est.iteration_time_s);
+        }
+        assert!(search.explored() > 0);
+    }
+
     /// The simulator's check of the best candidates fits the time left: with none left it
     /// simulates nothing and says so; without a time limit it simulates the answer (which
     /// here agrees with its estimate, so no note at all).

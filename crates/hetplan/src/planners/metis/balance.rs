@@ -203,19 +203,15 @@ impl Ctx<'_, '_> {
                     // The least the runtime can hold anywhere in the pipeline (a bound).
                     let dp = (g.devices.len() / t as usize) as u32;
                     let world = self.cluster().num_gpus() as u32;
-                    let runtime = (0..s)
-                        .filter(|&i| i <= 1 || i + 1 == s)
-                        .map(|i| {
-                            let layout = memory::RankLayout::stage(
-                                self.p.options.engine,
-                                self.ties,
-                                (t, dp),
-                                (i, s),
-                                world,
-                            );
-                            memory::gpu_runtime_bytes(self.cluster(), gpu, &layout)
-                        })
-                        .fold(f64::INFINITY, f64::min);
+                    let runtime = memory::runtime_bytes_by_place(
+                        self.cluster(),
+                        gpu,
+                        (self.p.options.engine, self.ties),
+                        (t, dp),
+                        s,
+                        world,
+                    )
+                    .fold(f64::INFINITY, f64::min);
                     let room = memory::allocatable_bytes(cap, runtime);
                     let least = self.least_layer_memory(t, m, inflight);
                     let n = if least > 0.0 {
