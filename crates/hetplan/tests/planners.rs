@@ -263,6 +263,103 @@ fn hetplan_answers_for_each_engine() {
     }
 }
 
+/// An engine's best plan beside the answer is searched as `--engine` searches it, from the
+/// uniform layouts that engine runs too: on 16 A100s and 32 V100s the answer is a pipeline over
+/// both, and FSDP alone runs only one stage, which the search for any engine keeps no start
+/// of. Every engine whose restricted search (same limits) finds a plan has one beside the
+/// answer, FSDP's as fast (the others' local searches beside the answer get a share of 6% of
+/// the node limit, and may end behind); an engine that cannot run the model at all says so.
+#[test]
+fn each_engine_gets_its_best_plan_and_an_engine_that_cannot_run_the_model_says_so() {
+    use hetplan::cluster::spec::catalog_cluster;
+    use hetplan::model::catalog::catalog_model;
+    use hetplan::plan::runtime::Runtime;
+    use hetplan::planners::{Limits, NoClock, NoProgress};
+    let cluster = catalog_cluster("2x8xa100-sxm4-80gb+4x8xv100-sxm2-32gb@100Gbps").unwrap();
+    let limited = || {
+        Search::new(
+            Limits {
+                max_nodes: Some(200_000),
+                time: None,
+            },
+            &NoClock,
+            &NoProgress,
+        )
+    };
+    let llama = catalog_model("llama3-8b").unwrap();
+    let p = Problem {
+        model: &llama,
+        cluster: &cluster,
+        global_batch: 256,
+        seq_len: 2048,
+        compute: &Analytic,
+        options: PlanOptions::default(),
+    };
+    let o = planners::hetplan::Hetplan.plan(&p, &mut limited()).unwrap();
+    assert!(o.plan.stages.len() > 1, "{:?}", o.plan.stages.len());
+    for rt in Runtime::ALL {
+        let restricted = Problem {
+            options: PlanOptions {
+                runtime: Some(rt),
+                engine: rt.engine(),
+                ..p.options
+            },
+            ..p
+        };
+        let alone = planners::hetplan::Hetplan
+            .plan(&restricted, &mut limited())
+            .unwrap_or_else(|e| panic!("{rt:?}: {e}"));
+        let beside = o.per_engine.iter().find(|b| b.engine == rt).unwrap();
+        let t = beside
+            .estimate_s
+            .unwrap_or_else(|| panic!("{rt:?}: {:?}", beside.why_none));
+        // FSDP's space is its uniform layouts, which both search alike; the others' local
+        // searches get a fraction of the nodes beside the answer.
+        if rt == Runtime::Fsdp {
+            assert!(
+                t <= alone.estimate.iteration_time_s * 1.02,
+                "{rt:?}: {t} beside the answer, {} alone",
+                alone.estimate.iteration_time_s
+            );
+        }
+    }
+    // FSDP's plan is one stage, and torchtitan (a Llama 3 model of its own) cannot run GPT-3.
+    let fsdp = o
+        .per_engine
+        .iter()
+        .find(|b| b.engine == Runtime::Fsdp)
+        .unwrap();
+    assert_eq!(fsdp.plan.as_ref().map(|p| p.stages.len()), Some(1));
+    let gpt = catalog_model("gpt3-2.7b").unwrap();
+    let p = Problem { model: &gpt, ..p };
+    let o = planners::hetplan::Hetplan.plan(&p, &mut limited()).unwrap();
+    let titan = o
+        .per_engine
+        .iter()
+        .find(|b| b.engine == Runtime::Torchtitan)
+        .unwrap();
+    let why = titan.why_none.as_deref().unwrap_or_default();
+    assert!(
+        titan.plan.is_none()
+            && why.starts_with("it cannot run this problem")
+            && why.contains("RMSNorm"),
+        "{why}"
+    );
+    let restricted = Problem {
+        options: PlanOptions {
+            runtime: Some(Runtime::Torchtitan),
+            engine: Runtime::Torchtitan.engine(),
+            ..p.options
+        },
+        ..p
+    };
+    let e = planners::hetplan::Hetplan
+        .plan(&restricted, &mut limited())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("torchtitan cannot run this problem"), "{e}");
+}
+
 /// On many nodes behind a slow network the fastest plans are deep pipelines: each node then
 /// reduces the gradients of a small part of the model over that network. hetplan lays out
 /// uniform pipelines of 8 stages and more itself, before the seeds (which, under a small node

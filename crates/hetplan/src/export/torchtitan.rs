@@ -299,9 +299,12 @@ pub fn model_reasons(model: &Model) -> Vec<String> {
     }
     if cfg.heads == 0 || cfg.head_dim * cfg.heads != cfg.hidden {
         why.push(format!(
-            "_build_llama3_layers makes heads of dim / n_heads = {} wide; the model's are {}",
-            cfg.hidden.checked_div(cfg.heads).unwrap_or(0),
-            cfg.head_dim
+            "_build_llama3_layers makes heads of dim / n_heads wide; the model's {} heads of {} \
+             make {}, not its width {}",
+            cfg.heads,
+            cfg.head_dim,
+            cfg.heads * cfg.head_dim,
+            cfg.hidden
         ));
     }
     if cfg.kv_heads == 0 || !cfg.heads.is_multiple_of(cfg.kv_heads.max(1)) {

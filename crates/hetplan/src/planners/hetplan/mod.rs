@@ -80,7 +80,11 @@ impl Clock for Since<'_> {
 
 /// The share of a time or node limit the seeds' searches get; hetplan's own search from their
 /// answers runs until `REFINE_SHARE` of it, and the best plan per mainstream engine (without
-/// `--engine`) is searched until `SEARCH_SHARE`.
+/// `--engine`) is searched until `SEARCH_SHARE` (of a node limit, to its end: with none of it,
+/// FSDP's best plan went unfound where `--engine fsdp` found it). The engines' 2% of a time
+/// limit holds their uniform layouts at 48 GPUs from a 3 s limit on, not at 1 s; at 4% the
+/// local search's answer at 4,096 GPUs (`benches/speed.rs`) was 18% slower, 3.011 s against
+/// 2.553 s: it still improves in the last seconds of a minute.
 const MEMBERS_SHARE: f64 = 0.9;
 const REFINE_SHARE: f64 = 0.96;
 /// The share of a time limit the searches end by: the rest is kept for the simulator's check
@@ -198,6 +202,18 @@ impl Planner for Hetplan {
         problem: &Problem<'_>,
         search: &mut Search<'_>,
     ) -> Result<Outcome, PlannerError> {
+        // An engine that runs no plan of the problem whatever the layout (a model it does not
+        // implement, a precision it does not train in) is said so before any search.
+        if let Some(rt) = problem.options.runtime {
+            let refusals = refine::engine_refusals(problem);
+            if !refusals.is_empty() {
+                return Err(PlannerError::Infeasible(format!(
+                    "{} cannot run this problem: {}",
+                    rt.name(),
+                    refusals.join("; ")
+                )));
+            }
+        }
         // The bound first, so that its time comes out of the members' budgets.
         let bound = bound::lower_bound(problem);
         let time = search.limits.time.map(|t| t.get());
@@ -319,14 +335,17 @@ impl Planner for Hetplan {
                     failures.join("; ")
                 )),
                 (StopReason::Exhausted, Some(rt)) => PlannerError::Infeasible(format!(
-                    "no seed answer can be made to run on {} and fit{}",
+                    "no plan seen (the seeds' answers, uniform layouts) can be made to run on {} \
+                     and fit{}",
                     rt.name(),
                     match seen.first() {
-                        Some(s) => format!(
-                            " (the best, {}'s: {})",
-                            s.who,
-                            rt.why_not(&s.plan).join("; ")
-                        ),
+                        Some(s) => match refine::engine_reasons(problem, &s.plan) {
+                            why if why.is_empty() => format!(
+                                " (the best, {}'s, runs there but does not fit in memory)",
+                                s.who
+                            ),
+                            why => format!(" (the best, {}'s: {})", s.who, why.join("; ")),
+                        },
                         None => format!(": {}", failures.join("; ")),
                     }
                 )),
@@ -341,10 +360,21 @@ impl Planner for Hetplan {
         };
         // Its own stop reason: a seed stopped by its share of the limits leaves the local
         // search free to end early, and then to search on from further starts.
+        let refine_nodes = match problem.options.runtime {
+            None => nodes.map(|m| (m as f64 * REFINE_SHARE) as u64),
+            Some(_) => nodes,
+        };
         let mut refine_stop = StopReason::Exhausted;
-        let mut refined = refine_from(problem, &cands, search, until, nodes, &mut refine_stop);
+        let mut refined = refine_from(
+            problem,
+            &cands,
+            search,
+            until,
+            refine_nodes,
+            &mut refine_stop,
+        );
         if refine_stop == StopReason::Exhausted {
-            refined.extend(refine_more(problem, &cands, search, until, nodes));
+            refined.extend(refine_more(problem, &cands, search, until, refine_nodes));
         } else if stop == StopReason::Exhausted {
             stop = refine_stop;
         }
@@ -403,13 +433,20 @@ impl Planner for Hetplan {
                 rt.name()
             ));
         }
+        // The seeds' answers as they came: with `--engine`, before they were made to run there.
+        let answers = match problem.options.runtime {
+            Some(rt) => format!(
+                "the seeds' answers, before they were made to run on {}: {}",
+                rt.name(),
+                tally.join(", ")
+            ),
+            None => format!("the seeds' answers: {}", tally.join(", ")),
+        };
         if chosen.steps.is_empty() {
             notes.push(format!(
-                "the plan of {}, the best of {} seed answers by hetplan's estimate ({}); no \
-                 move of hetplan's own search improves it",
+                "the plan of {}, the best of the plans hetplan started from by its estimate \
+                 ({answers}); no move of hetplan's own search improves it",
                 chosen.who,
-                tally.len(),
-                tally.join(", ")
             ));
         } else {
             let from = chosen.steps.first().map_or(t, |s| s.1 .0);
@@ -420,13 +457,12 @@ impl Planner for Hetplan {
                 .collect();
             notes.push(format!(
                 "hetplan's own search improved the plan of {} ({}) by {:.1}% in {} moves: {}; \
-                 the seeds' answers: {}",
+                 {answers}",
                 chosen.who,
                 Seconds(from),
                 (1.0 - t / from) * 100.0,
                 chosen.steps.len(),
                 steps.join(", "),
-                tally.join(", ")
             ));
         }
         notes.push(format!(
@@ -912,8 +948,10 @@ fn refine_more(
 }
 
 /// The best plan each mainstream engine runs: every plan seen made to run there
-/// (`admit`), the best refined by hetplan's search restricted to the engine, engine k of n
-/// with `1/(n − k)` of the time left; and the fastest of them where it beats `chosen`.
+/// (`admit`) and the uniform layouts it runs ([`uniform_starts`] for the engine, on
+/// [`UNIFORM_SHARE_OF_ENGINE`] of what is left of its time), the best refined by hetplan's
+/// search restricted to the engine, engine k of n with `1/(n − k)` of the time left; and the
+/// fastest of them where it beats `chosen`.
 fn engines(
     problem: &Problem<'_>,
     chosen: &Seen,
@@ -941,14 +979,32 @@ fn engines(
         let left = (n - k) as f64;
         let now = search.elapsed().get();
         let until = time.map(|t| now + (t - now).max(0.0) / left);
-        let mine = admit(&p, &seen, search, until);
         let nodes = search
             .limits
             .max_nodes
             .map(|m| (m.saturating_sub(search.explored()) as f64 / left) as u64);
-        let best = refine_from(&p, &mine[..mine.len().min(1)], search, until, nodes, stop)
+        // The plans seen, made to run there, and the uniform layouts the engine runs, as
+        // `--engine` starts from them: the best plan of an engine with a narrow space (FSDP
+        // alone, torchtitan's one layout for every stage) is often one that the search for
+        // any engine dropped as slower (a type's GPUs alone, others idle).
+        let admitted = admit(&p, &seen, search, until);
+        let now = search.elapsed().get();
+        let uniform_until = until.map(|u| now + UNIFORM_SHARE_OF_ENGINE * (u - now).max(0.0));
+        let cap = nodes.map(|m| search.explored() + (m as f64 * UNIFORM_SHARE_OF_ENGINE) as u64);
+        let uniform: Vec<Seen> = uniform_starts(&p, search, uniform_until, cap)
             .into_iter()
-            .chain(mine.first().cloned())
+            .filter(|u| !admitted.iter().any(|a| a.plan == u.plan))
+            .collect();
+        // The local search starts from the best of each (a made-to-run plan that starts behind
+        // a uniform one may end ahead of it).
+        let mut starts: Vec<Seen> = (admitted.first().into_iter())
+            .chain(uniform.first())
+            .cloned()
+            .collect();
+        starts.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
+        let best = refine_from(&p, &starts, search, until, nodes, stop)
+            .into_iter()
+            .chain(starts.first().cloned())
             .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
         let to_beat = faster.as_ref().unwrap_or(chosen).est.iteration_time_s;
         if let Some(b) = best.as_ref().filter(|b| b.est.iteration_time_s < to_beat) {
@@ -970,19 +1026,37 @@ fn engines(
                 plan: None,
                 estimate_s: None,
                 slower: f64::INFINITY,
-                why_none: Some(match seen.first() {
-                    Some(s) if !rt.why_not(&s.plan).is_empty() => format!(
-                        "no plan seen can be made to run on it and fit; the best plan's \
-                         reasons: {}",
-                        rt.why_not(&s.plan).join("; ")
-                    ),
-                    _ => "no plan seen can be made to run on it and fit in memory".into(),
-                }),
+                why_none: Some(why_none(&p, seen.first())),
             },
         });
     }
     (out, faster)
 }
+
+/// Why an engine (`problem.options.runtime`) got no plan: what it cannot run whatever the
+/// layout (the model, the precision), else what keeps the best plan seen from it.
+fn why_none(problem: &Problem<'_>, best: Option<&Seen>) -> String {
+    let refusals = refine::engine_refusals(problem);
+    if !refusals.is_empty() {
+        return format!("it cannot run this problem: {}", refusals.join("; "));
+    }
+    match best.map(|s| refine::engine_reasons(problem, &s.plan)) {
+        Some(why) if !why.is_empty() => format!(
+            "no plan seen can be made to run on it and fit, nor a uniform layout that it runs; \
+             the best plan's reasons: {}",
+            why.join("; ")
+        ),
+        _ => "no plan seen can be made to run on it and fit in memory, nor a uniform layout \
+              that it runs"
+            .into(),
+    }
+}
+
+/// The share of an engine's time (and nodes) that its uniform layouts may take in
+/// [`engines`]; its local search keeps the rest. At 48 GPUs all of them take milliseconds; at
+/// a thousand GPUs and more the deadline may end them early (they come in the order of
+/// [`uniform_starts`]: each GPU type alone, then every GPU, shallow pipelines first).
+const UNIFORM_SHARE_OF_ENGINE: f64 = 0.5;
 
 /// The best candidates checked by the simulator (the answer and the next `SIMULATED - 1`).
 const SIMULATED: usize = 3;

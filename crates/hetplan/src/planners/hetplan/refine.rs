@@ -512,6 +512,40 @@ pub fn conformed(problem: &Problem<'_>, p: Plan) -> Option<Plan> {
     }
 }
 
+/// Every reason the problem's engine (`--engine`) gives for not running `plan` once its
+/// per-stage choices are made uniform (`Runtime::conform`) — or as it is, where its structure
+/// does not fit the engine — by the same checks as [`conformed`]; empty when it runs there
+/// (it may still not fit in memory) or without an engine.
+pub fn engine_reasons(problem: &Problem<'_>, plan: &Plan) -> Vec<String> {
+    let Some(rt) = problem.options.runtime else {
+        return Vec::new();
+    };
+    let c = rt.conform(plan).unwrap_or_else(|| plan.clone());
+    let mut why = match crate::export::Target::of(rt) {
+        Some(t) => crate::export::why_not(t, problem.model, &c, problem.seq_len),
+        None => rt.why_not(&c),
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    why.retain(|w| seen.insert(w.clone()));
+    why
+}
+
+/// Why the problem's engine runs no plan of the problem whatever its layout: the reasons it
+/// gives for the simplest one (one stage on one GPU, one sample a micro-batch, the problem's
+/// precision and compilation) — the model it does not implement, a precision it does not
+/// train in. Empty when it runs that plan.
+pub fn engine_refusals(problem: &Problem<'_>) -> Vec<String> {
+    let spec = format!("tp=1,pp=1,dp=1,mbs=1,gbs={}", problem.global_batch.max(1));
+    let Ok(mut plan) =
+        crate::plan::inline::parse_inline_plan(&spec, problem.model, problem.cluster)
+    else {
+        return Vec::new();
+    };
+    (plan.engine, plan.precision) = (problem.options.engine, problem.options.precision);
+    plan.compile = problem.options.compile_of();
+    engine_reasons(problem, &plan)
+}
+
 /// A memory option a stage that does not fit can take, one step at a time.
 #[derive(Clone, Copy, Debug)]
 enum Rung {
