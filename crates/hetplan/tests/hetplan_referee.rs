@@ -374,8 +374,10 @@ fn check(spec: &Spec) -> Result<(Case, RefereeAnswer), TestCaseError> {
                 o.plan.summary()
             )));
         };
+        // The simulator breaks ties of the estimate among hetplan's best candidates, a seed's
+        // answer among them: hetplan's estimate may be that much above it.
         prop_assert!(
-            *ht <= st,
+            *ht <= st * (1.0 + hetplan::planners::hetplan::SIMULATOR_BREAKS_TIES_WITHIN),
             "hetplan {ht} is worse than {} {st} ({}) on {what}",
             planner.name(),
             o.plan.summary()

@@ -224,7 +224,13 @@ fn hetplan_answers_for_each_engine() {
                 assert!(e.fits);
                 assert_eq!(e.iteration_time_s, s);
                 assert!((b.slower - s / t).abs() < 1e-12);
-                assert!(s >= t, "{:?} at {s} beats the answer {t}", b.engine);
+                // (the simulator breaks ties of the estimate: the answer may be that much above)
+                let tie = planners::hetplan::SIMULATOR_BREAKS_TIES_WITHIN;
+                assert!(
+                    s >= t * (1.0 - tie),
+                    "{:?} at {s} beats the answer {t}",
+                    b.engine
+                );
             }
             _ => assert!(b.why_none.is_some()),
         }

@@ -216,13 +216,15 @@ fn no_planner_beats_the_oracle_in_its_space() {
             here += 1;
         }
         // hetplan runs every seed planner: it is never worse than any of them (the oracle is
-        // a referee, not one of them).
+        // a referee, not one of them), by more than a tie of the estimate that the simulator
+        // broke.
         if let Some(&(_, h)) = answers.iter().find(|(n, _)| *n == "hetplan") {
+            let tie = 1.0 + planners::hetplan::SIMULATOR_BREAKS_TIES_WITHIN;
             for &(n, t) in answers
                 .iter()
                 .filter(|(n, _)| *n != "hetplan" && *n != "oracle")
             {
-                prop_assert!(h <= t, "hetplan {h} is worse than {n} {t}");
+                prop_assert!(h <= t * tie, "hetplan {h} is worse than {n} {t}");
             }
             beaten.fetch_add(1, Ordering::Relaxed);
         } else {
