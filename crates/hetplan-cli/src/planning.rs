@@ -505,8 +505,12 @@ pub fn plan(a: PlanArgs) -> Result<()> {
                 "engine   {name:<10} {} ({:.2}× the time{}): {}\n",
                 Seconds(t),
                 b.slower,
-                if b.slower <= 1.0 + 1e-9 {
+                // Equal by the estimate; below it only where the simulator broke a tie of
+                // the estimate in the answer's favour.
+                if (b.slower - 1.0).abs() <= 1e-9 {
                     ", runs this plan's equal"
+                } else if b.slower < 1.0 {
+                    ", a tie by the estimate that the simulator decided for the answer"
                 } else {
                     ""
                 },

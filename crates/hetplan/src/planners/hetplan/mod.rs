@@ -338,7 +338,9 @@ impl Planner for Hetplan {
                     "no plan seen (the seeds' answers, uniform layouts) can be made to run on {} \
                      and fit{}",
                     rt.name(),
-                    match seen.first() {
+                    match (seen.iter())
+                        .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s))
+                    {
                         Some(s) => match refine::engine_reasons(problem, &s.plan) {
                             why if why.is_empty() => format!(
                                 " (the best, {}'s, runs there but does not fit in memory)",
@@ -475,7 +477,12 @@ impl Planner for Hetplan {
             ),
             None => format!("the seeds' answers: {}", tally.join(", ")),
         };
-        if chosen.steps.is_empty() {
+        if chosen.steps.is_empty() && tie.is_some() {
+            notes.push(format!(
+                "the plan of {}, as it started ({answers})",
+                chosen.who
+            ));
+        } else if chosen.steps.is_empty() {
             notes.push(format!(
                 "the plan of {}, the best of the plans hetplan started from by its estimate \
                  ({answers}); no move of hetplan's own search improves it",
@@ -532,13 +539,21 @@ impl Planner for Hetplan {
                 .filter(|s| s.plan.devices().len() == all)
                 .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
             notes.push(match full {
-                Some(s) => format!(
+                Some(s) if s.est.iteration_time_s >= t => format!(
                     "{} of {all} GPUs are left idle: the best plan seen that uses them all ({}, \
                      {}) is {:.2}× slower",
                     all - used,
                     s.who,
                     Seconds(s.est.iteration_time_s),
                     s.est.iteration_time_s / t
+                ),
+                // Within the tie the simulator broke.
+                Some(s) => format!(
+                    "{} of {all} GPUs are left idle: the best plan seen that uses them all ({}, \
+                     {}) is as fast by the estimate, slower by the simulator",
+                    all - used,
+                    s.who,
+                    Seconds(s.est.iteration_time_s),
                 ),
                 None => format!(
                     "{} of {all} GPUs are left idle: no plan seen uses them all",
@@ -1034,6 +1049,7 @@ fn engines(
         // `--engine` starts from them: the best plan of an engine with a narrow space (FSDP
         // alone, torchtitan's one layout for every stage) is often one that the search for
         // any engine dropped as slower (a type's GPUs alone, others idle).
+        let before = search.explored();
         let admitted = admit(&p, &seen, search, until);
         let now = search.elapsed().get();
         let uniform_until = until.map(|u| now + UNIFORM_SHARE_OF_ENGINE * (u - now).max(0.0));
@@ -1049,7 +1065,10 @@ fn engines(
             .cloned()
             .collect();
         starts.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
-        let best = refine_from(&p, &starts, search, until, nodes, stop)
+        // `refine_from` takes an absolute cap on the nodes explored, the engine's budget on
+        // from here.
+        let cap = nodes.map(|m| search.explored() + m.saturating_sub(search.explored() - before));
+        let best = refine_from(&p, &starts, search, until, cap, stop)
             .into_iter()
             .chain(starts.first().cloned())
             .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
@@ -1073,7 +1092,11 @@ fn engines(
                 plan: None,
                 estimate_s: None,
                 slower: f64::INFINITY,
-                why_none: Some(why_none(&p, seen.first())),
+                why_none: Some(why_none(
+                    &p,
+                    (seen.iter())
+                        .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s)),
+                )),
             },
         });
     }
@@ -1126,9 +1149,9 @@ const SIM_DISAGREES: f64 = 0.05;
 /// candidates it checks (`SIMULATED`): the plan it runs fastest, when by more than the same
 /// fraction, is the answer. The estimate prices contention on shared links by averages the
 /// simulator follows transfer by transfer; over the quality suite's 112 answers the two differ
-/// by 0.6% in median (docs/planners.md), so a difference of estimates below that is not one the
-/// estimate can rank. (`l4-t4-edge-7b`: the first two plans of the ranking estimated 46.125
-/// and 46.179 s, simulated 48.03 and 46.12 s.) The answer's estimate may then be up to this
+/// by 0.5–0.6% in median (docs/planners.md), so a difference of estimates below that is not one
+/// the estimate can rank. (`l4-t4-edge-7b`: the first two plans of the ranking, hetplan's and
+/// Metis's, estimated 46.125 and 46.179 s, simulated 48.03 and 46.12 s.) The answer's estimate may then be up to this
 /// fraction above another plan's, a seed's included.
 pub const SIMULATOR_BREAKS_TIES_WITHIN: f64 = 0.005;
 
@@ -1548,9 +1571,7 @@ mod tests {
         assert!(search.explored() > 0);
     }
 
-    /// The simulator's check of the best candidates fits the time left: with none left it
-    /// simulates nothing and says so; without a time limit it simulates the answer (which
-    /// here agrees with its estimate, so no note at all).
+    /// Estimates within the tie go to the simulator, and nothing else does.
     #[test]
     fn the_simulator_breaks_only_ties_of_the_estimate() {
         let b = SIMULATOR_BREAKS_TIES_WITHIN;
@@ -1574,6 +1595,9 @@ mod tests {
         assert_eq!(tie_broken(&three), Some(2));
     }
 
+    /// The simulator's check of the best candidates fits the time left: with none left it
+    /// simulates nothing and says so; without a time limit it simulates the answer (which
+    /// here agrees with its estimate, so no note at all).
     #[test]
     fn the_simulator_check_fits_the_time_left() {
         let model = catalog_model("gpt3-1.3b").unwrap();
