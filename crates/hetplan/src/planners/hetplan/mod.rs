@@ -1151,8 +1151,8 @@ const SIM_DISAGREES: f64 = 0.05;
 /// simulator follows transfer by transfer; over the quality suite's 112 answers the two differ
 /// by 0.5–0.6% in median (docs/planners.md), so a difference of estimates below that is not one
 /// the estimate can rank. (`l4-t4-edge-7b`: the first two plans of the ranking, hetplan's and
-/// Metis's, estimated 46.125 and 46.179 s, simulated 48.03 and 46.12 s.) The answer's estimate may then be up to this
-/// fraction above another plan's, a seed's included.
+/// Metis's, estimated 46.125 and 46.179 s, simulated 48.03 and 46.12 s.) The answer's
+/// estimate may then be up to this fraction above another plan's, a seed's included.
 pub const SIMULATOR_BREAKS_TIES_WITHIN: f64 = 0.005;
 
 /// Which of the checked candidates (estimate, simulation) the simulator makes the answer in
