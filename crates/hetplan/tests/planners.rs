@@ -8,6 +8,18 @@ use hetplan::planners::{self, oracle::Oracle, PlanOptions, Planner, Problem, Sea
 use hetplan::{Cluster, Model};
 use shared::{small_cluster, small_model};
 
+/// A search that stops after `nodes` candidates and nothing else: deterministic.
+fn node_limited(nodes: u64) -> Search<'static> {
+    Search::new(
+        planners::Limits {
+            max_nodes: Some(nodes),
+            time: None,
+        },
+        &planners::NoClock,
+        &planners::NoProgress,
+    )
+}
+
 fn problem<'a>(model: &'a Model, cluster: &'a Cluster) -> Problem<'a> {
     Problem {
         model,
@@ -281,18 +293,8 @@ fn each_engine_gets_its_best_plan_and_an_engine_that_cannot_run_the_model_says_s
     use hetplan::cluster::spec::catalog_cluster;
     use hetplan::model::catalog::catalog_model;
     use hetplan::plan::runtime::Runtime;
-    use hetplan::planners::{Limits, NoClock, NoProgress};
     let cluster = catalog_cluster("2x8xa100-sxm4-80gb+4x8xv100-sxm2-32gb@100Gbps").unwrap();
-    let limited = || {
-        Search::new(
-            Limits {
-                max_nodes: Some(200_000),
-                time: None,
-            },
-            &NoClock,
-            &NoProgress,
-        )
-    };
+    let limited = || node_limited(200_000);
     let llama = catalog_model("llama3-8b").unwrap();
     let p = Problem {
         model: &llama,
@@ -377,7 +379,6 @@ fn the_simulator_breaks_a_tie_of_the_estimate_in_the_answer() {
     use hetplan::cluster::spec::catalog_cluster;
     use hetplan::cost::Workload;
     use hetplan::model::catalog::catalog_model;
-    use hetplan::planners::{Limits, NoClock, NoProgress};
     use hetplan::sim::{simulate, SimOptions};
     let cluster = catalog_cluster("4x4xl4@25Gbps+4x2xt4@10Gbps").unwrap();
     let model = catalog_model("llama2-7b").unwrap();
@@ -389,15 +390,9 @@ fn the_simulator_breaks_a_tie_of_the_estimate_in_the_answer() {
         compute: &Analytic,
         options: PlanOptions::default(),
     };
-    let mut search = Search::new(
-        Limits {
-            max_nodes: Some(400_000),
-            time: None,
-        },
-        &NoClock,
-        &NoProgress,
-    );
-    let o = planners::hetplan::Hetplan.plan(&p, &mut search).unwrap();
+    let o = planners::hetplan::Hetplan
+        .plan(&p, &mut node_limited(400_000))
+        .unwrap();
     assert!(
         o.notes
             .iter()

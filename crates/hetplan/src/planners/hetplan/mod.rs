@@ -421,15 +421,8 @@ impl Planner for Hetplan {
         }
         // The simulator checks the best candidates, and breaks a tie of the estimate among them.
         let left = time.map(|t| (t - search.elapsed().get()).max(0.0));
-        let plans: Vec<&Plan> = (std::iter::once(&chosen).chain(&others))
-            .take(SIMULATED)
-            .map(|s| &s.plan)
-            .collect();
-        let (runs, max_tasks) = simulate_candidates(problem, &plans, left);
-        let mut checked: Vec<(f64, Result<f64, bool>)> = (std::iter::once(&chosen).chain(&others))
-            .zip(runs)
-            .map(|(s, r)| (s.est.iteration_time_s, r))
-            .collect();
+        let (mut checked, max_tasks) =
+            simulate_candidates(problem, std::iter::once(&chosen).chain(&others), left);
         let mut tie = None;
         let chosen = match tie_broken(&checked).filter(|&i| others[i - 1].est.fits) {
             Some(i) => {
@@ -804,11 +797,7 @@ fn evaluate_starts(
         let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
             .par_iter()
             .map(|(_, plan)| {
-                let mut plan = plan.clone()?;
-                // The problem's engine, precision and compilation, as every seed's plans have
-                // them.
-                (plan.engine, plan.precision) = (problem.options.engine, problem.options.precision);
-                plan.compile = problem.options.compile_of();
+                let plan = refine::in_problem_settings(problem, plan.clone()?);
                 let plan = match problem.options.runtime {
                     Some(_) => refine::conformed(problem, plan)?,
                     None => plan,
@@ -1145,6 +1134,11 @@ const SIM_SHARE_OF_LEFT: f64 = 0.5;
 /// Estimate and simulation parting by more than this fraction are reported.
 const SIM_DISAGREES: f64 = 0.05;
 
+/// A candidate's estimate (seconds) beside its simulation: the simulated seconds, or whether
+/// the time left was too short for its task graph (`true`) or it could not be simulated
+/// (`false`).
+type Checked = (f64, Result<f64, bool>);
+
 /// Estimates within this fraction of the best are a tie, which the simulator breaks among the
 /// candidates it checks (`SIMULATED`): the plan it runs fastest, when by more than the same
 /// fraction, is the answer. The estimate prices contention on shared links by averages the
@@ -1158,7 +1152,7 @@ pub const SIMULATOR_BREAKS_TIES_WITHIN: f64 = 0.005;
 /// Which of the checked candidates (estimate, simulation) the simulator makes the answer in
 /// place of the first (see [`SIMULATOR_BREAKS_TIES_WITHIN`]): the fastest simulated of those
 /// estimated within the tie, if it beats the first's simulation by more than the tie.
-fn tie_broken(checked: &[(f64, Result<f64, bool>)]) -> Option<usize> {
+fn tie_broken(checked: &[Checked]) -> Option<usize> {
     let b = SIMULATOR_BREAKS_TIES_WITHIN;
     let &(e0, Ok(s0)) = checked.first()? else {
         return None;
@@ -1170,17 +1164,18 @@ fn tie_broken(checked: &[(f64, Result<f64, bool>)]) -> Option<usize> {
         .map(|(i, _, _)| i)
 }
 
-/// The best candidates (the answer first) run through the simulator, in parallel, results in
-/// order: each simulated time, or whether the time left was too short for its task graph
-/// (`true`) or it could not be simulated (`false`); and the largest task graph the check
-/// allowed. With `left` seconds of a time limit, only task graphs the check can run in
+/// The first `SIMULATED` of the best candidates (the answer first) run through the simulator,
+/// in parallel, results in order: each one's estimate beside its simulated time, or whether
+/// the time left was too short for its task graph (`true`) or it could not be simulated
+/// (`false`); and the largest task graph the check allowed. With `left` seconds of a time limit, only task graphs the check can run in
 /// `SIM_SHARE_OF_LEFT` of that time, its simulations in rounds of as many as there are threads
 /// (`SIM_SECONDS_PER_TASK`).
-fn simulate_candidates(
+fn simulate_candidates<'s>(
     problem: &Problem<'_>,
-    plans: &[&Plan],
+    best: impl Iterator<Item = &'s Seen>,
     left: Option<f64>,
-) -> (Vec<Result<f64, bool>>, u64) {
+) -> (Vec<Checked>, u64) {
+    let best: Vec<&Seen> = best.take(SIMULATED).collect();
     use rayon::prelude::*;
     let w = common::workload(problem);
     let rounds = SIMULATED.div_ceil(rayon::current_num_threads().max(1)) as f64;
@@ -1191,10 +1186,10 @@ fn simulate_candidates(
         max_tasks,
         ..Default::default()
     };
-    let runs = plans
+    let runs = best
         .par_iter()
-        .map(|p| {
-            let v = crate::plan::ValidPlan::check(p, problem.model, problem.cluster)
+        .map(|s| {
+            let v = crate::plan::ValidPlan::check(&s.plan, problem.model, problem.cluster)
                 .map_err(|_| false)?;
             match crate::sim::simulate(w, &v, problem.compute, &opts) {
                 Ok(s) => Ok(s.iteration_time_s),
@@ -1203,19 +1198,18 @@ fn simulate_candidates(
                 Err(_) => Err(false),
             }
         })
+        .collect::<Vec<_>>();
+    let checked = (best.iter().zip(runs))
+        .map(|(s, r)| (s.est.iteration_time_s, r))
         .collect();
-    (runs, max_tasks)
+    (checked, max_tasks)
 }
 
 /// What the simulator's check of the best candidates says ((estimate, simulation), the answer
 /// first): a note when estimate and simulation part by more than `SIM_DISAGREES` on any of
 /// them, when the simulator would rank another of them first, and when the answer's task
 /// graph was too large for the time left.
-fn simulation_notes(
-    checked: &[(f64, Result<f64, bool>)],
-    max_tasks: u64,
-    left: Option<f64>,
-) -> Vec<String> {
+fn simulation_notes(checked: &[Checked], max_tasks: u64, left: Option<f64>) -> Vec<String> {
     let sims: Vec<Option<f64>> = checked.iter().map(|(_, r)| r.ok()).collect();
     let parts: Vec<String> = (checked.iter().zip(&sims).enumerate())
         .filter_map(|(i, ((est, _), sim))| {
@@ -1268,24 +1262,6 @@ fn simulation_notes(
         }
     }
     notes
-}
-
-/// The simulator's check of `chosen` and the next best plans `ranked`, as notes.
-#[cfg(test)]
-fn simulated(
-    problem: &Problem<'_>,
-    chosen: &Seen,
-    ranked: &[Ranked],
-    left: Option<f64>,
-) -> Vec<String> {
-    let best: Vec<(&Plan, f64)> = std::iter::once((&chosen.plan, chosen.est.iteration_time_s))
-        .chain(ranked.iter().map(|r| (&r.plan, r.estimate_s)))
-        .take(SIMULATED)
-        .collect();
-    let plans: Vec<&Plan> = best.iter().map(|b| b.0).collect();
-    let (runs, max_tasks) = simulate_candidates(problem, &plans, left);
-    let checked: Vec<(f64, Result<f64, bool>)> = best.iter().map(|b| b.1).zip(runs).collect();
-    simulation_notes(&checked, max_tasks, left)
 }
 
 /// A stage's memory options in words (ZeRO, checkpointing, offloading); empty when none.
@@ -1520,21 +1496,31 @@ mod tests {
     use crate::cluster::spec::catalog_cluster;
     use crate::cost::Analytic;
     use crate::model::catalog::catalog_model;
+    use crate::{Cluster, Model};
+
+    /// GPT-3 1.3B on one node of four A100s, global batch 8.
+    fn one_node() -> (Model, Cluster) {
+        let model = catalog_model("gpt3-1.3b").unwrap();
+        (model, catalog_cluster("1x4xa100-sxm4-80gb").unwrap())
+    }
+
+    fn problem<'a>(model: &'a Model, cluster: &'a Cluster) -> Problem<'a> {
+        Problem {
+            model,
+            cluster,
+            global_batch: 8,
+            seq_len: 1024,
+            compute: &Analytic,
+            options: PlanOptions::default(),
+        }
+    }
 
     /// `refine_more` searches on from the candidates `refine_from`'s starts left, each once,
     /// and from none of those starts again; each end is at least as fast as its start.
     #[test]
     fn further_starts_are_the_ones_the_first_left() {
-        let model = catalog_model("gpt3-1.3b").unwrap();
-        let cluster = catalog_cluster("1x4xa100-sxm4-80gb").unwrap();
-        let problem = Problem {
-            model: &model,
-            cluster: &cluster,
-            global_batch: 8,
-            seq_len: 1024,
-            compute: &Analytic,
-            options: PlanOptions::default(),
-        };
+        let (model, cluster) = one_node();
+        let problem = problem(&model, &cluster);
         let specs = [
             "tp=1,pp=1,dp=4,mbs=2,gbs=8",
             "tp=2,pp=1,dp=2,mbs=2,gbs=8",
@@ -1600,16 +1586,8 @@ mod tests {
     /// here agrees with its estimate, so no note at all).
     #[test]
     fn the_simulator_check_fits_the_time_left() {
-        let model = catalog_model("gpt3-1.3b").unwrap();
-        let cluster = catalog_cluster("1x4xa100-sxm4-80gb").unwrap();
-        let problem = Problem {
-            model: &model,
-            cluster: &cluster,
-            global_batch: 8,
-            seq_len: 1024,
-            compute: &Analytic,
-            options: PlanOptions::default(),
-        };
+        let (model, cluster) = one_node();
+        let problem = problem(&model, &cluster);
         let plan =
             crate::plan::inline::parse_inline_plan("tp=1,pp=2,dp=2,mbs=1,gbs=8", &model, &cluster)
                 .unwrap();
@@ -1620,7 +1598,11 @@ mod tests {
             est,
             steps: Vec::new(),
         };
-        let none_left = simulated(&problem, &seen, &[], Some(0.0));
+        let simulated = |left| {
+            let (checked, max_tasks) = simulate_candidates(&problem, std::iter::once(&seen), left);
+            simulation_notes(&checked, max_tasks, left)
+        };
+        let none_left = simulated(Some(0.0));
         assert_eq!(none_left.len(), 1, "{none_left:?}");
         assert!(
             none_left[0].starts_with("the simulator did not check the answer"),
@@ -1638,7 +1620,7 @@ mod tests {
         .unwrap();
         let off = sim.iteration_time_s / seen.est.iteration_time_s - 1.0;
         assert!(off.abs() <= SIM_DISAGREES, "{off}");
-        assert!(simulated(&problem, &seen, &[], None).is_empty());
-        assert!(simulated(&problem, &seen, &[], Some(60.0)).is_empty());
+        assert!(simulated(None).is_empty());
+        assert!(simulated(Some(60.0)).is_empty());
     }
 }

@@ -505,10 +505,20 @@ pub fn conformed(problem: &Problem<'_>, p: Plan) -> Option<Plan> {
         None => Some(p),
         Some(rt) => rt
             .conform(&p)
-            .filter(|c| match crate::export::Target::of(rt) {
-                Some(t) => crate::export::why_not(t, problem.model, c, problem.seq_len).is_empty(),
-                None => rt.why_not(c).is_empty(),
-            }),
+            .filter(|c| reasons_on(problem, rt, c).is_empty()),
+    }
+}
+
+/// Every reason `rt` gives for not running `plan` as it is: its exporter's where hetplan has
+/// one (`export::why_not`), its rules (`Runtime::why_not`) otherwise.
+fn reasons_on(
+    problem: &Problem<'_>,
+    rt: crate::plan::runtime::Runtime,
+    plan: &Plan,
+) -> Vec<String> {
+    match crate::export::Target::of(rt) {
+        Some(t) => crate::export::why_not(t, problem.model, plan, problem.seq_len),
+        None => rt.why_not(plan),
     }
 }
 
@@ -521,13 +531,18 @@ pub fn engine_reasons(problem: &Problem<'_>, plan: &Plan) -> Vec<String> {
         return Vec::new();
     };
     let c = rt.conform(plan).unwrap_or_else(|| plan.clone());
-    let mut why = match crate::export::Target::of(rt) {
-        Some(t) => crate::export::why_not(t, problem.model, &c, problem.seq_len),
-        None => rt.why_not(&c),
-    };
+    let mut why = reasons_on(problem, rt, &c);
     let mut seen = std::collections::BTreeSet::new();
     why.retain(|w| seen.insert(w.clone()));
     why
+}
+
+/// `plan` with the problem's engine, precision and compilation, as every seed's plans have
+/// them.
+pub fn in_problem_settings(problem: &Problem<'_>, mut plan: Plan) -> Plan {
+    (plan.engine, plan.precision) = (problem.options.engine, problem.options.precision);
+    plan.compile = problem.options.compile_of();
+    plan
 }
 
 /// Why the problem's engine runs no plan of the problem whatever its layout: the reasons it
@@ -536,14 +551,11 @@ pub fn engine_reasons(problem: &Problem<'_>, plan: &Plan) -> Vec<String> {
 /// train in. Empty when it runs that plan.
 pub fn engine_refusals(problem: &Problem<'_>) -> Vec<String> {
     let spec = format!("tp=1,pp=1,dp=1,mbs=1,gbs={}", problem.global_batch.max(1));
-    let Ok(mut plan) =
-        crate::plan::inline::parse_inline_plan(&spec, problem.model, problem.cluster)
+    let Ok(plan) = crate::plan::inline::parse_inline_plan(&spec, problem.model, problem.cluster)
     else {
         return Vec::new();
     };
-    (plan.engine, plan.precision) = (problem.options.engine, problem.options.precision);
-    plan.compile = problem.options.compile_of();
-    engine_reasons(problem, &plan)
+    engine_reasons(problem, &in_problem_settings(problem, plan))
 }
 
 /// A memory option a stage that does not fit can take, one step at a time.
