@@ -87,6 +87,12 @@ impl Runtime {
         matches!(self, Runtime::Megatron | Runtime::Torchtitan)
     }
 
+    /// Whether a uniform layout of `tp`-wide groups in `pp` stages is one the engine runs
+    /// (FSDP alone has neither), before a plan is laid out: the check `why_not` makes of it.
+    pub fn runs_layout(self, tp: u64, pp: u64) -> bool {
+        self != Runtime::Fsdp || (tp == 1 && pp == 1)
+    }
+
     /// Every reason `plan` cannot run on this engine; empty when it can.
     pub fn why_not(self, plan: &Plan) -> Vec<String> {
         let mut why = Vec::new();
@@ -535,6 +541,29 @@ mod tests {
         let fsdp = Runtime::Fsdp.why_not(&p);
         assert_eq!(fsdp.len(), 1, "{fsdp:?}");
         assert!(fsdp[0].contains("no pipeline"));
+    }
+
+    /// `runs_layout` drops a uniform layout before it is laid out only where `why_not` refuses
+    /// every plan of that layout, and keeps every one it runs.
+    #[test]
+    fn runs_layout_agrees_with_why_not_on_uniform_layouts() {
+        let gpus: Vec<u32> = (0..8).collect();
+        for rt in Runtime::ALL {
+            for tp in [1u32, 2, 4] {
+                for pp in [1usize, 2] {
+                    let per = gpus.len() / pp;
+                    let stages = (0..pp)
+                        .map(|k| stage((4 * k, 4 * k + 4), &gpus[k * per..(k + 1) * per], tp, 1))
+                        .collect();
+                    let runs = rt.why_not(&plan(stages)).is_empty();
+                    assert_eq!(
+                        rt.runs_layout(tp as u64, pp as u64),
+                        runs,
+                        "{rt:?} tp {tp} pp {pp}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -623,14 +623,14 @@ fn context_parallel_starts(
             }
         }
     }
-    let cands: Vec<(String, Option<Plan>)> = specs
+    let cands: Vec<(String, Build<'_>)> = specs
         .into_iter()
         .map(|spec| {
-            let plan = crate::plan::inline::parse_inline_plan(&spec, model, cluster).ok();
-            (
-                format!("a uniform plan with context parallelism ({spec})"),
-                plan,
-            )
+            let who = format!("a uniform plan with context parallelism ({spec})");
+            let build: Build<'_> = Box::new(move || {
+                crate::plan::inline::parse_inline_plan(&spec, model, cluster).ok()
+            });
+            (who, build)
         })
         .collect();
     evaluate_starts(problem, search, cands, deadline, node_cap)
@@ -658,7 +658,6 @@ fn uniform_starts(
     if model.per_sample || !search.poll() {
         return Vec::new();
     }
-    let mut cands: Vec<(String, Option<Plan>)> = Vec::new();
     let all = (
         cluster.clone(),
         (0..cluster.nodes.len() as u32).collect::<Vec<u32>>(),
@@ -673,6 +672,7 @@ fn uniform_starts(
         .map(|t| (Some(t), nodes_of_type(cluster, t)))
         .chain(std::iter::once((None, all)))
         .collect();
+    let mut cands: Vec<(String, Build<'_>)> = Vec::new();
     // Megatron's depths on every set first, then deeper pipelines: the first pass is what
     // the time limit must not cut short.
     let deeper: Vec<u64> = std::iter::successors(Some(8u64), |d| Some(d * 2))
@@ -690,6 +690,7 @@ fn uniform_starts(
                 if tp > problem.options.max_tp as u64
                     || tp * pp > gpus
                     || pp as usize > model.layers.len()
+                    || !(problem.options.runtime).is_none_or(|rt| rt.runs_layout(tp, pp))
                 {
                     continue;
                 }
@@ -711,16 +712,19 @@ fn uniform_starts(
                     }
                     let sp = if tp > 1 { "on" } else { "off" };
                     let spec = format!("tp={tp},pp={pp},dp={dp},mbs={mbs},gbs={gbs},sp={sp}");
-                    let plan = crate::plan::inline::parse_inline_plan(&spec, model, sub)
-                        .ok()
-                        .map(|mut p| {
-                            for st in &mut p.stages {
-                                for g in &mut st.devices {
-                                    g.node = keep[g.node as usize];
-                                }
+                    // Built when evaluated: at thousands of GPUs laying out a hundred plans
+                    // takes longer than an engine's share of the time (see `engines`).
+                    let layout = spec.clone();
+                    let plan: Build<'_> = Box::new(move || {
+                        let mut p =
+                            crate::plan::inline::parse_inline_plan(&layout, model, sub).ok()?;
+                        for st in &mut p.stages {
+                            for g in &mut st.devices {
+                                g.node = keep[g.node as usize];
                             }
-                            p
-                        });
+                        }
+                        Some(p)
+                    });
                     let who = match t {
                         Some(t) => format!(
                             "a uniform plan on the {} GPUs alone ({spec})",
@@ -774,7 +778,10 @@ fn nodes_of_type(
     (sub, keep)
 }
 
-/// Starting plans from uniform layouts (`who`, the plan where it could be built): each with
+/// How a starting plan is laid out, run when it is evaluated (`None`: it cannot be).
+type Build<'a> = Box<dyn Fn() -> Option<Plan> + Send + Sync + 'a>;
+
+/// Starting plans from uniform layouts (`who`, how to lay out the plan): each with
 /// the problem's engine and precision, made to run on `--engine`'s runtime, fitted by the
 /// memory ladder; the best [`STARTS`] that fit. In chunks, in parallel, each chunk only while
 /// the search has time and nodes left (an estimate at thousands of GPUs takes milliseconds)
@@ -783,7 +790,7 @@ fn nodes_of_type(
 fn evaluate_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
-    cands: Vec<(String, Option<Plan>)>,
+    cands: Vec<(String, Build<'_>)>,
     deadline: Option<f64>,
     node_cap: Option<u64>,
 ) -> Vec<Seen> {
@@ -796,8 +803,8 @@ fn evaluate_starts(
         }
         let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
             .par_iter()
-            .map(|(_, plan)| {
-                let plan = refine::in_problem_settings(problem, plan.clone()?);
+            .map(|(_, build)| {
+                let plan = refine::in_problem_settings(problem, build()?);
                 let plan = match problem.options.runtime {
                     Some(_) => refine::conformed(problem, plan)?,
                     None => plan,
