@@ -93,7 +93,8 @@ const REFINE_SHARE: f64 = 0.96;
 /// 0.05–0.09 s there).
 const SEARCH_SHARE: f64 = 0.98;
 
-/// Seed answers hetplan's own search starts from (the best distinct ones).
+/// Starts hetplan's own search takes first (the best distinct ones), and the most runners-up
+/// of the seeds that join them (`runners_up`).
 const STARTS: usize = 3;
 
 /// Passes a member's progress on with the best answer so far instead of the member's own best.
@@ -308,7 +309,13 @@ impl Planner for Hetplan {
             .map(|(w, o)| (*w, o.estimate.iteration_time_s))
             .collect();
         tally.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let runners_up = runners_up(problem, &answers, &uniform, search, time);
+        let runners_up = runners_up(
+            problem,
+            &answers,
+            &uniform,
+            search,
+            time.map(|t| t * REFINE_SHARE),
+        );
         let seen: Vec<Seen> = (answers.into_iter())
             .map(|(who, o)| Seen {
                 who: who.to_string(),
@@ -337,8 +344,8 @@ impl Planner for Hetplan {
                     failures.join("; ")
                 )),
                 (StopReason::Exhausted, Some(rt)) => PlannerError::Infeasible(format!(
-                    "no plan seen (the seeds' answers, uniform layouts) can be made to run on {} \
-                     and fit{}",
+                    "no plan seen (the seeds' answers and their other plans, uniform layouts) can \
+                     be made to run on {} and fit{}",
                     rt.name(),
                     match (seen.iter())
                         .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s))
@@ -582,13 +589,15 @@ struct Seen {
 }
 
 /// The seeds' other plans that hetplan's estimate puts among the best starts. A seed ranks
-/// the plans it found by its own cost model and answers with the first that fits (`Ranked`,
-/// each with hetplan's estimate beside it); by the estimate another may be faster: on the
-/// quality bench's `four-gen-56-13b` Mist's answer was estimated at 13.244 s and its
-/// second-ranked plan at 10.989 s, below the 11.221 s hetplan's search reached from the
-/// answer. Those estimated below the `STARTS`-th best start so far (the answers and the uniform
-/// starts), best first, at most `STARTS`, each a node of `search` and none past `deadline`
-/// (seconds into it): estimated again in full, as starts carry their estimate.
+/// the plans it found (by its own cost model; Megatron's heuristic by hetplan's estimate) and
+/// answers with the first that fits (`Outcome::ranked`, each with hetplan's estimate beside
+/// it); by the estimate another may be faster: on the quality bench's `four-gen-56-13b` Mist's
+/// answer was estimated at 13.244 s and its second-ranked plan at 10.989 s, below the 11.221 s
+/// hetplan's search reached from the answer. Best first, a ranked plan that fits and is none
+/// of the starts already known (the answers, the uniform starts) joins while it is estimated
+/// below the `STARTS`-th best distinct start so far, those that joined included; each is a
+/// node of `search`, estimated again in full (a start carries its estimate), and none is
+/// tried past `deadline` (seconds into the search).
 fn runners_up(
     problem: &Problem<'_>,
     answers: &[(&'static str, Outcome)],
@@ -596,21 +605,23 @@ fn runners_up(
     search: &mut Search<'_>,
     deadline: Option<f64>,
 ) -> Vec<Seen> {
-    let mut known: Vec<f64> = (answers.iter())
-        .map(|(_, o)| o.estimate.iteration_time_s)
-        .chain(uniform.iter().map(|u| u.est.iteration_time_s))
-        .collect();
-    known.sort_by(f64::total_cmp);
-    let bar = known.get(STARTS - 1).copied().unwrap_or(f64::INFINITY);
+    let mut known: Vec<(&Plan, f64)> = Vec::new();
+    let starts = (answers
+        .iter()
+        .map(|(_, o)| (&o.plan, o.estimate.iteration_time_s)))
+    .chain(uniform.iter().map(|u| (&u.plan, u.est.iteration_time_s)));
+    for (plan, t) in starts {
+        if !known.iter().any(|(p, _)| *p == plan) {
+            known.push((plan, t));
+        }
+    }
+    let mut times: Vec<f64> = known.iter().map(|(_, t)| *t).collect();
     let mut picks: Vec<(f64, String, &Plan)> = Vec::new();
     for (who, o) in answers {
         let n = o.ranked.len();
         for (k, r) in o.ranked.iter().enumerate() {
-            if r.fits && r.estimate_s < bar && r.plan != o.plan {
-                let label = format!(
-                    "{who} (its plan ranked {} of {n} by its own cost model)",
-                    k + 1
-                );
+            if r.fits && !known.iter().any(|(p, _)| *p == &r.plan) {
+                let label = format!("{who} (plan {} of the {n} it ranked)", k + 1);
                 picks.push((r.estimate_s, label, &r.plan));
             }
         }
@@ -618,8 +629,11 @@ fn runners_up(
     // Best first; ties keep the members' order.
     picks.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut out: Vec<Seen> = Vec::new();
-    for (_, who, plan) in picks {
-        if out.len() >= STARTS || deadline.is_some_and(|d| search.elapsed().get() >= d) {
+    for (t, who, plan) in picks {
+        times.sort_by(f64::total_cmp);
+        let bar = times.get(STARTS - 1).copied().unwrap_or(f64::INFINITY);
+        if out.len() >= STARTS || t >= bar || deadline.is_some_and(|d| search.elapsed().get() >= d)
+        {
             break;
         }
         if out.iter().any(|s| s.plan == *plan) {
@@ -629,6 +643,8 @@ fn runners_up(
             break;
         }
         if let Some(est) = common::evaluate(problem, plan).filter(|e| e.fits) {
+            search.offer(Seconds(est.iteration_time_s));
+            times.push(est.iteration_time_s);
             out.push(Seen {
                 who,
                 plan: plan.clone(),
@@ -1029,8 +1045,8 @@ fn refine_from(
 }
 
 /// When every start of [`refine_from`] reached a local optimum before the limits: the other
-/// candidates as starts too (the seeds' answers and at most `STARTS` uniform and as many
-/// context-parallel starts: tens of plans), in rank order, `STARTS` at a time, each batch on
+/// candidates as starts too (the seeds' answers, at most `STARTS` of their other plans, and at
+/// most `STARTS` uniform and as many context-parallel starts: tens of plans), in rank order, `STARTS` at a time, each batch on
 /// half of the time (until `until`) and nodes left then — the best start is not always the
 /// best end, and what the batches leave goes to the engines' searches. Stops after the first
 /// batch its share cuts short; that share is not the search's limit, so the planner's
@@ -1625,89 +1641,107 @@ mod tests {
         assert!(search.explored() > 0);
     }
 
-    /// A seed's other plans join the starts when hetplan's estimate ranks them among the best,
-    /// best first, at most `STARTS`, only those that fit, re-estimated in full; the answer
-    /// itself is not repeated.
+    /// A seed's other plans join the starts while hetplan's estimate ranks them among the
+    /// best `STARTS` distinct starts (those that joined counted), best first, at most
+    /// `STARTS`, only those that fit and are not already a start, each a node of the search.
     #[test]
     fn a_seeds_runners_up_join_the_starts_by_the_estimate() {
         let (model, cluster) = one_node();
         let problem = problem(&model, &cluster);
-        let plan = |spec: &str| crate::plan::inline::parse_inline_plan(spec, &model, &cluster);
         let specs = [
             "tp=1,pp=1,dp=4,mbs=2,gbs=8",
             "tp=2,pp=1,dp=2,mbs=2,gbs=8",
             "tp=1,pp=2,dp=2,mbs=1,gbs=8",
             "tp=4,pp=1,dp=1,mbs=1,gbs=8",
             "tp=1,pp=4,dp=1,mbs=1,gbs=8",
+            "tp=2,pp=2,dp=1,mbs=1,gbs=8",
+            "tp=1,pp=1,dp=4,mbs=1,gbs=8",
         ];
-        let plans: Vec<Plan> = specs.iter().map(|s| plan(s).unwrap()).collect();
-        let est = common::evaluate(&problem, &plans[0]).unwrap();
-        // The seed's own ranking: its answer, then the others with made-up estimates (the
-        // selection reads them; what a start carries is estimated again).
-        let ranked = |at: &[(usize, f64, bool)]| -> Vec<Ranked> {
-            (at.iter())
-                .map(|&(i, e, fits)| Ranked {
-                    plan: plans[i].clone(),
-                    planner_cost_s: e,
-                    estimate_s: e,
-                    fits,
-                })
-                .collect()
-        };
-        let outcome = |ranked: Vec<Ranked>| Outcome {
-            plan: plans[0].clone(),
-            estimate: est.clone(),
+        let mut plans: Vec<(Plan, Estimate)> = (specs.iter())
+            .map(|s| {
+                let p = crate::plan::inline::parse_inline_plan(s, &model, &cluster).unwrap();
+                let e = common::evaluate(&problem, &p).unwrap();
+                assert!(e.fits, "{s}");
+                (p, e)
+            })
+            .collect();
+        // r[0] the fastest by the estimate, r[6] the slowest.
+        plans.sort_by(|a, b| a.1.iteration_time_s.total_cmp(&b.1.iteration_time_s));
+        let distinct = plans
+            .windows(2)
+            .all(|w| w[0].1.iteration_time_s < w[1].1.iteration_time_s);
+        assert!(distinct, "the test needs seven different estimates");
+        // A seed's answer and its ranked list, each with hetplan's estimate beside it.
+        let outcome = |answer: usize, at: &[(usize, bool)]| Outcome {
+            plan: plans[answer].0.clone(),
+            estimate: plans[answer].1.clone(),
             explored: 1,
             stop_reason: StopReason::Exhausted,
-            ranked,
+            ranked: (at.iter())
+                .map(|&(i, fits)| Ranked {
+                    plan: plans[i].0.clone(),
+                    planner_cost_s: plans[i].1.iteration_time_s,
+                    estimate_s: plans[i].1.iteration_time_s,
+                    fits,
+                })
+                .collect(),
             notes: Vec::new(),
             per_engine: Vec::new(),
         };
-        let answer = est.iteration_time_s;
-        let answers = vec![(
-            "mist",
-            outcome(ranked(&[
-                (0, answer, true),
-                (1, 0.9 * answer, true),
-                (2, 0.1 * answer, false),
-                (3, 0.8 * answer, true),
-                (4, 1.5 * answer, true),
-            ])),
-        )];
-        let limits = Limits {
-            max_nodes: None,
-            time: None,
+        let run = |answers: &[(&'static str, Outcome)], max_nodes: Option<u64>| {
+            let limits = Limits {
+                max_nodes,
+                time: None,
+            };
+            let mut search = Search::new(limits, &super::super::NoClock, &super::super::NoProgress);
+            let got = runners_up(&problem, answers, &[], &mut search, None);
+            let whos: Vec<String> = got.iter().map(|s| s.who.clone()).collect();
+            (whos, search.explored())
         };
-        let mut search = Search::new(limits, &super::super::NoClock, &super::super::NoProgress);
-        let got = runners_up(&problem, &answers, &[], &mut search, None);
-        let whos: Vec<&str> = got.iter().map(|s| s.who.as_str()).collect();
-        // Fewer than `STARTS` known starts: no bar; the one that does not fit is left out.
+        // One answer, the third fastest plan: its faster runner-up joins, and the next two
+        // while they are among the three best starts; the fastest does not fit (by its seed).
+        let mist = outcome(2, &[(2, true), (0, false), (1, true), (3, true), (4, true)]);
+        let (whos, explored) = run(&[("mist", mist)], None);
         assert_eq!(
             whos,
             [
-                "mist (its plan ranked 4 of 5 by its own cost model)",
-                "mist (its plan ranked 2 of 5 by its own cost model)",
-                "mist (its plan ranked 5 of 5 by its own cost model)",
+                "mist (plan 3 of the 5 it ranked)",
+                "mist (plan 4 of the 5 it ranked)"
             ]
         );
-        for s in &got {
-            let again = common::evaluate(&problem, &s.plan).unwrap();
-            assert_eq!(s.est.iteration_time_s, again.iteration_time_s);
-        }
-        assert_eq!(search.explored(), 3);
-        // With `STARTS` answers known, only those ahead of the third join.
-        let mut three = answers.clone();
-        three.push(("metis", outcome(Vec::new())));
-        three.push(("amp", outcome(Vec::new())));
-        let mut search = Search::new(limits, &super::super::NoClock, &super::super::NoProgress);
-        let got = runners_up(&problem, &three, &[], &mut search, None);
-        assert_eq!(
-            got.len(),
-            2,
-            "{:?}",
-            got.iter().map(|s| &s.who).collect::<Vec<_>>()
+        assert_eq!(explored, 2);
+        // Three distinct answers (two seeds answered the same plan, a third the fastest):
+        // Mist's runner-up that is that answer is not tried again, and the next ones join
+        // while they are among the three best starts.
+        let mist = outcome(
+            4,
+            &[
+                (4, true),
+                (6, true),
+                (0, true),
+                (1, true),
+                (2, true),
+                (3, true),
+            ],
         );
-        assert!(got.iter().all(|s| !s.who.contains("ranked 5")));
+        let answers = [
+            ("metis", outcome(6, &[])),
+            ("amp", outcome(6, &[])),
+            ("poplar", outcome(0, &[])),
+            ("mist", mist),
+        ];
+        let (whos, explored) = run(&answers, None);
+        assert_eq!(
+            whos,
+            [
+                "mist (plan 4 of the 6 it ranked)",
+                "mist (plan 5 of the 6 it ranked)"
+            ]
+        );
+        assert_eq!(explored, 2);
+        // Under a node limit each is a node: one node, one runner-up.
+        let (whos, _) = run(&answers, Some(1));
+        assert_eq!(whos, ["mist (plan 4 of the 6 it ranked)"]);
     }
 
     /// Estimates within the tie go to the simulator, and nothing else does.
