@@ -1054,7 +1054,9 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         let (fwd_comm, bwd_comm) = if st.zero == 3 {
             (ag + ag_l, ag + rs + ag_l.max(rs_l))
         } else {
-            (0.0, rs + rs_l)
+            // The simulator leaves ZeRO-2's reduce-scatters unchained (only the optimizer
+            // waits for them): their latencies overlap, one is paid.
+            (0.0, rs)
         };
         rt.exposed += exposed_behind(rt.forward, fwd_comm, nlayers);
         rt.exposed += exposed_behind(rt.backward + rt.recompute, bwd_comm, nlayers);
