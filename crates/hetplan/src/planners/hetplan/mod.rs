@@ -1582,6 +1582,17 @@ mod tests {
     use crate::model::catalog::catalog_model;
     use crate::{Cluster, Model};
 
+    /// Layouts of `one_node`'s four GPUs that fit, each estimated differently.
+    const LAYOUTS: [&str; 7] = [
+        "tp=1,pp=1,dp=4,mbs=2,gbs=8",
+        "tp=2,pp=1,dp=2,mbs=2,gbs=8",
+        "tp=1,pp=2,dp=2,mbs=1,gbs=8",
+        "tp=4,pp=1,dp=1,mbs=1,gbs=8",
+        "tp=1,pp=4,dp=1,mbs=1,gbs=8",
+        "tp=2,pp=2,dp=1,mbs=1,gbs=8",
+        "tp=1,pp=1,dp=4,mbs=1,gbs=8",
+    ];
+
     /// GPT-3 1.3B on one node of four A100s, global batch 8.
     fn one_node() -> (Model, Cluster) {
         let model = catalog_model("gpt3-1.3b").unwrap();
@@ -1605,13 +1616,7 @@ mod tests {
     fn further_starts_are_the_ones_the_first_left() {
         let (model, cluster) = one_node();
         let problem = problem(&model, &cluster);
-        let specs = [
-            "tp=1,pp=1,dp=4,mbs=2,gbs=8",
-            "tp=2,pp=1,dp=2,mbs=2,gbs=8",
-            "tp=1,pp=2,dp=2,mbs=1,gbs=8",
-            "tp=4,pp=1,dp=1,mbs=1,gbs=8",
-            "tp=1,pp=4,dp=1,mbs=1,gbs=8",
-        ];
+        let specs = &LAYOUTS[..5];
         let mut cands: Vec<Seen> = (specs.iter().enumerate())
             .map(|(k, spec)| {
                 let plan = crate::plan::inline::parse_inline_plan(spec, &model, &cluster).unwrap();
@@ -1648,15 +1653,7 @@ mod tests {
     fn a_seeds_runners_up_join_the_starts_by_the_estimate() {
         let (model, cluster) = one_node();
         let problem = problem(&model, &cluster);
-        let specs = [
-            "tp=1,pp=1,dp=4,mbs=2,gbs=8",
-            "tp=2,pp=1,dp=2,mbs=2,gbs=8",
-            "tp=1,pp=2,dp=2,mbs=1,gbs=8",
-            "tp=4,pp=1,dp=1,mbs=1,gbs=8",
-            "tp=1,pp=4,dp=1,mbs=1,gbs=8",
-            "tp=2,pp=2,dp=1,mbs=1,gbs=8",
-            "tp=1,pp=1,dp=4,mbs=1,gbs=8",
-        ];
+        let specs = LAYOUTS;
         let mut plans: Vec<(Plan, Estimate)> = (specs.iter())
             .map(|s| {
                 let p = crate::plan::inline::parse_inline_plan(s, &model, &cluster).unwrap();
