@@ -370,8 +370,10 @@ fn each_engine_gets_its_best_plan_and_an_engine_that_cannot_run_the_model_says_s
 }
 
 /// Ties of the estimate go to the simulator (`SIMULATOR_BREAKS_TIES_WITHIN`): on 16 L4s and 8
-/// T4s behind 25 and 10 Gbps (the quality suite's `l4-t4-edge-7b`) under this node limit, the
-/// first two plans of the ranking estimate within 0.01% of each other and simulate 2% apart.
+/// T4s behind 25 and 10 Gbps (the quality suite's `l4-t4-edge-7b` at half its batch) under
+/// this node limit, the first two plans of the ranking estimate within 0.1% of each other and
+/// the simulator runs the second faster. (At the full batch and 400,000 nodes the two had
+/// tied until the ZeRO-1 parameter gather was priced layer by layer: no tie there now.)
 /// The answer is the one the simulator runs faster; the other is first of the ranking, no
 /// more than the tie below it by the estimate; every engine's `slower` is against the answer.
 #[test]
@@ -385,13 +387,13 @@ fn the_simulator_breaks_a_tie_of_the_estimate_in_the_answer() {
     let p = Problem {
         model: &model,
         cluster: &cluster,
-        global_batch: 256,
+        global_batch: 128,
         seq_len: 4096,
         compute: &Analytic,
         options: PlanOptions::default(),
     };
     let o = planners::hetplan::Hetplan
-        .plan(&p, &mut node_limited(400_000))
+        .plan(&p, &mut node_limited(800_000))
         .unwrap();
     assert!(
         o.notes

@@ -102,11 +102,13 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // checkpointed A100 rows −8…−13% → −0…−6%): torchtitan's full-recompute rows, which had
     // looked accurate, now share the others' optimism — A100 12.6%, H100 18.1% (BF16) and
     // 22.6% (FP8), H200 16.1% — a uniform +6…+23% across checkpointing modes that one GPU
-    // does not show (docs/validation.md §5, §8).
+    // does not show (docs/validation.md §5, §8). Megatron's ZeRO-1 parameter gather ahead
+    // of the forward priced layer by layer, as the simulator runs it (each gather paying the
+    // ring's latencies over 48 nodes): its H100 rows 12.3% → 14.2%, the simulation's figure.
     let bounds = [
         ("bigscience_bloom_prequel", "a100", false, 0.15),
         ("torchtitan", "a100", false, 0.13),
-        ("megatron_lm_readme", "h100", false, 0.13),
+        ("megatron_lm_readme", "h100", false, 0.15),
         ("torchtitan", "h100", false, 0.19),
         ("torchtitan", "h100", true, 0.23),
         ("torchtitan", "h200", true, 0.17),

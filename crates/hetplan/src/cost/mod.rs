@@ -1223,14 +1223,22 @@ fn end_of_iteration(
     let bucketed = |c: Collective| {
         time(g, c) + (buckets - 1) as f64 * comm::collective_latency(cluster, &group, c).get()
     };
+    // The parameter all-gather of ZeRO-1/2 follows the optimizer step: Megatron
+    // (overlap-param-gather) and FSDP run it ahead of the next forward, layer by layer, one
+    // gather after the other, each paying the ring's message latencies (the first layer's in
+    // the open: Megatron dispatches it in the first forward's pre-hook); DeepSpeed gathers
+    // everything at once after the step and waits for it.
+    let during_forward = plan.engine.gathers_params_during_forward();
+    let param_gather = || {
+        let chained = if during_forward { nlayers - 1.0 } else { 0.0 };
+        time(p, Collective::AllGather)
+            + chained * comm::collective_latency(cluster, &group, Collective::AllGather).get()
+    };
     let (reduce, gather) = if st.dp > 1 {
         match st.zero {
             0 => (bucketed(Collective::AllReduce), 0.0),
-            1 => (
-                bucketed(Collective::ReduceScatter),
-                time(p, Collective::AllGather),
-            ),
-            2 => (0.0, time(p, Collective::AllGather)),
+            1 => (bucketed(Collective::ReduceScatter), param_gather()),
+            2 => (0.0, param_gather()),
             _ => (0.0, 0.0),
         }
     } else {
@@ -1238,12 +1246,8 @@ fn end_of_iteration(
     };
     // The last bucket to fill waits for the whole backward; the others run behind it.
     let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, buckets as f64);
-    // The parameter all-gather of ZeRO-1/2 follows the optimizer step: Megatron
-    // (overlap-param-gather) and FSDP run it ahead of the next forward, layer by layer, the
-    // first layer's in the open (Megatron dispatches it in the first forward's pre-hook);
-    // DeepSpeed waits for it after the step.
     let mut before = 0.0;
-    if plan.engine.gathers_params_during_forward() {
+    if during_forward {
         before = exposed_behind(worst.forward, gather, nlayers);
     } else {
         exposed += gather;
