@@ -930,8 +930,9 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
 
 /// Pipelines up to this deep try every stage in every place ([`Move::ReorderStage`]): up to 240
 /// neighbours, a small share of a step's (every stage's ZeRO, checkpointing, offloading,
-/// layer shifts, replicas). Deeper ones (hundreds of stages at thousands of GPUs) try the
-/// next two places either way.
+/// layer shifts, replicas); a move to the next place and the next stage's move back are the
+/// same plan, generated twice (`pp − 1` repeats a round). Deeper ones (up to a stage per
+/// layer) try the next two places either way.
 pub const REORDER_ANYWHERE_UP_TO: usize = 16;
 
 /// The cluster's GPUs the plan does not use, in node and local order.
