@@ -1205,9 +1205,12 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 };
                 let mut prev_gather: Option<TaskId> = None;
                 for (pos, &l) in order.iter().enumerate() {
-                    let params = cost::memory::gpu_params(
+                    // The layer's share of the stage's parameters: a tied head weight counts
+                    // once per stage, as in the gradient buckets.
+                    let params = cost::memory::layer_gpu_params(
                         model,
-                        start + l..start + l + 1,
+                        st.layers.start..st.layers.end,
+                        start + l,
                         st.tp,
                         st.expert_shards(),
                     );
@@ -1380,9 +1383,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             .collect();
         let mut prev: Option<TaskId> = None;
         for l in 0..st.layers.len() {
-            let params = cost::memory::gpu_params(
+            let params = cost::memory::layer_gpu_params(
                 model,
-                start + l..start + l + 1,
+                st.layers.start..st.layers.end,
+                start + l,
                 st.tp,
                 st.expert_shards(),
             );
