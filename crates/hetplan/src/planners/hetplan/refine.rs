@@ -12,7 +12,8 @@
 //! min–max split by each stage's time per layer); micro-batches halved or doubled; another
 //! schedule (GPipe, 1F1B, interleaved with 2–4 virtual stages); samples moved between the
 //! replicas of two GPU types; a replica or a whole stage left out; idle GPUs added as a
-//! replica; TP communication overlap on or off; stages split or merged; expert and context
+//! replica; TP communication overlap on or off; stages split, merged or moved to another
+//! place in the pipeline; expert and context
 //! parallelism — each made to fit, where it does not, by a few rungs of a memory ladder
 //! (`repair`) — and moves to the best neighbour that fits, until none is faster (a local
 //! optimum) or a limit stops it. Expert-parallel moves and a stage's new place in the
@@ -149,8 +150,8 @@ pub enum Move {
     /// stages neighbour which (the links their activations cross) and, under 1F1B, how many
     /// micro-batches' activations each holds in flight. On `datacenter-64-40b` hetplan's search
     /// from Mist's 10 s answer ended at 36.881 s with an H100 stage after the A10G and A100
-    /// stages; placed ahead of them, 36.351 s, where a swap with either neighbour alone gains
-    /// nothing. No other move reorders stages. Every place up to [`REORDER_ANYWHERE_UP_TO`]
+    /// stages; that stage placed ahead of them gives 36.351 s (35.877 s at the search's end),
+    /// where a swap with either neighbour alone gains nothing. No other move reorders stages. Every place up to [`REORDER_ANYWHERE_UP_TO`]
     /// stages; beyond, the next two either way.
     ReorderStage {
         from: usize,
@@ -203,10 +204,11 @@ impl Move {
     }
 
     /// A move the search takes only at a local optimum of the others: expert parallelism
-    /// ([`Move::is_expert`]) and a stage's new place in the pipeline. Reordering from the
-    /// start led `campus-v100-t4-1.3b` (Ditto's plan refined) to 9.007 s where the search
-    /// without it reached 8.512 s; taken once the others are done it keeps that, and still
-    /// takes `datacenter-64-40b` from 36.881 s to 35.877 s.
+    /// ([`Move::is_expert`]) and a stage's new place in the pipeline. With reordering from the
+    /// start `campus-v100-t4-1.3b` ended at 9.007 s where the search without it reached 8.512 s
+    /// (which of the search's paths or time shares made the difference was not traced); taken
+    /// once the others are done it ends at 8.512 s, and `datacenter-64-40b` still goes from
+    /// 36.881 s to 35.877 s.
     fn is_late(&self) -> bool {
         self.is_expert() || matches!(self, Move::ReorderStage { .. })
     }
@@ -929,8 +931,8 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
 }
 
 /// Pipelines up to this deep try every stage in every place ([`Move::ReorderStage`]): up to 240
-/// neighbours, a small share of a step's (every stage's ZeRO, checkpointing, offloading,
-/// layer shifts, replicas); a move to the next place and the next stage's move back are the
+/// neighbours beside about 20 per stage of the other moves (ZeRO, checkpointing, offloading,
+/// layer shifts, replicas): some 40% of a round at 16 stages; a move to the next place and the next stage's move back are the
 /// same plan, generated twice (`pp − 1` repeats a round). Deeper ones (up to a stage per
 /// layer) try the next two places either way.
 pub const REORDER_ANYWHERE_UP_TO: usize = 16;
