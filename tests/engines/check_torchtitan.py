@@ -23,6 +23,10 @@ torchtitan` (torchtitan 0.3.0). For each, what `python -m torchtitan.train --mod
 5. The batches: the global batch divides into local batch × data-parallel degree (Trainer),
    the local batch into pipeline micro-batches, and torch's schedule accepts the micro-batch
    count (Schedule1F1B: at least the stage count; Interleaved 1F1B: a multiple of its rounds).
+6. FP8 (`precision=fp8-rowwise`): torchao's rowwise recipe on every block linear, the output
+   layer in BF16, as hetplan priced it; a BF16 export has no Float8 linear. The converter
+   refuses to start without an SM89+ GPU (`Float8LinearConverter.__init__`); this check runs
+   where there is none, so the capability check is answered as an H100 would answer it.
 
 Every export is checked; the exit status is 1 if any fails.
 """
@@ -49,6 +53,10 @@ from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402
 from torchtitan.distributed.pipeline_parallel import _split_module  # noqa: E402
 from torchtitan.hf_datasets.text_datasets import DATASETS  # noqa: E402
 from torchtitan.models.llama3.model import Llama3Model  # noqa: E402
+import torchtitan.components.quantization.float8 as tt_float8  # noqa: E402
+
+# 6. An H100's answer to the converter's capability check (see the docstring).
+tt_float8.has_cuda_capability = lambda major, minor: (9, 0) >= (major, minor)
 
 MODULE = "hetplan_job"
 CONFIG_FN = "hetplan_job"
@@ -107,6 +115,30 @@ def check(directory):
     )
     ffn = model_config.layers[0].feed_forward
     assert ffn.w1.out_features == module.FFN_HIDDEN_DIM
+
+    # 6. FP8: the blocks' linears in torchao's rowwise recipe, the output layer not.
+    fp8 = [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, tt_float8.TorchAOFloat8Linear)
+    ]
+    if getattr(module, "FP8_RECIPE", None) == "rowwise":
+        block_linears = [
+            name
+            for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and name.startswith("layers.")
+        ]
+        assert block_linears and sorted(fp8) == sorted(block_linears), (
+            f"Float8 linears {fp8[:4]}… are not the blocks' {block_linears[:4]}…"
+        )
+        for name in fp8:
+            recipe = dict(model.named_modules())[name].config
+            assert recipe.cast_config_input.scaling_granularity.name == "AXISWISE", (
+                f"{name}: not rowwise ({recipe.cast_config_input})"
+            )
+        assert "lm_head" not in fp8, "the output layer runs in FP8; hetplan priced it in BF16"
+    else:
+        assert not fp8, f"a BF16 export with Float8 linears: {fp8[:4]}"
 
     # 4. The degrees against the launch.
     dims = ParallelDims.from_config(p, world)

@@ -177,6 +177,9 @@ pub enum PrecisionArg {
     /// FP8 matrix products in the transformer blocks (Transformer Engine, torchao Float8),
     /// BF16 elsewhere; needs Ada, Hopper or Blackwell GPUs.
     Fp8,
+    /// FP8 by torchao's rowwise recipe (per-row scales, CUTLASS's rowwise kernel; torchtitan
+    /// `float8.recipe_name = "rowwise"`): slower than per-tensor scaling, better at outliers.
+    Fp8Rowwise,
 }
 
 impl From<PrecisionArg> for Precision {
@@ -186,6 +189,7 @@ impl From<PrecisionArg> for Precision {
             PrecisionArg::Fp16 => Precision::Fp16,
             PrecisionArg::Fp32 => Precision::Fp32,
             PrecisionArg::Fp8 => Precision::Fp8,
+            PrecisionArg::Fp8Rowwise => Precision::Fp8Rowwise,
         }
     }
 }

@@ -369,6 +369,12 @@ const TORCHTITAN_INLINE: &[(&str, &str, &str)] = &[
         "1x8xa100-80gb",
         "dp=8,mbs=1,gbs=16,zero=3,engine=fsdp,compile=off",
     ),
+    // FP8 by torchao's rowwise recipe, with TP and FSDP.
+    (
+        "llama3-8b",
+        "2x8xh100-80gb",
+        "tp=2,dp=8,mbs=1,gbs=16,zero=3,ckpt=ops,sp=on,engine=fsdp,precision=fp8-rowwise",
+    ),
 ];
 
 #[test]

@@ -5,7 +5,6 @@
 //! `cargo run --release -p hetplan --example published_table [-- --no-sim]`
 
 use hetplan::calibration::published::{check, median_p90, parse, Checked, MemoryQuantity, Outcome};
-use hetplan::plan::Precision;
 use std::collections::BTreeMap;
 
 fn pct(x: Option<f64>) -> String {
@@ -71,7 +70,7 @@ fn main() {
                 verdict,
             );
             let gen = c.gpu.split('-').next().unwrap_or("").to_string();
-            let prec = if c.precision == Precision::Fp8 {
+            let prec = if c.precision.is_fp8() {
                 "fp8"
             } else {
                 "16-bit"

@@ -7,7 +7,6 @@
 use hetplan::calibration::published::{
     check, median_p90, parse, Checked, MemoryQuantity, Outcome, BUILTIN,
 };
-use hetplan::plan::Precision;
 
 fn cases() -> (Vec<(String, Checked)>, Vec<String>) {
     let (mut out, mut skipped) = (Vec::new(), Vec::new());
@@ -25,9 +24,7 @@ fn cases() -> (Vec<(String, Checked)>, Vec<String>) {
 
 fn group<'a>(all: &'a [(String, Checked)], source: &str, gpu: &str, fp8: bool) -> Vec<&'a Checked> {
     all.iter()
-        .filter(|(s, c)| {
-            s == source && c.gpu.starts_with(gpu) && (c.precision == Precision::Fp8) == fp8
-        })
+        .filter(|(s, c)| s == source && c.gpu.starts_with(gpu) && c.precision.is_fp8() == fp8)
         .map(|(_, c)| c)
         .collect()
 }

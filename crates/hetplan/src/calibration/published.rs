@@ -496,7 +496,14 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     };
     let precision_text = r.text("precision")?;
     let fp8 = r.text("fp8")?.starts_with("yes");
-    let precision = if fp8 {
+    // torchtitan's async-TP tables name the float8 recipe in the row's quantization column.
+    let rowwise = r
+        .text("table")?
+        .to_ascii_lowercase()
+        .contains("float8 rowwise");
+    let precision = if fp8 && rowwise {
+        Precision::Fp8Rowwise
+    } else if fp8 {
         Precision::Fp8
     } else if precision_text.starts_with("fp16") || precision_text.starts_with("half") {
         Precision::Fp16
@@ -508,6 +515,7 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     };
     let precision_name = match precision {
         Precision::Fp8 => "fp8",
+        Precision::Fp8Rowwise => "fp8-rowwise",
         Precision::Fp16 => "fp16",
         Precision::Fp32 => "fp32",
         Precision::Bf16 => "bf16",

@@ -265,7 +265,7 @@ struct OpCost {
 /// the transformer blocks (Transformer Engine's and torchao's FP8 linears); the embedding, the
 /// output layer and attention stay BF16.
 pub fn fp8_gemm(op: &Op, kind: crate::model::LayerKind, p: Precision) -> bool {
-    p == Precision::Fp8
+    p.is_fp8()
         && kind == crate::model::LayerKind::Transformer
         && matches!(op.kind, OpKind::Gemm { .. })
 }
@@ -339,16 +339,42 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                 // FP8: 1-byte operands at the FP8 peak, BF16 output; before each product its
                 // BF16 operands are cast (and transposed for the backward's products), the
                 // gradient of the output in backward: memory-bound kernels of their own.
-                let fp8_eff = eff * k::FP8_GEMM_RELATIVE_EFFICIENCY;
-                let compute = flop / (fp8_peak.get() * fp8_eff * shape_eff);
+                let rowwise = s.precision == Precision::Fp8Rowwise;
+                let relative = if rowwise {
+                    k::FP8_ROWWISE_GEMM_RELATIVE_EFFICIENCY
+                } else {
+                    k::FP8_GEMM_RELATIVE_EFFICIENCY
+                };
+                let compute = flop / (fp8_peak.get() * eff * relative * shape_eff);
                 let bytes = (mt * kl + kl * nl + 2.0 * mt * nl) * cnt;
                 let gemm = compute.max(hbm_time(gpu, bytes)) + ovh * cnt;
-                let cast = |elements: f64| {
-                    hbm_time(gpu, k::FP8_CAST_BYTES_PER_ELEMENT * elements * cnt) + ovh * cnt
+                let cast = |bytes_per_element: f64, elements: f64| {
+                    hbm_time(gpu, bytes_per_element * elements * cnt) + ovh * cnt
+                };
+                let (cast_ops_fwd, cast_ops_bwd) = if rowwise {
+                    // Each operand scaled along the axis its product reduces: forward the
+                    // input's and the weight's rows (their contiguous axis); backward the
+                    // output's gradient along its rows (data gradient) and its columns (weight
+                    // gradient), the weight along its columns, the input along its columns.
+                    let (along, across) = (
+                        k::FP8_ROWWISE_CAST_BYTES_PER_ELEMENT,
+                        k::FP8_COLUMNWISE_CAST_BYTES_PER_ELEMENT,
+                    );
+                    (
+                        cast(along, mt * kl) + cast(along, kl * nl),
+                        cast(along, mt * nl)
+                            + cast(across, mt * nl)
+                            + cast(across, kl * nl)
+                            + cast(across, mt * kl),
+                    )
+                } else {
+                    // Per tensor: the forward's casts write the transposes backward reads.
+                    let b = k::FP8_CAST_BYTES_PER_ELEMENT;
+                    (cast(b, mt * kl) + cast(b, kl * nl), cast(b, mt * nl))
                 };
                 return OpCost {
-                    fwd: gemm + cast(mt * kl) + cast(kl * nl) + cast_fwd,
-                    bwd: 2.0 * gemm + cast(mt * nl) + cast_bwd,
+                    fwd: gemm + cast_ops_fwd + cast_fwd,
+                    bwd: 2.0 * gemm + cast_ops_bwd + cast_bwd,
                     fwd_flop: flop,
                     bwd_flop: 2.0 * flop,
                     selective: 0.0,

@@ -288,6 +288,20 @@ pub fn grad_bucket_params(engine: Engine, dp: u32) -> Option<f64> {
 /// Float8 casts likewise. A byte count, not a fitted number.
 pub const FP8_CAST_BYTES_PER_ELEMENT: f64 = 4.0;
 
+/// HBM bytes per element of one cast of torchao's rowwise FP8 recipe along an operand's rows
+/// (its contiguous axis): read 2 B, write the 1-byte FP8 tensor, the row's amax reduced in
+/// the same pass (`hp_tensor_to_float8_dynamic`: `tensor_to_scale`, then
+/// `hp_tensor_and_scale_to_float8`, torchao/float8/float8_scaling_utils.py, which
+/// `torch.compile` fuses into one kernel when the reduction runs along the contiguous axis). A
+/// byte count.
+pub const FP8_ROWWISE_CAST_BYTES_PER_ELEMENT: f64 = 3.0;
+
+/// The same cast along an operand's columns (the backward's products: the output's gradient
+/// for the weight gradient, the weight for the data gradient, the input for the weight
+/// gradient): the amax reduced across rows in a pass of its own (read 2 B) before the cast
+/// (read 2 B, write 1 B). A byte count.
+pub const FP8_COLUMNWISE_CAST_BYTES_PER_ELEMENT: f64 = 5.0;
+
 /// HBM bytes per element of a mixed-precision cast between FP32 and 16 bits: read 4 B and
 /// write 2 (a weight to BF16), or read 2 and write 4 (a gradient to FP32). A byte count.
 pub const MASTER_CAST_BYTES_PER_ELEMENT: f64 = 6.0;
@@ -309,6 +323,19 @@ pub const FSDP_COPY_OUT_BYTES_PER_ELEMENT: f64 = 4.0;
 /// tokens: median 0.648 of 1,979 TFLOP/s against BF16's 0.685 of 989 on the same shapes
 /// (`data/measured/h200-sxm-141gb/kernels.json`): 0.95.
 pub const FP8_GEMM_RELATIVE_EFFICIENCY: f64 = 0.95;
+
+/// torchao's rowwise FP8 products (`torch._scaled_mm` with a scale per row of each operand,
+/// PyTorch's CUTLASS rowwise-scaled kernel on Hopper, not cuBLAS's per-tensor one) relative to
+/// a BF16 GEMM's fraction of its peak — *fitted*, on two published measurements of the same
+/// job (Llama 3 8B, 8 H100, FSDP2, per-op selective checkpointing, `torch.compile`, one
+/// sample of 8,192 tokens per GPU) in BF16 and with the rowwise recipe: torchao's float8
+/// README (6,150 and 6,768 tokens/s, 1.100×) and torchtitan's commit 7a04053 (5,760 and
+/// 6,412–6,424, 1.113–1.115×). With this value and the rowwise casts'
+/// bytes hetplan estimates 1.113× (`tests/fp8.rs`). It absorbs what the per-tensor estimate
+/// overshoots on the same job (1.31× estimated where both sources measured 1.25× with FP8
+/// all-gathers): against per-tensor scaling's 0.95 it puts the rowwise kernel at 0.76 of
+/// cuBLAS's rate.
+pub const FP8_ROWWISE_GEMM_RELATIVE_EFFICIENCY: f64 = 0.72;
 
 /// A GEMM's dimensions that are the rows of its operands (the inner `k` and the output width
 /// `n`; not the tokens `m`) span a multiple of 16 bytes for cuBLAS's fastest kernels (NVIDIA's

@@ -477,6 +477,9 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
             flag("bf16", None);
             flag("fp8-format", Some("hybrid".into()));
         }
+        // torchao's recipe, not Transformer Engine's: refused before export
+        // (`Target::precisions`).
+        Precision::Fp8Rowwise => {}
     }
     a
 }

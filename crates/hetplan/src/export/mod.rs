@@ -72,7 +72,9 @@ impl Target {
                 Precision::Fp8,
             ],
             Target::Deepspeed => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
-            Target::Torchtitan => &[Precision::Bf16, Precision::Fp32],
+            // Its Float8 converter takes only torchao's rowwise recipes
+            // (components/quantization/float8.py).
+            Target::Torchtitan => &[Precision::Bf16, Precision::Fp32, Precision::Fp8Rowwise],
             // Megatron-DeepSpeed's --fp16/--bf16 or neither (Sailor's default is FP32).
             Target::Sailor => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
             // `training.params_dtype`/`exec_dtype`, parsed by `str_to_torch_dtype`.
@@ -177,10 +179,10 @@ fn precision_reason(target: Target, plan: &crate::plan::Plan) -> Option<String> 
         target.name(),
         names.join(", "),
         plan.precision.name().to_uppercase(),
-        if plan.precision == Precision::Fp8 {
-            " (Megatron-LM runs FP8 through Transformer Engine)"
-        } else {
-            ""
+        match plan.precision {
+            Precision::Fp8 => " (Megatron-LM runs FP8 through Transformer Engine)",
+            Precision::Fp8Rowwise => " (torchao's rowwise recipe, which torchtitan runs)",
+            _ => "",
         }
     ))
 }

@@ -522,8 +522,13 @@ fn job_module(job: Job<'_>) -> String {
          )\n\
          from torchtitan.models.llama3.model import Llama3Model\n\
          from torchtitan.protocols.model_spec import ModelSpec\n\
-         from torchtitan.trainer import Trainer\n\n",
+         from torchtitan.trainer import Trainer\n",
     );
+    let rowwise = plan.precision == Precision::Fp8Rowwise;
+    if rowwise {
+        s.push_str("from torchtitan.components.quantization import Float8LinearConverter\n");
+    }
+    s.push('\n');
     s.push_str(&format!(
         "# The model's shape, as hetplan has it ({name}).\n\
          DIM = {hidden}\n\
@@ -535,6 +540,8 @@ fn job_module(job: Job<'_>) -> String {
          TIED_EMBEDDINGS = {tied}\n\
          # The parameters hetplan counts in it (tests/engines/check_torchtitan.py compares).\n\
          HETPLAN_PARAMS = {params}\n\
+         # The FP8 recipe of the blocks' linears (None: BF16 or FP32 throughout).\n\
+         FP8_RECIPE = {fp8_recipe}\n\
          # Not part of hetplan's model: RoPE.Config's default base, no scaling; RMSNorm.Config's\n\
          # default eps (1e-5). Llama 3 itself uses theta 500000 with \"llama\" scaling.\n\
          ROPE_THETA = 10000.0\n\
@@ -548,6 +555,11 @@ fn job_module(job: Job<'_>) -> String {
         vocab = cfg.vocab,
         tied = py_bool(cfg.tied_embeddings),
         params = model.params(),
+        fp8_recipe = if plan.precision == Precision::Fp8Rowwise {
+            "\"rowwise\""
+        } else {
+            "None"
+        },
         rope_len = job.seq_len.max(cfg.max_seq_len),
     ));
     s.push_str(
@@ -570,7 +582,7 @@ fn job_module(job: Job<'_>) -> String {
     } else {
         s.push_str("# One pipeline stage: the whole model on every GPU.\nMODULE_FQNS_PER_MODEL_PART = None\n\n\n");
     }
-    s.push_str(
+    s.push_str(&format!(
         "def model_spec() -> ModelSpec:\n    \
          \"\"\"torchtitan's Llama 3 model at this shape, built by its own builders.\"\"\"\n    \
          model = Llama3Model.Config(\n        \
@@ -601,9 +613,28 @@ fn job_module(job: Job<'_>) -> String {
          attn_backend=\"flex\",\n        \
          ),\n    \
          )\n    \
+         {fp8}\
          # Llama 3's spec (its parallelize, pipelining and state-dict functions) with this model.\n    \
          return dataclasses.replace(model_registry(\"debugmodel\"), flavor=\"hetplan\", model=model)\n\n\n",
-    );
+        fp8 = if rowwise {
+            format!(
+                "# FP8 by torchao's rowwise recipe (fp8-rowwise) on the blocks' linears; the output\n    \
+                 # layer stays BF16, as hetplan priced it.\n    \
+                 model = (\n        \
+                 Float8LinearConverter.Config(\n            \
+                 recipe_name=\"rowwise\",\n            \
+                 filter_fqns=[\"lm_head\"],\n            \
+                 model_compile_enabled={},\n        \
+                 )\n        \
+                 .build()\n        \
+                 .convert(model)\n    \
+                 )\n    ",
+                py_bool(plan.compile != Compile::Off)
+            )
+        } else {
+            String::new()
+        },
+    ));
     let ac = match st.recompute {
         Recompute::None => "None",
         // torchtitan's selective checkpointing is op by op (`SelectiveAC`'s policy).

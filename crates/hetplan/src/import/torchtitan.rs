@@ -167,6 +167,13 @@ impl TorchtitanJob {
         }
     }
 
+    /// Whether `name` occurs in the module's code (comments left out).
+    fn mentions(&self, name: &str) -> bool {
+        self.src
+            .lines()
+            .any(|l| l.split('#').next().unwrap_or("").contains(name))
+    }
+
     fn string(&self, key: &str) -> Option<String> {
         self.kwargs
             .get(key)
@@ -393,6 +400,36 @@ impl TorchtitanJob {
         let precision = match self.string("mixed_precision_param").as_deref() {
             Some("float32") => Precision::Fp32,
             _ => Precision::Bf16,
+        };
+        // The model's linears converted (`model_registry(..., converters=[...])` or a
+        // converter's `convert`): torchao's rowwise Float8 recipe is FP8 as hetplan prices it.
+        let precision = if let Some(other) = ["MXFP8LinearConverter", "NVFP4LinearConverter"]
+            .into_iter()
+            .find(|c| self.mentions(c))
+        {
+            return Err(InputError::new(format!(
+                "the module converts the model's linears with {other}; hetplan models BF16, \
+                 FP32 and torchao's rowwise FP8 (Float8LinearConverter) in torchtitan"
+            )));
+        } else if self.mentions("Float8LinearConverter") {
+            match self.string("recipe_name").as_deref() {
+                None | Some("rowwise") => Precision::Fp8Rowwise,
+                Some(r) => {
+                    let lit = &self.kwargs["recipe_name"];
+                    return Err(self
+                        .error(
+                            lit,
+                            format!(
+                                "Float8 recipe {r:?}: hetplan models torchao's \"rowwise\" \
+                                 recipe (rowwise_with_gw_hp keeps the weight gradient's \
+                                 product in BF16, which it does not price)"
+                            ),
+                        )
+                        .hint(Some("use recipe_name=\"rowwise\"".into())));
+                }
+            }
+        } else {
+            precision
         };
         let per_stage = (dp * tp) as usize;
         let stages = (0..chunks)

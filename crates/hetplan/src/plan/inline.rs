@@ -535,6 +535,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
                 ("fp16", Precision::Fp16),
                 ("fp32", Precision::Fp32),
                 ("fp8", Precision::Fp8),
+                ("fp8-rowwise", Precision::Fp8Rowwise),
             ],
         )?
         .unwrap_or_default();

@@ -134,6 +134,13 @@ pub enum Precision {
     /// FP32 master weights and Adam states as BF16 training. Needs FP8 tensor cores (Ada,
     /// Hopper, Blackwell).
     Fp8,
+    /// FP8 by torchao's rowwise recipe (torchtitan's `float8.recipe_name = "rowwise"`,
+    /// `Float8LinearConfig.from_recipe_name("rowwise")`): every operand of the blocks' products
+    /// scaled per row, E4M3 throughout, the products in PyTorch's CUTLASS rowwise-scaled kernel
+    /// rather than cuBLAS's per-tensor one, and the BF16 operands kept for backward and cast
+    /// again there along the axis each backward product needs (no FP8 transposes). Better at
+    /// outliers than per-tensor scaling, slower. Otherwise as `Fp8`.
+    Fp8Rowwise,
 }
 
 impl Precision {
@@ -141,7 +148,7 @@ impl Precision {
     /// weights; its FP8 copies are `memory::fp8_weight_copy_bytes`).
     pub fn element_bytes(self) -> f64 {
         match self {
-            Precision::Bf16 | Precision::Fp16 | Precision::Fp8 => 2.0,
+            Precision::Bf16 | Precision::Fp16 | Precision::Fp8 | Precision::Fp8Rowwise => 2.0,
             Precision::Fp32 => 4.0,
         }
     }
@@ -153,7 +160,13 @@ impl Precision {
             Precision::Fp16 => "fp16",
             Precision::Fp32 => "fp32",
             Precision::Fp8 => "fp8",
+            Precision::Fp8Rowwise => "fp8-rowwise",
         }
+    }
+
+    /// Whether the blocks' matrix products run in FP8 (either scaling recipe).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, Precision::Fp8 | Precision::Fp8Rowwise)
     }
 }
 
@@ -721,8 +734,10 @@ fn fnv1a_hex(text: &str) -> String {
 /// reduce in the training precision (FP8 trains BF16 outside its products).
 pub fn default_gradient_dtype(engine: Engine, precision: Precision) -> Precision {
     match (engine, precision) {
-        (Engine::Megatron, Precision::Bf16 | Precision::Fp8) => Precision::Fp32,
-        (_, Precision::Fp8) => Precision::Bf16,
+        (Engine::Megatron, Precision::Bf16 | Precision::Fp8 | Precision::Fp8Rowwise) => {
+            Precision::Fp32
+        }
+        (_, Precision::Fp8 | Precision::Fp8Rowwise) => Precision::Bf16,
         (_, p) => p,
     }
 }

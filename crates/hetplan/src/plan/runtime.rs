@@ -74,10 +74,19 @@ impl Runtime {
     }
 
     /// Whether the engine trains in precision `p`: DeepSpeed's engine has no FP8 (its config
-    /// has no FP8 section); Megatron (Transformer Engine), torchtitan and FSDP2 (torchao's
-    /// Float8) run it; every engine runs FP32, FP16 and BF16.
+    /// has no FP8 section); Megatron (Transformer Engine) and FSDP2 with torchao's Float8 run
+    /// per-tensor FP8; torchao's rowwise recipe runs under FSDP2 and torchtitan, whose 0.3.0
+    /// takes no other (`Float8LinearConverter.Config.recipe_name`: `rowwise` or
+    /// `rowwise_with_gw_hp`, components/quantization/float8.py; its December 2024 benchmarks
+    /// ran per-tensor scaling, since dropped), while Transformer Engine's recipes are per-tensor,
+    /// block and MX scaling; every engine runs FP32, FP16 and BF16.
     pub fn trains_in(self, p: super::Precision) -> bool {
-        !(self == Runtime::Deepspeed && p == super::Precision::Fp8)
+        use super::Precision;
+        match p {
+            Precision::Fp8 => matches!(self, Runtime::Megatron | Runtime::Fsdp),
+            Precision::Fp8Rowwise => matches!(self, Runtime::Torchtitan | Runtime::Fsdp),
+            Precision::Bf16 | Precision::Fp16 | Precision::Fp32 => true,
+        }
     }
 
     /// Whether the engine overlaps TP communication with the GEMMs (`Plan::tp_comm_overlap`):
@@ -103,9 +112,19 @@ impl Runtime {
         };
         let same = |f: &dyn Fn(&Stage) -> String| plan.stages.iter().all(|s| f(s) == f(first));
         if !self.trains_in(plan.precision) {
-            why.push(format!(
-                "{name} trains in FP32, FP16 or BF16; the plan's matrix products are FP8"
-            ));
+            why.push(match plan.precision {
+                super::Precision::Fp8Rowwise => format!(
+                    "{name} has no rowwise FP8 (torchao's recipe); the plan's matrix products \
+                     are FP8 with per-row scales"
+                ),
+                _ if self == Runtime::Torchtitan => format!(
+                    "{name} runs FP8 by torchao's rowwise recipe only (fp8-rowwise); the plan's \
+                     matrix products are FP8 with per-tensor scales"
+                ),
+                _ => format!(
+                    "{name} trains in FP32, FP16 or BF16; the plan's matrix products are FP8"
+                ),
+            });
         }
         if self == Runtime::Fsdp && pp > 1 {
             why.push(format!(

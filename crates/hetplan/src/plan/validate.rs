@@ -834,7 +834,7 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
     for i in 0..stages.len() {
         check_stage(plan, model, cluster, i, &mut errs);
     }
-    if plan.precision == super::Precision::Fp8 {
+    if plan.precision.is_fp8() {
         for (i, s) in stages.iter().enumerate() {
             let lacking = (s.devices.iter())
                 .filter(|g| cluster.contains(**g))

@@ -98,6 +98,7 @@ fn precision_key(p: Precision) -> &'static str {
         Precision::Fp16 => "fp16",
         Precision::Fp32 => "fp32",
         Precision::Fp8 => "fp8",
+        Precision::Fp8Rowwise => "fp8-rowwise",
     }
 }
 

@@ -92,9 +92,8 @@ pub fn workload<'a>(problem: &Problem<'a>) -> Workload<'a> {
 /// least one GPU with FP8 tensor cores (the plan then uses only those), and the engine asked
 /// for (`--engine`) must train in it.
 pub fn precision_runs(problem: &Problem<'_>) -> Result<(), PlannerError> {
-    use crate::plan::Precision;
     let p = problem.options.precision;
-    if p == Precision::Fp8 {
+    if p.is_fp8() {
         let types = &problem.cluster.gpu_types;
         if types.iter().all(|t| crate::gpu::fp8_peak(t).is_none()) {
             let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
@@ -107,10 +106,20 @@ pub fn precision_runs(problem: &Problem<'_>) -> Result<(), PlannerError> {
     }
     match problem.options.runtime {
         Some(rt) if !rt.trains_in(p) => Err(PlannerError::Infeasible(format!(
-            "{} does not train in {}; plan for it in BF16 (--precision bf16), or for an engine \
-             that runs it (--engine megatron)",
+            "{} does not train in {}; plan for it in {}, or for an engine that runs it \
+             (--engine {})",
             rt.name(),
-            p.name().to_uppercase()
+            p.name().to_uppercase(),
+            if rt == crate::plan::runtime::Runtime::Torchtitan {
+                "BF16 or by torchao's rowwise recipe (--precision bf16, fp8-rowwise)"
+            } else {
+                "BF16 (--precision bf16)"
+            },
+            if p == crate::plan::Precision::Fp8Rowwise {
+                "fsdp"
+            } else {
+                "megatron"
+            }
         ))),
         _ => Ok(()),
     }
