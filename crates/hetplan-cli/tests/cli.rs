@@ -1208,19 +1208,22 @@ fn compare_runs_every_planner() {
         ] {
             assert!(r.get(key).is_some(), "missing `{key}` in {r}");
         }
-        // Inside the oracle's space (all GPUs, no ZeRO, recomputation, offloading or
-        // per-replica step counts) nobody beats it; Mist and Poplar search wider spaces.
+        // Inside the oracle's space (all GPUs, no ZeRO, recomputation, offloading, per-replica
+        // step counts, sequence parallelism or TP communication overlap) nobody beats it; Mist,
+        // Poplar and hetplan search wider spaces.
         let stages = r["plan"]["stages"].as_array().unwrap();
         let gpus: usize = stages
             .iter()
             .map(|s| s["devices"].as_array().unwrap().len())
             .sum();
         let in_space = gpus == 2
+            && r["plan"].get("tp_comm_overlap").is_none_or(|o| o == false)
             && stages.iter().all(|s| {
                 s["zero"] == 0
                     && s["recompute"] == "none"
                     && s.get("offload").is_none()
                     && s.get("replica_samples").is_none()
+                    && s.get("sequence_parallel").is_none_or(|sp| sp == false)
             });
         if let Some(t) = r["estimate"]["iteration_time_s"].as_f64() {
             if r["fits"] == true && in_space {

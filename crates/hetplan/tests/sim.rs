@@ -408,12 +408,13 @@ fn gpt3_13b_estimated_and_simulated(cluster: &str, spec: &str) -> (f64, f64) {
 }
 
 /// ZeRO-1/2 over many nodes: Megatron (overlap-param-gather) and FSDP gather the optimizer
-/// step's parameters ahead of the next forward, one layer after the other, each gather paying
-/// the ring's message latencies; the estimate prices them so, as the simulator runs them.
-/// DeepSpeed gathers once, after the step. (Priced as one gather, GPT-3 13B on 128 nodes of
-/// eight A100s at 100 Gb/s simulated 15.7% (FSDP, ZeRO-1), 19.5% (FSDP, ZeRO-2) and 11.8%
-/// (Megatron) over its estimate; 1.2% for DeepSpeed. Priced per layer, and with the
-/// simulator counting a tied head weight once per stage: 1.1%, 1.8%, 0.7% and 1.2%.)
+/// step's parameters ahead of the next forward, one bucket after the other (Megatron's
+/// gradient buckets, four of GPT-3 13B's layers each at dp 1,024; FSDP's layers), each gather
+/// paying the ring's message latencies; the estimate prices them so, as the simulator runs
+/// them. DeepSpeed gathers once, after the step. (Priced as one gather, GPT-3 13B on 128 nodes
+/// of eight A100s at 100 Gb/s simulated 15.7% (FSDP, ZeRO-1), 19.5% (FSDP, ZeRO-2) and 11.8%
+/// (Megatron) over its estimate; 1.2% for DeepSpeed. Priced per bucket, and with the
+/// simulator counting a tied head weight once per stage: 1.1%, 1.8%, 1.0% and 1.2%.)
 #[test]
 fn zero1_and_2_gathers_over_many_nodes_agree_with_the_estimate() {
     for (zero, engine) in [(1, "fsdp"), (2, "fsdp"), (1, "megatron"), (1, "deepspeed")] {

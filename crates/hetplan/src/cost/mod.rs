@@ -1203,7 +1203,6 @@ fn end_of_iteration(
     let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
     let params_local = dp_params(model, st);
-    let nlayers = st.layers.len().max(1) as f64;
     let group = dp_group(st, 0);
     let g = Bytes(params_local * ctx.gg_bytes);
     let p = Bytes(params_local * ctx.pg_bytes);
@@ -1224,13 +1223,18 @@ fn end_of_iteration(
         time(g, c) + (buckets - 1) as f64 * comm::collective_latency(cluster, &group, c).get()
     };
     // The parameter all-gather of ZeRO-1/2 follows the optimizer step: Megatron
-    // (overlap-param-gather) and FSDP run it ahead of the next forward, layer by layer, one
-    // gather after the other, each paying the ring's message latencies (the first layer's in
+    // (overlap-param-gather) and FSDP run it ahead of the next forward bucket by bucket — the
+    // gradient buckets above: Megatron's buffers serve both, FSDP's units are layers — one
+    // gather after the other, each paying the ring's message latencies (the first bucket's in
     // the open: Megatron dispatches it in the first forward's pre-hook); DeepSpeed gathers
     // everything at once after the step and waits for it.
     let during_forward = plan.engine.gathers_params_during_forward();
     let param_gather = || {
-        let chained = if during_forward { nlayers - 1.0 } else { 0.0 };
+        let chained = if during_forward {
+            (buckets - 1) as f64
+        } else {
+            0.0
+        };
         time(p, Collective::AllGather)
             + chained * comm::collective_latency(cluster, &group, Collective::AllGather).get()
     };
@@ -1248,7 +1252,7 @@ fn end_of_iteration(
     let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, buckets as f64);
     let mut before = 0.0;
     if during_forward {
-        before = exposed_behind(worst.forward, gather, nlayers);
+        before = exposed_behind(worst.forward, gather, buckets as f64);
     } else {
         exposed += gather;
     }

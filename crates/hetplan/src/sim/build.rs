@@ -65,8 +65,8 @@ pub enum Label {
         layer: usize,
     },
     /// ZeRO-1/2 parameter all-gather of the optimizer step's result: after the step (`layer`
-    /// none), or layer by layer ahead of the first forward where the engine overlaps it
-    /// (`Engine::gathers_params_during_forward`).
+    /// none), or bucket by bucket ahead of the first forward where the engine overlaps it
+    /// (`Engine::gathers_params_during_forward`; `layer`: the bucket's first).
     ParamGather {
         stage: usize,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -742,8 +742,8 @@ pub fn task_count(plan: &Plan) -> u64 {
         }
         if st.dp > 1 {
             // ZeRO-3 gathers (both passes) and ZeRO-2/3 reduce-scatters per layer and
-            // micro-batch; gradient buckets; the parameter gather (per layer where it runs
-            // ahead of the first forward).
+            // micro-batch; gradient buckets; the parameter gather (per bucket where it runs
+            // ahead of the first forward): buckets counted as layers, at most one each.
             let zero = match st.zero {
                 3 => 3,
                 2 => 1,
@@ -1369,38 +1369,44 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         let _ = opt;
     }
     // ZeRO-1/2: the step's parameters gathered. Where the engine overlaps the gather with the
-    // next forward, this iteration's first forward waits for the previous step's gather layer
-    // by layer, one gather after the other, each once the forward has reached the layer two
-    // before it (Megatron's `finish_param_sync` dispatches the next bucket's gather when a
-    // bucket's forward starts).
+    // next forward, this iteration's first forward waits for the previous step's gather bucket
+    // by bucket — the gradient buckets (`cost::grad_buckets`: Megatron's buffers serve both;
+    // FSDP's units are layers) — one gather after the other, each dispatched when the bucket
+    // before it starts its forward (Megatron's `finish_param_sync` in a bucket's forward
+    // pre-hook waits for that bucket's gather and dispatches the next one's).
     for (si, st) in plan.stages.iter().enumerate() {
         if st.dp <= 1 || !gathers_during_forward(plan, st) {
             continue;
         }
         let start = st.layers.start;
+        let range = st.layers.start..st.layers.end;
         let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
             .map(|r| passes[&(si, r, 0, Pass::Forward)].layers.clone())
             .collect();
+        let mut buckets = cost::grad_buckets(model, plan, st);
+        buckets.reverse();
         let mut prev: Option<TaskId> = None;
-        for l in 0..st.layers.len() {
-            let params = cost::memory::layer_gpu_params(
-                model,
-                st.layers.start..st.layers.end,
-                start + l,
-                st.tp,
-                st.expert_shards(),
-            );
-            // The first layer's is dispatched when the forward could start (Megatron's
-            // pre-hook): once what that forward waits for is done.
+        for (k, bucket) in buckets.iter().enumerate() {
+            let params: f64 = (bucket.iter())
+                .map(|l| {
+                    let range = range.clone();
+                    cost::memory::layer_gpu_params(model, range, l, st.tp, st.expert_shards())
+                })
+                .sum();
+            // The first bucket's is dispatched when the forward could start (Megatron's
+            // pre-hook): once what that forward waits for is done; the second's when the
+            // first's forward starts, after its gather; later ones when the forward has done
+            // the layer before the previous bucket.
             let mut deps: Vec<TaskId> = prev.into_iter().collect();
-            if l == 0 {
+            if k == 0 {
                 for ls in &layers {
                     deps.extend(b.graph.tasks[ls[0]].deps.iter().copied());
                 }
                 deps.sort_unstable();
                 deps.dedup();
-            } else if l >= 2 {
-                deps.extend(layers.iter().map(|ls| ls[l - 2]));
+            } else if k >= 2 {
+                let before = buckets[k - 1].start - 1 - start;
+                deps.extend(layers.iter().map(|ls| ls[before]));
             }
             let g = b.dp_collective(
                 si,
@@ -1409,11 +1415,13 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 deps,
                 Label::ParamGather {
                     stage: si,
-                    layer: Some(start + l),
+                    layer: Some(bucket.start),
                 },
             );
             for ls in &layers {
-                b.graph.add_dep(ls[l], g);
+                for l in bucket.iter() {
+                    b.graph.add_dep(ls[l - start], g);
+                }
             }
             prev = Some(g);
         }
