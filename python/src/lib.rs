@@ -7,7 +7,7 @@ use hetplan::cost::{estimate, Analytic, Profiled, Workload};
 use hetplan::error::InputError;
 use hetplan::export::{export, Job, Target};
 use hetplan::plan::runtime::Runtime;
-use hetplan::plan::{Compile, Engine, Plan, Precision, ValidPlan};
+use hetplan::plan::{Compile, Plan, Precision, ValidPlan};
 use hetplan::planners::{self, Clock, Limits, NoProgress, PlanOptions, Problem, Search};
 use hetplan::profile::ProfileIndex;
 use hetplan::sim::{simulate, SimOptions};
@@ -281,7 +281,7 @@ fn search_plan(
         seq_len,
         compute: &Analytic,
         options: PlanOptions {
-            engine: runtime.map_or(Engine::Megatron, Runtime::engine),
+            engine: hetplan::plan::runtime::planning_engine(runtime, precision),
             runtime,
             precision,
             compile,
@@ -367,7 +367,7 @@ fn lower_bound(
         seq_len,
         compute: &Analytic,
         options: PlanOptions {
-            engine: runtime.map_or(Engine::Megatron, Runtime::engine),
+            engine: hetplan::plan::runtime::planning_engine(runtime, precision),
             runtime,
             precision,
             ..PlanOptions::default()

@@ -23,7 +23,9 @@ torchtitan` (torchtitan 0.3.0). For each, what `python -m torchtitan.train --mod
 5. The batches: the global batch divides into local batch × data-parallel degree (Trainer),
    the local batch into pipeline micro-batches, and torch's schedule accepts the micro-batch
    count (Schedule1F1B: at least the stage count; Interleaved 1F1B: a multiple of its rounds).
-6. FP8 (`precision=fp8-rowwise`): torchao's rowwise recipe on every block linear, the output
+6. FP8 (`precision=fp8-rowwise`, the module's `FP8_RECIPE`, which the Rust side checks against
+   the plan it exported): torchao's rowwise recipe on every block linear — every operand of
+   every product scaled per row, none kept in BF16 (`rowwise_with_gw_hp` would) — the output
    layer in BF16, as hetplan priced it; a BF16 export has no Float8 linear. The converter
    refuses to start without an SM89+ GPU (`Float8LinearConverter.__init__`); this check runs
    where there is none, so the capability check is answered as an H100 would answer it.
@@ -117,10 +119,11 @@ def check(directory):
     assert ffn.w1.out_features == module.FFN_HIDDEN_DIM
 
     # 6. FP8: the blocks' linears in torchao's rowwise recipe, the output layer not.
+    float8_linear = getattr(tt_float8, "TorchAOFloat8Linear", None)
     fp8 = [
         name
         for name, m in model.named_modules()
-        if isinstance(m, tt_float8.TorchAOFloat8Linear)
+        if float8_linear is not None and isinstance(m, float8_linear)
     ]
     if getattr(module, "FP8_RECIPE", None) == "rowwise":
         block_linears = [
@@ -133,9 +136,18 @@ def check(directory):
         )
         for name in fp8:
             recipe = dict(model.named_modules())[name].config
-            assert recipe.cast_config_input.scaling_granularity.name == "AXISWISE", (
-                f"{name}: not rowwise ({recipe.cast_config_input})"
-            )
+            casts = [
+                recipe.cast_config_input,
+                recipe.cast_config_weight,
+                recipe.cast_config_grad_output,
+            ]
+            for cast in casts:
+                assert cast.scaling_granularity.name == "AXISWISE", f"{name}: {cast}"
+                assert cast.scaling_type.name == "DYNAMIC", f"{name}: {cast}"
+            # rowwise_with_gw_hp sets these (BF16 weight gradient, a per-tensor weight).
+            assert recipe.cast_config_input_for_grad_weight is None, f"{name}: {recipe}"
+            assert recipe.cast_config_weight_for_grad_input is None, f"{name}: {recipe}"
+            assert recipe.cast_config_grad_output_for_grad_weight is None, f"{name}: {recipe}"
         assert "lm_head" not in fp8, "the output layer runs in FP8; hetplan priced it in BF16"
     else:
         assert not fp8, f"a BF16 export with Float8 linears: {fp8[:4]}"

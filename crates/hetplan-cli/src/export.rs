@@ -156,10 +156,7 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
         cmd.push_str(&format!(" --profile {}", export::shell_quote(p)));
     }
     if l.plan.precision != hetplan::plan::Precision::default() {
-        cmd.push_str(&format!(
-            " --precision {}",
-            format!("{:?}", l.plan.precision).to_lowercase()
-        ));
+        cmd.push_str(&format!(" --precision {}", l.plan.precision.name()));
     }
     let Some(runtime) = target.runtime() else {
         // No search restricted to this runtime: say so, and how to try another plan.
@@ -173,15 +170,22 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
     if !target.precisions().contains(&l.plan.precision) {
         // The engine has no such precision: plan for it at its default (BF16) instead; the
         // times would not compare.
-        let default = format!(
-            " --precision {}",
-            format!("{:?}", l.plan.precision).to_lowercase()
-        );
+        let default = format!(" --precision {}", l.plan.precision.name());
+        let bf16 = cmd.replace(&default, "");
+        // FP8 that the engine runs by another recipe (torchtitan: rowwise only): that one.
+        let other_fp8 = (target.precisions().iter())
+            .find(|p| l.plan.precision.is_fp8() && p.is_fp8() && runtime.trains_in(**p));
+        let (name, cmd) = match other_fp8 {
+            Some(p) => (
+                p.name().to_uppercase(),
+                format!("{bf16} --precision {}", p.name()),
+            ),
+            None => ("BF16".to_string(), bf16),
+        };
         return Ok(Some(format!(
-            "{} does not train in {}; plan for it in BF16: {}",
+            "{} does not train in {}; plan for it in {name}: {cmd}",
             runtime.name(),
-            format!("{:?}", l.plan.precision).to_uppercase(),
-            cmd.replace(&default, "")
+            l.plan.precision.name().to_uppercase()
         )));
     }
     let t = a.replan_time_limit.trim();

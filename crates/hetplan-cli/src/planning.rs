@@ -4,7 +4,7 @@ use crate::diag::{CliError, Result};
 use crate::inputs;
 use hetplan::cost::{Analytic, ComputeTimes, Profiled, Workload};
 use hetplan::plan::runtime::Runtime;
-use hetplan::plan::{Compile, Engine, Plan, Precision, ValidPlan};
+use hetplan::plan::{Compile, Plan, Precision, ValidPlan};
 use hetplan::planners::{
     self, Clock, Limits, Outcome, PlanOptions, Planner, Problem, Progress, Search,
 };
@@ -156,12 +156,6 @@ impl EngineArg {
             EngineArg::Torchtitan => Some(Runtime::Torchtitan),
             EngineArg::Fsdp => Some(Runtime::Fsdp),
         }
-    }
-}
-
-impl From<EngineArg> for Engine {
-    fn from(e: EngineArg) -> Engine {
-        e.runtime().map_or(Engine::Megatron, Runtime::engine)
     }
 }
 
@@ -329,7 +323,7 @@ fn with_problem<T>(l: &LoadedProblem, a: &ProblemArgs, then: impl FnOnce(&Proble
             max_tp: a.max_tp,
             max_ep: a.max_ep,
             max_cp: a.max_cp,
-            engine: a.engine.into(),
+            engine: hetplan::plan::runtime::planning_engine(a.engine.runtime(), precision),
             runtime: a.engine.runtime(),
             precision,
             compile: a.compile.into(),
@@ -777,7 +771,7 @@ pub fn hetplan_best(
         seq_len,
         compute,
         options: PlanOptions {
-            engine: runtime.map_or(Engine::Megatron, Runtime::engine),
+            engine: hetplan::plan::runtime::planning_engine(runtime, plan.precision),
             runtime,
             precision: plan.precision,
             // Another engine runs its own kernels (`PlanOptions::compile_of`).

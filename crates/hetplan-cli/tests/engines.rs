@@ -406,6 +406,17 @@ fn torchtitan_accepts_every_export() {
         ),
     ];
     let exports = exports_for(&dir, "torchtitan", TORCHTITAN_INLINE, &planned, model);
+    // The FP8 recipe the checker expects is the one of the plan exported.
+    for (i, (_, _, spec)) in TORCHTITAN_INLINE.iter().enumerate() {
+        let module =
+            std::fs::read_to_string(dir.join(format!("inline-{i}/hetplan_job.py"))).unwrap();
+        let recipe = if spec.contains("precision=fp8-rowwise") {
+            "FP8_RECIPE = \"rowwise\"\n"
+        } else {
+            "FP8_RECIPE = None\n"
+        };
+        assert!(module.contains(recipe), "inline-{i} ({spec}): no {recipe}");
+    }
     // A broken copy the checker must refuse: one block more than the parts name.
     let broken = dir.join("broken");
     std::fs::create_dir_all(&broken).unwrap();

@@ -14,6 +14,19 @@ fn shape(precision: Precision) -> LayerShape {
     LayerShape::plain(2, 8192, 1, precision)
 }
 
+/// The estimate of the inline `plan` of Llama 3 8B on one node of eight H100s.
+fn llama3_8b_on_8_h100(seq_len: u64, plan: &str) -> hetplan::cost::Estimate {
+    let model = catalog_model("llama3-8b").unwrap();
+    let cluster = catalog_cluster("1x8xh100-sxm5-80gb").unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len,
+    };
+    let p = parse_inline_plan(plan, &model, &cluster).unwrap();
+    estimate(w, &w.validate(&p).unwrap(), &Analytic)
+}
+
 #[test]
 fn fp8_speeds_up_the_blocks_matrix_products_only() {
     let model = catalog_model("llama3-8b").unwrap();
@@ -34,17 +47,7 @@ fn fp8_speeds_up_the_blocks_matrix_products_only() {
 
 #[test]
 fn fp8_plans_estimate_faster_and_keep_te_weight_copies_under_megatron() {
-    let model = catalog_model("llama3-8b").unwrap();
-    let cluster = catalog_cluster("1x8xh100-sxm5-80gb").unwrap();
-    let w = Workload {
-        model: &model,
-        cluster: &cluster,
-        seq_len: 4096,
-    };
-    let run = |plan: &str| {
-        let p = parse_inline_plan(plan, &model, &cluster).unwrap();
-        estimate(w, &w.validate(&p).unwrap(), &Analytic)
-    };
+    let run = |plan: &str| llama3_8b_on_8_h100(4096, plan);
     let base = "tp=2,pp=2,dp=2,mbs=1,gbs=16,ckpt=full";
     let (bf16, fp8) = (run(base), run(&format!("{base},precision=fp8")));
     let speedup = bf16.iteration_time_s / fp8.iteration_time_s;
@@ -115,6 +118,7 @@ fn the_planner_keeps_the_problems_precision() {
             compute: &Analytic,
             options: PlanOptions {
                 precision,
+                engine: hetplan::plan::runtime::planning_engine(None, precision),
                 ..PlanOptions::default()
             },
         };
@@ -134,6 +138,34 @@ fn the_planner_keeps_the_problems_precision() {
                 assert_eq!(p.precision, precision, "{:?}", e.engine);
             }
         }
+    }
+    // Rowwise FP8 asked of Megatron-behaving plans: said at once, not a search that finds
+    // nothing.
+    let problem = Problem {
+        model: &model,
+        cluster: &cluster,
+        global_batch: 64,
+        seq_len: 2048,
+        compute: &Analytic,
+        options: PlanOptions {
+            precision: Precision::Fp8Rowwise,
+            ..PlanOptions::default()
+        },
+    };
+    let mut search = Search::new(
+        Limits {
+            max_nodes: Some(20_000),
+            time: None,
+        },
+        &planners::NoClock,
+        &planners::NoProgress,
+    );
+    match planners::by_name("hetplan")
+        .unwrap()
+        .plan(&problem, &mut search)
+    {
+        Err(planners::PlannerError::Infeasible(m)) => assert!(m.contains("engine fsdp"), "{m}"),
+        other => panic!("{:?}", other.map(|o| o.plan.summary())),
     }
 }
 
@@ -196,17 +228,8 @@ fn rowwise_fp8_runs_between_bf16_and_per_tensor_fp8_as_measured() {
     use hetplan::plan::runtime::Runtime;
     let model = catalog_model("llama3-8b").unwrap();
     let cluster = catalog_cluster("1x8xh100-sxm5-80gb").unwrap();
-    let w = Workload {
-        model: &model,
-        cluster: &cluster,
-        seq_len: 8192,
-    };
     let base = "dp=8,mbs=1,gbs=8,zero=3,ckpt=ops,engine=fsdp,compile=on";
-    let run = |precision: &str| {
-        let p =
-            parse_inline_plan(&format!("{base},precision={precision}"), &model, &cluster).unwrap();
-        estimate(w, &w.validate(&p).unwrap(), &Analytic)
-    };
+    let run = |precision: &str| llama3_8b_on_8_h100(8192, &format!("{base},precision={precision}"));
     let (bf16, tensorwise, rowwise) = (run("bf16"), run("fp8"), run("fp8-rowwise"));
     let speedup = bf16.iteration_time_s / rowwise.iteration_time_s;
     assert!(
@@ -238,9 +261,23 @@ fn rowwise_fp8_runs_between_bf16_and_per_tensor_fp8_as_measured() {
     assert_eq!(Precision::Fp8Rowwise.name(), "fp8-rowwise");
     let why = Runtime::Megatron.why_not(&p);
     assert!(why.iter().any(|r| r.contains("rowwise")), "{why:?}");
-    // No exporter writes it yet: said, not silently changed.
+    // Megatron's exporter refuses it, saying why; so does plan validation under an engine
+    // whose FP8 is Transformer Engine's, while the inline form without an engine takes fsdp.
     let why = why_not(Target::Megatron, &model, &p, 8192);
     assert!(why.iter().any(|r| r.contains("FP8-ROWWISE")), "{why:?}");
+    let err = parse_inline_plan(
+        "dp=8,mbs=1,gbs=8,engine=megatron,precision=fp8-rowwise",
+        &model,
+        &cluster,
+    )
+    .unwrap_err();
+    assert!(err.message.contains("rowwise"), "{err:?}");
+    let p = parse_inline_plan("dp=8,mbs=1,gbs=8,precision=fp8-rowwise", &model, &cluster).unwrap();
+    assert_eq!(p.engine, hetplan::plan::Engine::Fsdp);
+    assert_eq!(
+        hetplan::plan::runtime::planning_engine(None, Precision::Fp8Rowwise),
+        hetplan::plan::Engine::Fsdp
+    );
 }
 
 /// torchtitan runs FP8 by torchao's rowwise recipe only (0.3.0's `Float8LinearConverter`): the
@@ -318,5 +355,26 @@ fn torchtitan_exports_and_imports_rowwise_fp8() {
         .unwrap()
         .plan(&model, &cluster, None)
         .unwrap_err();
-    assert!(e.message.contains("MXFP8LinearConverter"), "{e:?}");
+    assert!(
+        e.message.contains("MXFP8LinearConverter") && e.line.is_some(),
+        "{e:?}"
+    );
+    // Emulation is software per-tensor FP8, for tests.
+    let emulated = module.replace(
+        "recipe_name=\"rowwise\",",
+        "recipe_name=\"rowwise\",\n            emulate=True,",
+    );
+    let e = TorchtitanJob::parse(&emulated)
+        .unwrap()
+        .plan(&model, &cluster, None)
+        .unwrap_err();
+    assert!(e.message.contains("emulate") && e.line.is_some(), "{e:?}");
+    // A module that imports the converter without converting anything trains in BF16.
+    let imported =
+        format!("from torchtitan.components.quantization import Float8LinearConverter\n{bf16}");
+    let (back, _) = TorchtitanJob::parse(&imported)
+        .unwrap()
+        .plan(&model, &cluster, None)
+        .unwrap();
+    assert_eq!(back.precision, Precision::Bf16);
 }

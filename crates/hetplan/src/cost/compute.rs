@@ -262,12 +262,14 @@ struct OpCost {
 }
 
 /// Whether `op` of a layer of kind `kind` runs in FP8 at precision `p`: the matrix products of
-/// the transformer blocks (Transformer Engine's and torchao's FP8 linears); the embedding, the
-/// output layer and attention stay BF16.
+/// the transformer blocks (Transformer Engine's and torchao's FP8 linears) whose input and
+/// output widths are multiples of 16, which FP8 tensor cores need (torchtitan's converter
+/// leaves other linears in BF16: `module_filter_fn`, components/quantization/utils.py); the
+/// embedding, the output layer and attention stay BF16.
 pub fn fp8_gemm(op: &Op, kind: crate::model::LayerKind, p: Precision) -> bool {
     p.is_fp8()
         && kind == crate::model::LayerKind::Transformer
-        && matches!(op.kind, OpKind::Gemm { .. })
+        && matches!(op.kind, OpKind::Gemm { k, n, .. } if k % 16 == 0 && n % 16 == 0)
 }
 
 fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -> OpCost {

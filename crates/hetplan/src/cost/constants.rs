@@ -290,10 +290,13 @@ pub const FP8_CAST_BYTES_PER_ELEMENT: f64 = 4.0;
 
 /// HBM bytes per element of one cast of torchao's rowwise FP8 recipe along an operand's rows
 /// (its contiguous axis): read 2 B, write the 1-byte FP8 tensor, the row's amax reduced in
-/// the same pass (`hp_tensor_to_float8_dynamic`: `tensor_to_scale`, then
+/// the same kernel (`hp_tensor_to_float8_dynamic`: `tensor_to_scale`, then
 /// `hp_tensor_and_scale_to_float8`, torchao/float8/float8_scaling_utils.py, which
-/// `torch.compile` fuses into one kernel when the reduction runs along the contiguous axis). A
-/// byte count.
+/// `torch.compile` fuses when the reduction runs along the contiguous axis). Rows longer than
+/// Inductor's persistent-reduction limit (1,024 elements, torch/_inductor/choices.py) are
+/// read twice in a looped kernel, the second time a row of 8–28 KB from L2, not HBM. A byte
+/// count, for compiled casts: an eager torchao cast is several kernels through FP32 (the
+/// amax, the scale, the clamp, the cast), which hetplan does not price, for either recipe.
 pub const FP8_ROWWISE_CAST_BYTES_PER_ELEMENT: f64 = 3.0;
 
 /// The same cast along an operand's columns (the backward's products: the output's gradient
@@ -326,12 +329,12 @@ pub const FP8_GEMM_RELATIVE_EFFICIENCY: f64 = 0.95;
 
 /// torchao's rowwise FP8 products (`torch._scaled_mm` with a scale per row of each operand,
 /// PyTorch's CUTLASS rowwise-scaled kernel on Hopper, not cuBLAS's per-tensor one) relative to
-/// a BF16 GEMM's fraction of its peak — *fitted*, on two published measurements of the same
-/// job (Llama 3 8B, 8 H100, FSDP2, per-op selective checkpointing, `torch.compile`, one
-/// sample of 8,192 tokens per GPU) in BF16 and with the rowwise recipe: torchao's float8
-/// README (6,150 and 6,768 tokens/s, 1.100×) and torchtitan's commit 7a04053 (5,760 and
-/// 6,412–6,424, 1.113–1.115×). With this value and the rowwise casts'
-/// bytes hetplan estimates 1.113× (`tests/fp8.rs`). It absorbs what the per-tensor estimate
+/// a BF16 GEMM's fraction of its peak — *fitted*, to torchtitan's commit 7a04053, which ran
+/// one job (Llama 3 8B, 8 H100, FSDP2, per-op selective checkpointing, `torch.compile`, one
+/// sample of 8,192 tokens per GPU) in BF16 and with the rowwise recipe: 5,760 and 6,412–6,424
+/// tokens/s, 1.113–1.115×; hetplan estimates 1.113× with this value and the rowwise casts'
+/// bytes (`tests/fp8.rs`). Checked against torchao's float8 README, the same job: 6,150 and
+/// 6,768, 1.100×. It absorbs what the per-tensor estimate
 /// overshoots on the same job (1.31× estimated where both sources measured 1.25× with FP8
 /// all-gathers): against per-tensor scaling's 0.95 it puts the rowwise kernel at 0.76 of
 /// cuBLAS's rate.

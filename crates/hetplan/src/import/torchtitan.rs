@@ -167,11 +167,24 @@ impl TorchtitanJob {
         }
     }
 
-    /// Whether `name` occurs in the module's code (comments left out).
-    fn mentions(&self, name: &str) -> bool {
-        self.src
-            .lines()
-            .any(|l| l.split('#').next().unwrap_or("").contains(name))
+    /// Where the module's code first calls `name` or its `Config` (`name(` or
+    /// `name.Config(`; comments, imports and mere mentions left out): a byte offset.
+    fn call_of(&self, name: &str) -> Option<usize> {
+        let mut start = 0;
+        for line in self.src.split_inclusive('\n') {
+            let code = line.split('#').next().unwrap_or("");
+            for (at, _) in code.match_indices(name) {
+                let before = code[..at].chars().next_back();
+                let after = &code[at + name.len()..];
+                if before.is_none_or(|c| !ident(c))
+                    && (after.starts_with('(') || after.starts_with(".Config("))
+                {
+                    return Some(start + at);
+                }
+            }
+            start += line.len();
+        }
+        None
     }
 
     fn string(&self, key: &str) -> Option<String> {
@@ -403,15 +416,30 @@ impl TorchtitanJob {
         };
         // The model's linears converted (`model_registry(..., converters=[...])` or a
         // converter's `convert`): torchao's rowwise Float8 recipe is FP8 as hetplan prices it.
-        let precision = if let Some(other) = ["MXFP8LinearConverter", "NVFP4LinearConverter"]
+        let unpriced = ["MXFP8LinearConverter", "NVFP4LinearConverter"]
             .into_iter()
-            .find(|c| self.mentions(c))
-        {
+            .find_map(|c| self.call_of(c).map(|at| (c, at)));
+        let precision = if let Some((other, at)) = unpriced {
             return Err(InputError::new(format!(
                 "the module converts the model's linears with {other}; hetplan models BF16, \
                  FP32 and torchao's rowwise FP8 (Float8LinearConverter) in torchtitan"
-            )));
-        } else if self.mentions("Float8LinearConverter") {
+            ))
+            .at_offset(&self.src, at));
+        } else if self.call_of("Float8LinearConverter").is_some() {
+            if let Some(lit) = self
+                .kwargs
+                .get("emulate")
+                .filter(|_| self.flag("emulate", false))
+            {
+                return Err(self
+                    .error(
+                        lit,
+                        "Float8 emulation (emulate=True) runs torchao's per-tensor recipe in \
+                         software, for tests; hetplan prices FP8 on FP8 tensor cores"
+                            .into(),
+                    )
+                    .hint(Some("leave emulate out to train on the GPU's FP8".into())));
+            }
             match self.string("recipe_name").as_deref() {
                 None | Some("rowwise") => Precision::Fp8Rowwise,
                 Some(r) => {

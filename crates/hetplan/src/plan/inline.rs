@@ -23,8 +23,8 @@
 //! | `cp` | context parallelism: each sample's sequence split over `cp` GPUs (or TP groups), ring attention between them; `dp` counts groups of `cp`, as Megatron's data-parallel size does, so a stage has `dp·cp` replicas | 1 |
 //! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
 //! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
-//! | `engine` | `megatron`, `deepspeed` or `fsdp` | `megatron` |
-//! | `precision` | `bf16`, `fp16`, `fp32` or `fp8` | `bf16` |
+//! | `engine` | `megatron`, `deepspeed` or `fsdp` | `megatron` (`fsdp` with `precision=fp8-rowwise`) |
+//! | `precision` | `bf16`, `fp16`, `fp32`, `fp8` (per-tensor scales) or `fp8-rowwise` (torchao's rowwise recipe; engine `fsdp`) | `bf16` |
 //! | `offload_w`, `offload_g`, `offload_opt`, `offload_act` | fractions 0–1 of weights, gradients, optimizer states, activations kept in host memory | 0 |
 //!
 //! One of `gbs` and `m` is required; given both, they must agree. `mbs`, `gbs` and `m` (and so
@@ -517,16 +517,14 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             ],
         )?
         .unwrap_or_default();
-    let engine = s
-        .choice(
-            "engine",
-            &[
-                ("megatron", Engine::Megatron),
-                ("deepspeed", Engine::Deepspeed),
-                ("fsdp", Engine::Fsdp),
-            ],
-        )?
-        .unwrap_or_default();
+    let engine = s.choice(
+        "engine",
+        &[
+            ("megatron", Engine::Megatron),
+            ("deepspeed", Engine::Deepspeed),
+            ("fsdp", Engine::Fsdp),
+        ],
+    )?;
     let precision = s
         .choice(
             "precision",
@@ -539,6 +537,12 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             ],
         )?
         .unwrap_or_default();
+    // torchao's rowwise FP8 runs under PyTorch's engines only.
+    let engine = engine.unwrap_or(if precision == Precision::Fp8Rowwise {
+        Engine::Fsdp
+    } else {
+        Engine::default()
+    });
     let offload = Offload {
         weights: s.ratio("offload_w")?,
         gradients: s.ratio("offload_g")?,

@@ -22,6 +22,18 @@ pub enum Runtime {
     Fsdp,
 }
 
+/// The cost-model engine of the plans a search makes: the engine's own where the plan must run
+/// on one (`--engine`); otherwise Megatron's behaviour (a heterogeneity-aware runtime built
+/// like it), or PyTorch's (`Engine::Fsdp`) for torchao's rowwise FP8, which only PyTorch's
+/// engines run.
+pub fn planning_engine(runtime: Option<Runtime>, precision: super::Precision) -> super::Engine {
+    match runtime {
+        Some(rt) => rt.engine(),
+        None if precision == super::Precision::Fp8Rowwise => super::Engine::Fsdp,
+        None => super::Engine::Megatron,
+    }
+}
+
 impl Runtime {
     pub const ALL: [Runtime; 4] = [
         Runtime::Megatron,

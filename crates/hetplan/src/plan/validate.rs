@@ -392,6 +392,11 @@ pub enum PlanError {
         compile: &'static str,
     },
     #[error(
+        "the plan trains in FP8 by torchao's rowwise recipe (fp8-rowwise) with engine {engine}, \
+         whose FP8 is Transformer Engine's (per-tensor, block or MX scales) or none"
+    )]
+    RowwiseOutsideFsdp { engine: &'static str },
+    #[error(
         "tp_comm_overlap is on, but compile is off: torchtitan's async TP is a pass of \
          torch.compile over the model"
     )]
@@ -521,6 +526,7 @@ impl PlanError {
             | PlanError::OpCheckpointOutsideFsdp { stage, .. } => st(stage, "recompute"),
             PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
             PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile".into(),
+            PlanError::RowwiseOutsideFsdp { .. } => "engine".into(),
             PlanError::TpOverlapAcrossNodes { stage, .. } => st(stage, "devices"),
             PlanError::TpOverlapWithoutSequenceParallel { stage, .. } => {
                 st(stage, "sequence_parallel")
@@ -653,6 +659,11 @@ impl PlanError {
             }
             PlanError::CompileOutsideFsdp { .. } => {
                 "set engine to fsdp (torchtitan, PyTorch FSDP), or leave compile out (on)".into()
+            }
+            PlanError::RowwiseOutsideFsdp { .. } => {
+                "set engine to fsdp (torchtitan, PyTorch FSDP with torchao), or train in \
+                 per-tensor FP8 (precision \"fp8\")"
+                    .into()
             }
             PlanError::TpOverlapEager => {
                 "compile the model (compile \"on\" or \"blocks\"), or tp_comm_overlap off".into()
@@ -856,6 +867,9 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
             engine,
             compile: plan.compile.name(),
         });
+    }
+    if plan.precision == super::Precision::Fp8Rowwise && !plan.engine.runs_pytorch_code() {
+        errs.push(PlanError::RowwiseOutsideFsdp { engine });
     }
     if !plan.engine.runs_pytorch_code() {
         if let Some(stage) = plan

@@ -83,7 +83,7 @@ use crate::cost::{ComputeTimes, Estimate, LayerShape, LayerTime};
 use crate::gpu::{Arch, GpuSpec};
 use crate::model::Model;
 use crate::plan::inline::parse_inline_plan;
-use crate::plan::{LayerRange, Plan, Precision, Recompute};
+use crate::plan::{LayerRange, Plan, Recompute};
 use crate::units::{Bytes, BytesPerSec, FlopPerSec, Seconds};
 use std::collections::BTreeMap;
 
@@ -91,16 +91,6 @@ use std::collections::BTreeMap;
 pub const RANKED: usize = 10;
 
 // ------------------------------------------------------------------------------ helpers
-
-fn precision_key(p: Precision) -> &'static str {
-    match p {
-        Precision::Bf16 => "bf16",
-        Precision::Fp16 => "fp16",
-        Precision::Fp32 => "fp32",
-        Precision::Fp8 => "fp8",
-        Precision::Fp8Rowwise => "fp8-rowwise",
-    }
-}
 
 /// A uniform plan in Megatron's rank order (`plan::inline`) on every GPU of `cluster`, or `None`
 /// when the model or the cluster rules it out (e.g. tp does not divide the heads).
@@ -116,7 +106,7 @@ fn megatron_plan(
         "tp={tp},pp={pp},dp={dp},mbs={mbs},gbs={},engine={},precision={},compile={}",
         problem.global_batch,
         problem.options.engine.name(),
-        precision_key(problem.options.precision),
+        problem.options.precision.name(),
         problem.options.compile_of().name()
     );
     parse_inline_plan(&spec, problem.model, cluster).ok()

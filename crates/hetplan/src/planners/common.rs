@@ -104,6 +104,14 @@ pub fn precision_runs(problem: &Problem<'_>) -> Result<(), PlannerError> {
             )));
         }
     }
+    let engine = problem.options.engine;
+    if p == crate::plan::Precision::Fp8Rowwise && !engine.runs_pytorch_code() {
+        return Err(PlannerError::Infeasible(format!(
+            "torchao's rowwise FP8 runs under PyTorch's engines, and the plans' engine is {}; \
+             plan with engine fsdp (`runtime::planning_engine` picks it)",
+            engine.name()
+        )));
+    }
     match problem.options.runtime {
         Some(rt) if !rt.trains_in(p) => Err(PlannerError::Infeasible(format!(
             "{} does not train in {}; plan for it in {}, or for an engine that runs it \
@@ -116,7 +124,7 @@ pub fn precision_runs(problem: &Problem<'_>) -> Result<(), PlannerError> {
                 "BF16 (--precision bf16)"
             },
             if p == crate::plan::Precision::Fp8Rowwise {
-                "fsdp"
+                "torchtitan"
             } else {
                 "megatron"
             }
