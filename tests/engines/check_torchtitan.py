@@ -136,18 +136,20 @@ def check(directory):
         )
         for name in fp8:
             recipe = dict(model.named_modules())[name].config
+            # Every operand of every product (Float8LinearConfig fills the *_for_grad_*
+            # casts from the others): rowwise_with_gw_hp's are DISABLED (the weight gradient in
+            # BF16) or TENSORWISE (the weight for the data gradient).
             casts = [
                 recipe.cast_config_input,
                 recipe.cast_config_weight,
                 recipe.cast_config_grad_output,
+                recipe.cast_config_input_for_grad_weight,
+                recipe.cast_config_weight_for_grad_input,
+                recipe.cast_config_grad_output_for_grad_weight,
             ]
             for cast in casts:
                 assert cast.scaling_granularity.name == "AXISWISE", f"{name}: {cast}"
                 assert cast.scaling_type.name == "DYNAMIC", f"{name}: {cast}"
-            # rowwise_with_gw_hp sets these (BF16 weight gradient, a per-tensor weight).
-            assert recipe.cast_config_input_for_grad_weight is None, f"{name}: {recipe}"
-            assert recipe.cast_config_weight_for_grad_input is None, f"{name}: {recipe}"
-            assert recipe.cast_config_grad_output_for_grad_weight is None, f"{name}: {recipe}"
         assert "lm_head" not in fp8, "the output layer runs in FP8; hetplan priced it in BF16"
     else:
         assert not fp8, f"a BF16 export with Float8 linears: {fp8[:4]}"
