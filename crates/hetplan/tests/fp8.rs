@@ -272,6 +272,10 @@ fn rowwise_fp8_runs_between_bf16_and_per_tensor_fp8_as_measured() {
     )
     .unwrap_err();
     assert!(err.message.contains("rowwise"), "{err:?}");
+    assert_eq!(
+        err.hint.as_deref(),
+        Some("engine=fsdp (torchtitan, PyTorch FSDP), or precision=fp8 (per-tensor scales)")
+    );
     let p = parse_inline_plan("dp=8,mbs=1,gbs=8,precision=fp8-rowwise", &model, &cluster).unwrap();
     assert_eq!(p.engine, hetplan::plan::Engine::Fsdp);
     assert_eq!(

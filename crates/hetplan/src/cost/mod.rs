@@ -1184,11 +1184,17 @@ pub fn tied_params_across_stages(model: &Model, plan: &Plan) -> f64 {
 /// Communication of `comm` seconds spread over `layers` layers behind `compute` seconds: the
 /// first layer's share is exposed, the rest runs beside compute, and both slow down.
 fn exposed_behind(compute: f64, comm: f64, layers: f64) -> f64 {
+    exposed_after_first(compute, comm, 1.0 / layers)
+}
+
+/// Communication of `comm` seconds behind `compute` seconds, of which the share `first` must
+/// end before the compute starts: that share exposed, the rest beside compute, both slowed.
+fn exposed_after_first(compute: f64, comm: f64, first: f64) -> f64 {
     if comm <= 0.0 {
         return 0.0;
     }
-    let hidden = comm * (1.0 - 1.0 / layers);
-    overlap::co_run(compute, hidden) - compute + comm / layers
+    let hidden = comm * (1.0 - first);
+    overlap::co_run(compute, hidden) - compute + comm * first
 }
 
 /// The DP synchronisation of a stage that the pipeline does not hide: (its total, the part
@@ -1218,7 +1224,22 @@ fn end_of_iteration(
     // Gradient reduction after the last backward, bucketed so that it overlaps that backward
     // (Megatron overlap-grad-reduce, DDP, DeepSpeed overlap_comm): one collective per bucket,
     // each paying the ring's message latencies; ZeRO-2/3 reduced per micro-batch already.
-    let buckets = grad_buckets(model, plan, st).len().max(1);
+    let bucket_ranges = grad_buckets(model, plan, st);
+    let buckets = bucket_ranges.len().max(1);
+    // The first bucket in forward order (the last one built, from the stage's end): its share
+    // of the stage's parameters is what the forward waits for before it starts.
+    let first_share = match bucket_ranges.last() {
+        Some(b) if params_local > 0.0 => {
+            let range = st.layers.start..st.layers.end;
+            let first: f64 = (b.iter())
+                .map(|l| {
+                    memory::layer_gpu_params(model, range.clone(), l, st.tp, st.expert_shards())
+                })
+                .sum();
+            (first / params_local).clamp(0.0, 1.0)
+        }
+        _ => 1.0 / buckets as f64,
+    };
     let bucketed = |c: Collective| {
         time(g, c) + (buckets - 1) as f64 * comm::collective_latency(cluster, &group, c).get()
     };
@@ -1252,7 +1273,7 @@ fn end_of_iteration(
     let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, buckets as f64);
     let mut before = 0.0;
     if during_forward {
-        before = exposed_behind(worst.forward, gather, buckets as f64);
+        before = exposed_after_first(worst.forward, gather, first_share);
     } else {
         exposed += gather;
     }

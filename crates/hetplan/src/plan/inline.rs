@@ -631,6 +631,10 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             Some(PlanError::CompileOutsideFsdp { .. }) => Some(
                 "engine=fsdp (torchtitan, PyTorch FSDP), or leave out compile= (on)".to_string(),
             ),
+            Some(PlanError::RowwiseOutsideFsdp { .. }) => Some(
+                "engine=fsdp (torchtitan, PyTorch FSDP), or precision=fp8 (per-tensor scales)"
+                    .to_string(),
+            ),
             Some(PlanError::OpCheckpointOutsideFsdp { .. }) => Some(
                 "engine=fsdp (torchtitan), or ckpt=selective (the attention core) or ckpt=full"
                     .to_string(),
@@ -669,6 +673,7 @@ fn key_of(e: &PlanError) -> &'static str {
         PlanError::RecomputeLayers { .. } | PlanError::OpCheckpointOutsideFsdp { .. } => "ckpt",
         PlanError::Fp8Unsupported { .. } => "precision",
         PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile",
+        PlanError::RowwiseOutsideFsdp { .. } => "engine",
         PlanError::OffloadRatio { which, .. } => match *which {
             "weights" => "offload_w",
             "gradients" => "offload_g",

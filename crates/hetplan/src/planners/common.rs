@@ -105,7 +105,11 @@ pub fn precision_runs(problem: &Problem<'_>) -> Result<(), PlannerError> {
         }
     }
     let engine = problem.options.engine;
-    if p == crate::plan::Precision::Fp8Rowwise && !engine.runs_pytorch_code() {
+    // Without `--engine` (with one, the next check says what that engine trains in).
+    if p == crate::plan::Precision::Fp8Rowwise
+        && problem.options.runtime.is_none()
+        && !engine.runs_pytorch_code()
+    {
         return Err(PlannerError::Infeasible(format!(
             "torchao's rowwise FP8 runs under PyTorch's engines, and the plans' engine is {}; \
              plan with engine fsdp (`runtime::planning_engine` picks it)",

@@ -1383,6 +1383,10 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
             .map(|r| passes[&(si, r, 0, Pass::Forward)].layers.clone())
             .collect();
+        // Where each layer's forward ends (its collectives included).
+        let ends: Vec<Vec<TaskId>> = (0..st.dp as usize)
+            .map(|r| passes[&(si, r, 0, Pass::Forward)].layer_ends.clone())
+            .collect();
         let mut buckets = cost::grad_buckets(model, plan, st);
         buckets.reverse();
         let mut prev: Option<TaskId> = None;
@@ -1406,7 +1410,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                 deps.dedup();
             } else if k >= 2 {
                 let before = buckets[k - 1].start - 1 - start;
-                deps.extend(layers.iter().map(|ls| ls[before]));
+                deps.extend(ends.iter().map(|ls| ls[before]));
             }
             let g = b.dp_collective(
                 si,
