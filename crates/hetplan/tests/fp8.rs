@@ -323,62 +323,50 @@ fn torchtitan_exports_and_imports_rowwise_fp8() {
     ] {
         assert!(module.contains(needed), "{needed}: {module}");
     }
-    let (back, _) = TorchtitanJob::parse(&module)
-        .unwrap()
-        .plan(&model, &cluster, None)
-        .unwrap();
-    assert_eq!(back.precision, Precision::Fp8Rowwise);
+    // The importer on a module: its plan's precision, or its error.
+    let import = |src: &str| {
+        TorchtitanJob::parse(src)
+            .unwrap()
+            .plan(&model, &cluster, None)
+            .map(|(p, _)| p.precision)
+    };
+    assert_eq!(import(&module).unwrap(), Precision::Fp8Rowwise);
     // BF16 has no converter; per-tensor FP8 is not torchtitan's any more: refused, with why.
     let bf16 = export("bf16").unwrap();
     assert!(!bf16.contains("Float8") && bf16.contains("FP8_RECIPE = None"));
-    let (back, _) = TorchtitanJob::parse(&bf16)
-        .unwrap()
-        .plan(&model, &cluster, None)
-        .unwrap();
-    assert_eq!(back.precision, Precision::Bf16);
+    assert_eq!(import(&bf16).unwrap(), Precision::Bf16);
     match export("fp8") {
         Err(e) => assert!(e.to_string().contains("rowwise"), "{e}"),
         Ok(_) => panic!("per-tensor FP8 exported to torchtitan"),
     }
-    // What the importer does not price: the recipe that keeps the weight gradient in BF16, at
-    // its line and column; MX and NVFP4 converters.
-    let gw_hp = module.replace(
-        "recipe_name=\"rowwise\"",
-        "recipe_name=\"rowwise_with_gw_hp\"",
-    );
-    let e = TorchtitanJob::parse(&gw_hp)
-        .unwrap()
-        .plan(&model, &cluster, None)
-        .unwrap_err();
-    assert!(
-        e.message.contains("rowwise_with_gw_hp") && e.line.is_some(),
-        "{e:?}"
-    );
-    let mx = module.replace("Float8LinearConverter", "MXFP8LinearConverter");
-    let e = TorchtitanJob::parse(&mx)
-        .unwrap()
-        .plan(&model, &cluster, None)
-        .unwrap_err();
-    assert!(
-        e.message.contains("MXFP8LinearConverter") && e.line.is_some(),
-        "{e:?}"
-    );
-    // Emulation is software per-tensor FP8, for tests.
-    let emulated = module.replace(
-        "recipe_name=\"rowwise\",",
-        "recipe_name=\"rowwise\",\n            emulate=True,",
-    );
-    let e = TorchtitanJob::parse(&emulated)
-        .unwrap()
-        .plan(&model, &cluster, None)
-        .unwrap_err();
-    assert!(e.message.contains("emulate") && e.line.is_some(), "{e:?}");
+    // What the importer does not price, each refused at its line: the recipe that keeps the
+    // weight gradient in BF16, MX and NVFP4 converters, emulation (software per-tensor FP8,
+    // for tests).
+    for (edited, says) in [
+        (
+            module.replace(
+                "recipe_name=\"rowwise\"",
+                "recipe_name=\"rowwise_with_gw_hp\"",
+            ),
+            "rowwise_with_gw_hp",
+        ),
+        (
+            module.replace("Float8LinearConverter", "MXFP8LinearConverter"),
+            "MXFP8LinearConverter",
+        ),
+        (
+            module.replace(
+                "recipe_name=\"rowwise\",",
+                "recipe_name=\"rowwise\",\n            emulate=True,",
+            ),
+            "emulate",
+        ),
+    ] {
+        let e = import(&edited).unwrap_err();
+        assert!(e.message.contains(says) && e.line.is_some(), "{e:?}");
+    }
     // A module that imports the converter without converting anything trains in BF16.
     let imported =
         format!("from torchtitan.components.quantization import Float8LinearConverter\n{bf16}");
-    let (back, _) = TorchtitanJob::parse(&imported)
-        .unwrap()
-        .plan(&model, &cluster, None)
-        .unwrap();
-    assert_eq!(back.precision, Precision::Bf16);
+    assert_eq!(import(&imported).unwrap(), Precision::Bf16);
 }
