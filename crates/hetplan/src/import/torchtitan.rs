@@ -175,7 +175,7 @@ impl TorchtitanJob {
             let code = line.split('#').next().unwrap_or("");
             for (at, _) in code.match_indices(name) {
                 let before = code[..at].chars().next_back();
-                let after = &code[at + name.len()..];
+                let after = code[at + name.len()..].trim_start();
                 if before.is_none_or(|c| !ident(c))
                     && (after.starts_with('(') || after.starts_with(".Config("))
                 {
@@ -535,6 +535,20 @@ mod tests {
         assert_eq!(plan.stages[0].recompute, Recompute::Full);
         assert!(crate::plan::ValidPlan::new(plan, &model, &cluster).is_ok());
         assert!(!job.kwargs.contains_key("a comment"));
+    }
+
+    #[test]
+    fn converters_are_found_where_they_are_called() {
+        let job = TorchtitanJob::parse(
+            "from q import Float8LinearConverter  # Float8LinearConverter(\n\
+             m = other.Float8LinearConverterX(1)\n\
+             m = Float8LinearConverter (x)\n\
+             x = T(local_batch_size=2)\n",
+        )
+        .unwrap();
+        let at = job.call_of("Float8LinearConverter").unwrap();
+        assert_eq!(&job.src[at..at + 23], "Float8LinearConverter (");
+        assert!(job.call_of("MXFP8LinearConverter").is_none());
     }
 
     #[test]
