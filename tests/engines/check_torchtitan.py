@@ -120,22 +120,23 @@ def check(directory):
 
     # 6. FP8: the blocks' linears in torchao's rowwise recipe, the output layer not.
     float8_linear = getattr(tt_float8, "TorchAOFloat8Linear", None)
+    modules = dict(model.named_modules())
     fp8 = [
         name
-        for name, m in model.named_modules()
+        for name, m in modules.items()
         if float8_linear is not None and isinstance(m, float8_linear)
     ]
     if getattr(module, "FP8_RECIPE", None) == "rowwise":
         block_linears = [
             name
-            for name, m in model.named_modules()
+            for name, m in modules.items()
             if isinstance(m, torch.nn.Linear) and name.startswith("layers.")
         ]
         assert block_linears and sorted(fp8) == sorted(block_linears), (
             f"Float8 linears {fp8[:4]}… are not the blocks' {block_linears[:4]}…"
         )
         for name in fp8:
-            recipe = dict(model.named_modules())[name].config
+            recipe = modules[name].config
             # Every operand of every product (Float8LinearConfig fills the *_for_grad_*
             # casts from the others): rowwise_with_gw_hp's are DISABLED (the weight gradient in
             # BF16) or TENSORWISE (the weight for the data gradient).

@@ -513,13 +513,7 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         }
         Precision::Bf16
     };
-    let precision_name = match precision {
-        Precision::Fp8 => "fp8",
-        Precision::Fp8Rowwise => "fp8-rowwise",
-        Precision::Fp16 => "fp16",
-        Precision::Fp32 => "fp32",
-        Precision::Bf16 => "bf16",
-    };
+    let precision_name = precision.name();
     let sp = tp > 1 && engine != "deepspeed";
     // TP communication overlap: the Megatron README's benchmark configuration lists
     // `--tp-comm-overlap`; torchtitan's tables name their async-TP rows.

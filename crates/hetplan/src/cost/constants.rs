@@ -334,10 +334,9 @@ pub const FP8_GEMM_RELATIVE_EFFICIENCY: f64 = 0.95;
 /// sample of 8,192 tokens per GPU) in BF16 and with the rowwise recipe: 5,760 and 6,412–6,424
 /// tokens/s, 1.113–1.115×; hetplan estimates 1.113× with this value and the rowwise casts'
 /// bytes (`tests/fp8.rs`). Checked against torchao's float8 README, the same job: 6,150 and
-/// 6,768, 1.100×. It absorbs what the per-tensor estimate
-/// overshoots on the same job (1.31× estimated where both sources measured 1.25× with FP8
-/// all-gathers): against per-tensor scaling's 0.95 it puts the rowwise kernel at 0.76 of
-/// cuBLAS's rate.
+/// 6,768, 1.100×. It absorbs what the per-tensor estimate overshoots on the same job (1.31×
+/// estimated where both sources measured 1.25× with FP8 all-gathers): against per-tensor
+/// scaling's 0.95 it puts the rowwise kernel at 0.76 of cuBLAS's rate.
 pub const FP8_ROWWISE_GEMM_RELATIVE_EFFICIENCY: f64 = 0.72;
 
 /// A GEMM's dimensions that are the rows of its operands (the inner `k` and the output width

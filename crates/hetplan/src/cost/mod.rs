@@ -1158,6 +1158,15 @@ pub fn grad_buckets(model: &Model, plan: &Plan, st: &Stage) -> Vec<LayerRange> {
     buckets
 }
 
+/// Parameters one GPU of stage `st` holds in the layers of `bucket` (a tied head weight counted
+/// once per stage, `memory::layer_gpu_params`): what a bucket's collective moves.
+pub fn bucket_params(model: &Model, st: &Stage, bucket: &LayerRange) -> f64 {
+    let range = st.layers.start..st.layers.end;
+    (bucket.iter())
+        .map(|l| memory::layer_gpu_params(model, range.clone(), l, st.tp, st.expert_shards()))
+        .sum()
+}
+
 /// Parameters of a tied embedding that the first and the last stage both hold, when they are
 /// different stages (Megatron all-reduces its gradient between them); 0 otherwise.
 pub fn tied_params_across_stages(model: &Model, plan: &Plan) -> f64 {
@@ -1230,13 +1239,7 @@ fn end_of_iteration(
     // of the stage's parameters is what the forward waits for before it starts.
     let first_share = match bucket_ranges.last() {
         Some(b) if params_local > 0.0 => {
-            let range = st.layers.start..st.layers.end;
-            let first: f64 = (b.iter())
-                .map(|l| {
-                    memory::layer_gpu_params(model, range.clone(), l, st.tp, st.expert_shards())
-                })
-                .sum();
-            (first / params_local).clamp(0.0, 1.0)
+            (bucket_params(model, st, b) / params_local).clamp(0.0, 1.0)
         }
         _ => 1.0 / buckets as f64,
     };

@@ -555,11 +555,7 @@ fn job_module(job: Job<'_>) -> String {
         vocab = cfg.vocab,
         tied = py_bool(cfg.tied_embeddings),
         params = model.params(),
-        fp8_recipe = if plan.precision == Precision::Fp8Rowwise {
-            "\"rowwise\""
-        } else {
-            "None"
-        },
+        fp8_recipe = if rowwise { "\"rowwise\"" } else { "None" },
         rope_len = job.seq_len.max(cfg.max_seq_len),
     ));
     s.push_str(

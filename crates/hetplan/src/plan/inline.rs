@@ -537,12 +537,8 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             ],
         )?
         .unwrap_or_default();
-    // torchao's rowwise FP8 runs under PyTorch's engines only.
-    let engine = engine.unwrap_or(if precision == Precision::Fp8Rowwise {
-        Engine::Fsdp
-    } else {
-        Engine::default()
-    });
+    // Unsaid, the engine a search would give the plan (PyTorch's for torchao's rowwise FP8).
+    let engine = engine.unwrap_or_else(|| super::runtime::planning_engine(None, precision));
     let offload = Offload {
         weights: s.ratio("offload_w")?,
         gradients: s.ratio("offload_g")?,

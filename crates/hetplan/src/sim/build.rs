@@ -1286,12 +1286,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         // One collective per bucket, once the backward of its first layer (the last it
         // computes) is done on every replica, after the bucket before it.
         for bucket in cost::grad_buckets(model, plan, st) {
-            let params: f64 = (bucket.iter())
-                .map(|l| {
-                    let range = st.layers.start..st.layers.end;
-                    cost::memory::layer_gpu_params(model, range, l, st.tp, st.expert_shards())
-                })
-                .sum();
+            let params = cost::bucket_params(model, st, &bucket);
             let l = bucket.start - start;
             let mut deps: Vec<TaskId> = layers.iter().map(|ls| ls[l]).collect();
             deps.extend(prev);
@@ -1379,7 +1374,6 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             continue;
         }
         let start = st.layers.start;
-        let range = st.layers.start..st.layers.end;
         let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
             .map(|r| passes[&(si, r, 0, Pass::Forward)].layers.clone())
             .collect();
@@ -1391,12 +1385,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         buckets.reverse();
         let mut prev: Option<TaskId> = None;
         for (k, bucket) in buckets.iter().enumerate() {
-            let params: f64 = (bucket.iter())
-                .map(|l| {
-                    let range = range.clone();
-                    cost::memory::layer_gpu_params(model, range, l, st.tp, st.expert_shards())
-                })
-                .sum();
+            let params = cost::bucket_params(model, st, bucket);
             // The first bucket's is dispatched when the forward could start (Megatron's
             // pre-hook): once what that forward waits for is done; the second's when the
             // first's forward starts, after its gather; later ones when the forward has done
