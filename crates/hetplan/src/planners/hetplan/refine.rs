@@ -151,8 +151,8 @@ pub enum Move {
     /// micro-batches' activations each holds in flight. On `datacenter-64-40b` hetplan's search
     /// from Mist's 10 s answer ended at 36.881 s with an H100 stage after the A10G and A100
     /// stages; that stage placed ahead of them gives 36.351 s (35.877 s at the search's end),
-    /// where a swap with either neighbour alone gains nothing. No other move reorders stages. Every place up to [`REORDER_ANYWHERE_UP_TO`]
-    /// stages; beyond, the next two either way.
+    /// where a swap with either neighbour alone gains nothing. No other move reorders stages.
+    /// Every place up to [`REORDER_ANYWHERE_UP_TO`] stages; beyond, the next two either way.
     ReorderStage {
         from: usize,
         to: usize,
