@@ -710,7 +710,9 @@ fn context_parallel_starts(
             (who, build)
         })
         .collect();
-    evaluate_starts(problem, search, cands, deadline, node_cap)
+    // Not split by speed: these starts have a small share of what the seeds leave, and a
+    // chunk's extra estimates overran it by 2.5 s at 4,096 GPUs (`benches/speed.rs`).
+    evaluate_starts(problem, search, cands, deadline, node_cap, false)
 }
 
 /// Uniform plans on all the GPUs and, for clusters of several types, on the GPUs of each type
@@ -814,7 +816,7 @@ fn uniform_starts(
             }
         }
     }
-    evaluate_starts(problem, search, cands, deadline, node_cap)
+    evaluate_starts(problem, search, cands, deadline, node_cap, true)
 }
 
 /// The share of a time limit the uniform starts may take before the seeds run (their
@@ -860,7 +862,8 @@ type Build<'a> = Box<dyn Fn() -> Option<Plan> + Send + Sync + 'a>;
 
 /// Starting plans from uniform layouts (`who`, how to lay out the plan): each with
 /// the problem's engine and precision, made to run on `--engine`'s runtime, fitted by the
-/// memory ladder; the best [`STARTS`] that fit. In chunks, in parallel, each chunk only while
+/// memory ladder (with `rebalance`, split by speed where that is faster: [`fitted_start`]); the
+/// best [`STARTS`] that fit. In chunks, in parallel, each chunk only while
 /// the search has time and nodes left (an estimate at thousands of GPUs takes milliseconds)
 /// and, given them, before `deadline` (seconds into the search) and while it has explored
 /// fewer than `node_cap` nodes (one a plan).
@@ -870,6 +873,7 @@ fn evaluate_starts(
     cands: Vec<(String, Build<'_>)>,
     deadline: Option<f64>,
     node_cap: Option<u64>,
+    rebalance: bool,
 ) -> Vec<Seen> {
     let mut out: Vec<Seen> = Vec::new();
     let capped = |search: &Search<'_>| node_cap.is_some_and(|c| search.explored() >= c);
@@ -887,7 +891,7 @@ fn evaluate_starts(
                     None => plan,
                 };
                 let est = common::evaluate(problem, &plan)?;
-                refine::repair_both(problem, plan, est)
+                fitted_start(problem, plan, est, rebalance)
             })
             .collect();
         for ((who, _), e) in chunk.iter().zip(evaluated) {
@@ -910,6 +914,63 @@ fn evaluate_starts(
         }
     }
     out
+}
+
+/// Rounds of [`fitted_start`]'s split by speed at most.
+const REBALANCE_ROUNDS: usize = 2;
+
+/// A uniform start fitted by the memory ladder (`refine::repair_both`), or, where its
+/// pipeline spans more than one GPU type and `rebalance` is asked, the same layout with its
+/// layers split by the stages' speeds (`refine::balanced_counts`, each round from the last
+/// round's estimate, while that makes it faster) and then fitted, when that is the faster of
+/// the two. A uniform layout splits the layers evenly, which leaves the slowest type's stages
+/// the bottleneck: on `benches/speed.rs`' 64 GPUs (A100, V100 and T4 nodes) the pipeline over
+/// every node was never among the local search's starts, and its 1 s answer used the A100s
+/// alone (15.4 s; 13.4 s from the split start). The split is made before the ladder, which
+/// would otherwise fit the even split's heavy stages with offloading or recomputation that the
+/// split no longer needs. A better start is not always a better end: on the quality bench
+/// (docs/planners.md) `datacenter-64-40b` gained 2.3% and `workstations-30b` lost 3.5%. On one
+/// type the even split is what Megatron's layouts are, and at a thousand GPUs the rounds'
+/// estimates would take the uniform starts' share of a limit from further layouts.
+fn fitted_start(
+    problem: &Problem<'_>,
+    plan: Plan,
+    est: Estimate,
+    rebalance: bool,
+) -> Option<(Plan, Estimate)> {
+    let cluster = problem.cluster;
+    let mut types =
+        (plan.stages.iter()).flat_map(|st| st.devices.iter().map(|g| cluster.gpu_type_of(*g)));
+    let first = types.next();
+    let mixed = types.any(|t| Some(t) != first);
+    if !rebalance || !mixed {
+        return refine::repair_both(problem, plan, est);
+    }
+    let mut cur = (plan.clone(), est.clone());
+    for _ in 0..REBALANCE_ROUNDS {
+        let Some(counts) = refine::balanced_counts(&cur.0, &cur.1) else {
+            break;
+        };
+        let next = refine::apply(problem, &cur.0, &refine::Move::Rebalance { counts })
+            .and_then(|p| refine::conformed(problem, p))
+            .and_then(|p| {
+                let e = common::evaluate(problem, &p)?;
+                Some((p, e))
+            });
+        match next {
+            Some((p, e)) if e.iteration_time_s < cur.1.iteration_time_s => cur = (p, e),
+            _ => break,
+        }
+    }
+    let even = refine::repair_both(problem, plan.clone(), est);
+    if cur.0 == plan {
+        return even;
+    }
+    match (even, refine::repair_both(problem, cur.0, cur.1)) {
+        (Some(e), Some(b)) if b.1.iteration_time_s < e.1.iteration_time_s => Some(b),
+        (Some(e), _) => Some(e),
+        (None, b) => b,
+    }
 }
 
 /// The plans hetplan may start from, best first, each once: as they are, or with `--engine`
