@@ -33,8 +33,65 @@ struct Lit {
 #[derive(Clone, Debug)]
 pub struct TorchtitanJob {
     consts: BTreeMap<String, Lit>,
+    /// Each keyword argument's last value in the module.
     kwargs: BTreeMap<String, Lit>,
+    /// Every keyword argument in the order written, for those read inside one call
+    /// ([`TorchtitanJob::kwarg_in_call`]).
+    every_kwarg: Vec<(String, Lit)>,
     src: String,
+    /// `src` with its comments and triple-quoted strings blanked ([`code_only`]).
+    code: String,
+}
+
+/// `src` with its comments and triple-quoted strings (docstrings) blanked byte for byte,
+/// newlines kept, so that an offset into it is the same offset into `src`: what a config
+/// module's docstring or comment says (`Float8LinearConverter(...)` in an example, a
+/// `key=value` in prose) is not code. Strings on one line are kept: they are values.
+fn code_only(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let mut i = 0;
+    let mut quote: Option<u8> = None;
+    while i < b.len() {
+        let c = b[i];
+        match quote {
+            Some(_) if c == b'\\' => i += 2,
+            Some(q) => {
+                if c == q || c == b'\n' {
+                    quote = None;
+                }
+                i += 1;
+            }
+            None if b[i..].starts_with(b"\"\"\"") || b[i..].starts_with(b"'''") => {
+                let delim = &b[i..i + 3];
+                let end = (i + 3..b.len().saturating_sub(2))
+                    .find(|&j| &b[j..j + 3] == delim && b[j - 1] != b'\\')
+                    .map_or(b.len(), |j| j + 3);
+                blank(&mut out, i, end);
+                i = end;
+            }
+            None if c == b'#' => {
+                let end = (i..b.len()).find(|&j| b[j] == b'\n').unwrap_or(b.len());
+                blank(&mut out, i, end);
+                i = end;
+            }
+            None => {
+                if c == b'"' || c == b'\'' {
+                    quote = Some(c);
+                }
+                i += 1;
+            }
+        }
+    }
+    // Whole characters were blanked or kept, so the bytes are still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Identifier characters.
@@ -45,11 +102,11 @@ fn ident(c: char) -> bool {
 impl TorchtitanJob {
     pub fn parse(src: &str) -> Result<TorchtitanJob, InputError> {
         let mut consts = BTreeMap::new();
-        let mut kwargs = BTreeMap::new();
+        let mut every_kwarg = Vec::new();
         let mut line_start = 0;
-        for line in src.split_inclusive('\n') {
-            // Comments and docstring lines carry no values.
-            let code = line.split('#').next().unwrap_or("");
+        // Comments and docstrings carry no values.
+        let masked = code_only(src);
+        for code in masked.split_inclusive('\n') {
             let trimmed = code.trim_start();
             let indent = code.len() - trimmed.len();
             // `NAME = literal` at the top level.
@@ -111,13 +168,13 @@ impl TorchtitanJob {
                         if !key.is_empty() && !key.starts_with(|c: char| c.is_ascii_digit()) {
                             let at =
                                 byte + bytes[i..=i].iter().map(|c| c.len_utf8()).sum::<usize>();
-                            kwargs.insert(
+                            every_kwarg.push((
                                 key,
                                 Lit {
                                     text: value.trim().to_string(),
                                     offset: at,
                                 },
-                            );
+                            ));
                         }
                     }
                     None => {}
@@ -125,8 +182,9 @@ impl TorchtitanJob {
                 byte += c.len_utf8();
                 i += 1;
             }
-            line_start += line.len();
+            line_start += code.len();
         }
+        let kwargs: BTreeMap<String, Lit> = every_kwarg.iter().cloned().collect();
         if !kwargs.contains_key("tensor_parallel_degree")
             && !kwargs.contains_key("pipeline_parallel_degree")
             && !kwargs.contains_key("local_batch_size")
@@ -143,7 +201,9 @@ impl TorchtitanJob {
         Ok(TorchtitanJob {
             consts,
             kwargs,
+            every_kwarg,
             src: src.to_string(),
+            code: masked,
         })
     }
 
@@ -171,8 +231,7 @@ impl TorchtitanJob {
     /// `name.Config(`; comments, imports and mere mentions left out): a byte offset.
     fn call_of(&self, name: &str) -> Option<usize> {
         let mut start = 0;
-        for line in self.src.split_inclusive('\n') {
-            let code = line.split('#').next().unwrap_or("");
+        for code in self.code.split_inclusive('\n') {
             for (at, _) in code.match_indices(name) {
                 let before = code[..at].chars().next_back();
                 let after = code[at + name.len()..].trim_start();
@@ -182,9 +241,38 @@ impl TorchtitanJob {
                     return Some(start + at);
                 }
             }
-            start += line.len();
+            start += code.len();
         }
         None
+    }
+
+    /// The keyword argument `key` written inside the argument list of the call at `at` (a
+    /// [`Self::call_of`] offset: the list is the first bracket after it to its match), if any.
+    fn kwarg_in_call(&self, at: usize, key: &str) -> Option<&Lit> {
+        let code = self.code.as_bytes();
+        let open = (at..code.len()).find(|&i| code[i] == b'(')?;
+        let mut depth = 0i32;
+        let mut quote: Option<u8> = None;
+        let mut close = code.len();
+        for (i, &c) in code.iter().enumerate().skip(open) {
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None if c == b'"' || c == b'\'' => quote = Some(c),
+                None if c == b'(' || c == b'[' || c == b'{' => depth += 1,
+                None if c == b')' || c == b']' || c == b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = i;
+                        break;
+                    }
+                }
+                None => {}
+            }
+        }
+        (self.every_kwarg.iter().rev())
+            .find(|(k, l)| k == key && l.offset > open && l.offset < close)
+            .map(|(_, l)| l)
     }
 
     fn string(&self, key: &str) -> Option<String> {
@@ -425,11 +513,12 @@ impl TorchtitanJob {
                  FP32 and torchao's rowwise FP8 (Float8LinearConverter) in torchtitan"
             ))
             .at_offset(&self.src, at));
-        } else if self.call_of("Float8LinearConverter").is_some() {
+        } else if let Some(call) = self.call_of("Float8LinearConverter") {
+            // The converter's own arguments: another call's `emulate=` or `recipe_name=` is not
+            // its.
             if let Some(lit) = self
-                .kwargs
-                .get("emulate")
-                .filter(|_| self.flag("emulate", false))
+                .kwarg_in_call(call, "emulate")
+                .filter(|l| l.text == "True")
             {
                 return Err(self
                     .error(
@@ -440,10 +529,11 @@ impl TorchtitanJob {
                     )
                     .hint(Some("leave emulate out to train on the GPU's FP8".into())));
             }
-            match self.string("recipe_name").as_deref() {
+            let recipe = self.kwarg_in_call(call, "recipe_name");
+            match recipe.map(|l| l.text.trim_matches(|c| c == '"' || c == '\'')) {
                 None | Some("rowwise") => Precision::Fp8Rowwise,
                 Some(r) => {
-                    let lit = &self.kwargs["recipe_name"];
+                    let lit = recipe.expect("a recipe was read");
                     return Err(self
                         .error(
                             lit,
@@ -549,6 +639,45 @@ mod tests {
         let at = job.call_of("Float8LinearConverter").unwrap();
         assert_eq!(&job.src[at..at + 23], "Float8LinearConverter (");
         assert!(job.call_of("MXFP8LinearConverter").is_none());
+    }
+
+    #[test]
+    fn docstrings_and_comments_are_not_code() {
+        let src = "\"\"\"A job.\n\n    Float8LinearConverter(recipe_name=\"tensorwise\")\n\
+                   tensor_parallel_degree=4 is what we used before.\n\"\"\"\n\
+                   NAME = \"a#b\"  # NAME = 3\n\
+                   x = T(local_batch_size=2, tag='''x=1''')\n";
+        let job = TorchtitanJob::parse(src).unwrap();
+        assert!(job.call_of("Float8LinearConverter").is_none());
+        assert!(!job.kwargs.contains_key("tensor_parallel_degree"));
+        assert!(!job.kwargs.contains_key("recipe_name"));
+        assert_eq!(job.consts["NAME"].text, "\"a#b\"");
+        assert_eq!(job.kwargs["local_batch_size"].text, "2");
+        assert!(!job.kwargs.contains_key("x"));
+        // Offsets into the blanked code are offsets into the module.
+        let at = job.kwargs["local_batch_size"].offset;
+        assert_eq!(&src[at..at + 1], "2");
+    }
+
+    #[test]
+    fn the_converters_arguments_are_its_own() {
+        let job = TorchtitanJob::parse(
+            "a = Other.Config(emulate=True, recipe_name=\"tensorwise\")\n\
+             c = Float8LinearConverter.Config(\n    recipe_name=\"rowwise\",\n    \
+             filter_fqns=[\"lm_head\"],\n)\n\
+             x = T(local_batch_size=2)\n",
+        )
+        .unwrap();
+        let at = job.call_of("Float8LinearConverter").unwrap();
+        assert!(job.kwarg_in_call(at, "emulate").is_none());
+        assert_eq!(
+            job.kwarg_in_call(at, "recipe_name").unwrap().text,
+            "\"rowwise\""
+        );
+        assert_eq!(
+            job.kwarg_in_call(at, "filter_fqns").unwrap().text,
+            "[\"lm_head\"]"
+        );
     }
 
     #[test]
