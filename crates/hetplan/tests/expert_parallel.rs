@@ -225,10 +225,8 @@ fn allowing_expert_parallelism_never_makes_hetplans_answer_slower() {
     );
 }
 
-/// hetplan's answers for Qwen3-30B-A3B on 16 H100 and 16 A100 joined by `gbps`, with expert
-/// parallelism allowed (up to 64) and without, under a node limit: (with, without).
-/// hetplan's answers with expert parallelism allowed and without, on `cluster` (a catalog
-/// form).
+/// hetplan's answers for Qwen3-30B-A3B on `cluster` (a catalog form), with expert parallelism
+/// allowed (up to 64) and without, under a node limit: (with, without).
 fn with_and_without_ep(cluster: &str) -> (planners::Outcome, planners::Outcome) {
     let model = qwen3_moe();
     let cluster = catalog_cluster(cluster).unwrap();

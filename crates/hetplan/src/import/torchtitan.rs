@@ -46,7 +46,8 @@ pub struct TorchtitanJob {
 /// `src` with its comments and triple-quoted strings (docstrings) blanked byte for byte,
 /// newlines kept, so that an offset into it is the same offset into `src`: what a config
 /// module's docstring or comment says (`Float8LinearConverter(...)` in an example, a
-/// `key=value` in prose) is not code. Strings on one line are kept: they are values.
+/// `key=value` in prose) is not code. Single- and double-quoted strings are kept: they are
+/// values.
 fn code_only(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = b.to_vec();
@@ -71,9 +72,20 @@ fn code_only(src: &str) -> String {
             }
             None if b[i..].starts_with(b"\"\"\"") || b[i..].starts_with(b"'''") => {
                 let delim = &b[i..i + 3];
-                let end = (i + 3..b.len().saturating_sub(2))
-                    .find(|&j| &b[j..j + 3] == delim && b[j - 1] != b'\\')
-                    .map_or(b.len(), |j| j + 3);
+                // Its end: the first delimiter not escaped (`\\` escapes itself); the rest of
+                // the file when there is none.
+                let mut j = i + 3;
+                let mut end = b.len();
+                while j < b.len() {
+                    if b[j] == b'\\' {
+                        j += 2;
+                    } else if b[j..].starts_with(delim) {
+                        end = j + 3;
+                        break;
+                    } else {
+                        j += 1;
+                    }
+                }
                 blank(&mut out, i, end);
                 i = end;
             }
@@ -90,8 +102,8 @@ fn code_only(src: &str) -> String {
             }
         }
     }
-    // Whole characters were blanked or kept, so the bytes are still UTF-8.
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    // Every blanked run starts and ends at an ASCII byte or the end: the bytes are still UTF-8.
+    String::from_utf8(out).expect("whole characters are blanked or kept")
 }
 
 /// Identifier characters.
@@ -227,9 +239,10 @@ impl TorchtitanJob {
         }
     }
 
-    /// Where the module's code first calls `name` or its `Config` (`name(` or
-    /// `name.Config(`; comments, imports and mere mentions left out): a byte offset.
-    fn call_of(&self, name: &str) -> Option<usize> {
+    /// Where the module's code calls `name` or its `Config` (`name(` or `name.Config(`;
+    /// comments, docstrings, imports and mere mentions left out): byte offsets, in order.
+    fn calls_of(&self, name: &str) -> Vec<usize> {
+        let mut out = Vec::new();
         let mut start = 0;
         for code in self.code.split_inclusive('\n') {
             for (at, _) in code.match_indices(name) {
@@ -238,30 +251,50 @@ impl TorchtitanJob {
                 if before.is_none_or(|c| !ident(c))
                     && (after.starts_with('(') || after.starts_with(".Config("))
                 {
-                    return Some(start + at);
+                    out.push(start + at);
                 }
             }
             start += code.len();
         }
-        None
+        out
     }
 
-    /// The keyword argument `key` written inside the argument list of the call at `at` (a
-    /// [`Self::call_of`] offset: the list is the first bracket after it to its match), if any.
+    /// The first of [`Self::calls_of`].
+    fn call_of(&self, name: &str) -> Option<usize> {
+        self.calls_of(name).first().copied()
+    }
+
+    /// The keyword argument `key` of the call at `at` (a [`Self::calls_of`] offset: its
+    /// argument list is the first bracket after it to its match), if written there — not one
+    /// of a call nested among its arguments.
     fn kwarg_in_call(&self, at: usize, key: &str) -> Option<&Lit> {
         let code = self.code.as_bytes();
         let open = (at..code.len()).find(|&i| code[i] == b'(')?;
         let mut depth = 0i32;
         let mut quote: Option<u8> = None;
         let mut close = code.len();
-        for (i, &c) in code.iter().enumerate().skip(open) {
+        // Brackets nested in the list: a keyword there is another call's.
+        let mut nested: Vec<(usize, usize)> = Vec::new();
+        let mut nested_from = 0;
+        let mut i = open;
+        while i < code.len() {
+            let c = code[i];
             match quote {
-                Some(q) if c == q => quote = None,
+                Some(_) if c == b'\\' => i += 1,
+                Some(q) if c == q || c == b'\n' => quote = None,
                 Some(_) => {}
                 None if c == b'"' || c == b'\'' => quote = Some(c),
-                None if c == b'(' || c == b'[' || c == b'{' => depth += 1,
+                None if c == b'(' || c == b'[' || c == b'{' => {
+                    depth += 1;
+                    if depth == 2 {
+                        nested_from = i;
+                    }
+                }
                 None if c == b')' || c == b']' || c == b'}' => {
                     depth -= 1;
+                    if depth == 1 {
+                        nested.push((nested_from, i));
+                    }
                     if depth == 0 {
                         close = i;
                         break;
@@ -269,9 +302,15 @@ impl TorchtitanJob {
                 }
                 None => {}
             }
+            i += 1;
         }
         (self.every_kwarg.iter().rev())
-            .find(|(k, l)| k == key && l.offset > open && l.offset < close)
+            .find(|(k, l)| {
+                k == key
+                    && l.offset > open
+                    && l.offset < close
+                    && !nested.iter().any(|&(a, b)| l.offset > a && l.offset < b)
+            })
             .map(|(_, l)| l)
     }
 
@@ -513,27 +552,28 @@ impl TorchtitanJob {
                  FP32 and torchao's rowwise FP8 (Float8LinearConverter) in torchtitan"
             ))
             .at_offset(&self.src, at));
-        } else if let Some(call) = self.call_of("Float8LinearConverter") {
-            // The converter's own arguments: another call's `emulate=` or `recipe_name=` is not
-            // its.
-            if let Some(lit) = self
-                .kwarg_in_call(call, "emulate")
-                .filter(|l| l.text == "True")
-            {
-                return Err(self
-                    .error(
-                        lit,
-                        "Float8 emulation (emulate=True) runs torchao's per-tensor recipe in \
-                         software, for tests; hetplan prices FP8 on FP8 tensor cores"
-                            .into(),
-                    )
-                    .hint(Some("leave emulate out to train on the GPU's FP8".into())));
-            }
-            let recipe = self.kwarg_in_call(call, "recipe_name");
-            match recipe.map(|l| l.text.trim_matches(|c| c == '"' || c == '\'')) {
-                None | Some("rowwise") => Precision::Fp8Rowwise,
-                Some(r) => {
-                    let lit = recipe.expect("a recipe was read");
+        } else if self.call_of("Float8LinearConverter").is_some() {
+            // Each converter's own arguments, every converter's: another call's `emulate=` or
+            // `recipe_name=` is not theirs.
+            for call in self.calls_of("Float8LinearConverter") {
+                if let Some(lit) = self
+                    .kwarg_in_call(call, "emulate")
+                    .filter(|l| l.text == "True")
+                {
+                    return Err(self
+                        .error(
+                            lit,
+                            "Float8 emulation (emulate=True) runs torchao's per-tensor recipe \
+                             in software, for tests; hetplan prices FP8 on FP8 tensor cores"
+                                .into(),
+                        )
+                        .hint(Some("leave emulate out to train on the GPU's FP8".into())));
+                }
+                let Some(lit) = self.kwarg_in_call(call, "recipe_name") else {
+                    continue;
+                };
+                let r = lit.text.trim_matches(|c| c == '"' || c == '\'');
+                if r != "rowwise" {
                     return Err(self
                         .error(
                             lit,
@@ -546,6 +586,7 @@ impl TorchtitanJob {
                         .hint(Some("use recipe_name=\"rowwise\"".into())));
                 }
             }
+            Precision::Fp8Rowwise
         } else {
             precision
         };
@@ -678,6 +719,39 @@ mod tests {
             job.kwarg_in_call(at, "filter_fqns").unwrap().text,
             "[\"lm_head\"]"
         );
+        // A keyword of a call among its arguments is that call's.
+        let job = TorchtitanJob::parse(
+            "c = Float8LinearConverter.Config(x=f(emulate=True), tag=\"a\\\"(\")\n\
+             x = T(local_batch_size=2)\n",
+        )
+        .unwrap();
+        let at = job.call_of("Float8LinearConverter").unwrap();
+        assert!(job.kwarg_in_call(at, "emulate").is_none());
+        assert!(job.kwarg_in_call(at, "x").is_some());
+        // Every converter's arguments are read, the second one's too.
+        let job = TorchtitanJob::parse(
+            "a = Float8LinearConverter.Config()\n\
+             b = Float8LinearConverter.Config(emulate=True)\n\
+             x = T(local_batch_size=2)\n",
+        )
+        .unwrap();
+        assert_eq!(job.calls_of("Float8LinearConverter").len(), 2);
+        assert!(job
+            .kwarg_in_call(job.calls_of("Float8LinearConverter")[1], "emulate")
+            .is_some());
+    }
+
+    #[test]
+    fn a_docstring_ends_at_its_first_unescaped_delimiter() {
+        // `\\` escapes itself: the docstring ends at the quotes after it.
+        let src = "\"\"\"ends with a backslash \\\\\"\"\"\nx = T(local_batch_size=2)\n\
+                   \"\"\"Float8LinearConverter(emulate=True)\"\"\"\n";
+        let job = TorchtitanJob::parse(src).unwrap();
+        assert_eq!(job.kwargs["local_batch_size"].text, "2");
+        assert!(job.call_of("Float8LinearConverter").is_none());
+        // Unterminated, it runs to the end of the file.
+        let job = TorchtitanJob::parse("x = T(local_batch_size=2)\n\"\"\"open\nemulate=True\n");
+        assert!(!job.unwrap().kwargs.contains_key("emulate"));
     }
 
     #[test]

@@ -221,7 +221,7 @@ impl Planner for Hetplan {
         // Uniform layouts before the seeds, on a share of the limit: at a thousand GPUs and
         // more they are what a slow network favours (deep pipelines of wide replicas) and no
         // seed reaches them in time, and left for after the seeds they got what the seeds
-        // leave, a fraction of a second (`benches/speed.rs` at 1,024 GPUs: 2.8 s for all
+        // leave, a fraction of a second (`benches/speed.rs` at 1,024 GPUs: 3.0 s for all
         // of them, 9.1 s gone when they began).
         // Under a node limit they take at most the same share of its nodes, and the seeds
         // what they leave of theirs.
@@ -821,9 +821,10 @@ fn uniform_starts(
 
 /// The share of a time limit the uniform starts may take before the seeds run (their
 /// estimates, with both memory ladders, take seconds at a thousand GPUs: all 420 layouts of
-/// `benches/speed.rs`' 1,024-GPU problem in 2.8 s on two cores, 5.8 s at 4,096 GPUs,
-/// milliseconds at 64; at a quarter of a 10 s limit the deep A100 pipelines were reached in
-/// one run of the bench and not in the next).
+/// `benches/speed.rs`' 1,024-GPU problem in 3.0 s on two cores, 6.1 s at 4,096 GPUs (2.8 and
+/// 5.8 s before the pipelines over several types were also split by speed), milliseconds at
+/// 64; at a quarter of a 10 s limit the deep A100 pipelines were reached in one run of the
+/// bench and not in the next).
 const UNIFORM_FIRST_SHARE: f64 = 0.3;
 
 /// The share of the time the seeds leave that the context-parallel starts may take; the
@@ -926,12 +927,13 @@ const REBALANCE_ROUNDS: usize = 2;
 /// the two. A uniform layout splits the layers evenly, which leaves the slowest type's stages
 /// the bottleneck: on `benches/speed.rs`' 64 GPUs (A100, V100 and T4 nodes) the pipeline over
 /// every node was never among the local search's starts, and its 1 s answer used the A100s
-/// alone (15.4 s; 13.4 s from the split start). The split is made before the ladder, which
-/// would otherwise fit the even split's heavy stages with offloading or recomputation that the
-/// split no longer needs. A better start is not always a better end: on the quality bench
-/// (docs/planners.md) `datacenter-64-40b` gained 2.3% and `workstations-30b` lost 3.5%. On one
-/// type the even split is what Megatron's layouts are, and at a thousand GPUs the rounds'
-/// estimates would take the uniform starts' share of a limit from further layouts.
+/// alone (15.4 s; 13.5 s from the split start, 13.8 s before the local search). The split is
+/// made before the ladder, which would otherwise fit the even split's heavy stages with
+/// offloading or recomputation that the split no longer needs. A better start is not always a
+/// better end: on the quality bench (docs/planners.md) `datacenter-64-40b` gained 2.3%,
+/// `workstations-30b` lost 3.2% and `four-gen-56-13b` 1.2%. Plans on one type keep the even
+/// split (Megatron's layouts); splitting them too would spend the uniform starts' share of a
+/// limit on extra estimates at a thousand GPUs.
 fn fitted_start(
     problem: &Problem<'_>,
     plan: Plan,
@@ -946,27 +948,29 @@ fn fitted_start(
     if !rebalance || !mixed {
         return refine::repair_both(problem, plan, est);
     }
-    let mut cur = (plan.clone(), est.clone());
+    // The split after each round that made the plan faster; none while none did.
+    let mut split: Option<(Plan, Estimate)> = None;
     for _ in 0..REBALANCE_ROUNDS {
-        let Some(counts) = refine::balanced_counts(&cur.0, &cur.1) else {
+        let (p, e) = split.as_ref().map_or((&plan, &est), |(p, e)| (p, e));
+        let Some(counts) = refine::balanced_counts(p, e) else {
             break;
         };
-        let next = refine::apply(problem, &cur.0, &refine::Move::Rebalance { counts })
+        let next = refine::apply(problem, p, &refine::Move::Rebalance { counts })
             .and_then(|p| refine::conformed(problem, p))
             .and_then(|p| {
                 let e = common::evaluate(problem, &p)?;
                 Some((p, e))
             });
         match next {
-            Some((p, e)) if e.iteration_time_s < cur.1.iteration_time_s => cur = (p, e),
+            Some(n) if n.1.iteration_time_s < e.iteration_time_s => split = Some(n),
             _ => break,
         }
     }
-    let even = refine::repair_both(problem, plan.clone(), est);
-    if cur.0 == plan {
+    let even = refine::repair_both(problem, plan, est);
+    let Some((p, e)) = split else {
         return even;
-    }
-    match (even, refine::repair_both(problem, cur.0, cur.1)) {
+    };
+    match (even, refine::repair_both(problem, p, e)) {
         (Some(e), Some(b)) if b.1.iteration_time_s < e.1.iteration_time_s => Some(b),
         (Some(e), _) => Some(e),
         (None, b) => b,
