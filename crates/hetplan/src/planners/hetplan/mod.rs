@@ -14,7 +14,8 @@
 //! (`plan::runtime`).
 //!
 //! Limits: the uniform starts take up to `UNIFORM_FIRST_SHARE` of a time or node limit; the
-//! seeds run until `MEMBERS_SHARE` of it (their node shares, what the uniform starts left of
+//! seeds run until `MEMBERS_SHARE` of it (`LARGE_CLUSTER_MEMBERS_SHARE` of a time limit from a
+//! thousand GPUs on; their node shares, what the uniform starts left of
 //! that, fixed before the threads start, so a node-limited answer does not depend on the
 //! thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
 //! then left, the local search runs until `REFINE_SHARE` (when its first starts end early,
@@ -87,6 +88,16 @@ impl Clock for Since<'_> {
 /// 2.553 s: it still improves in the last seconds of a minute.
 const MEMBERS_SHARE: f64 = 0.9;
 const REFINE_SHARE: f64 = 0.96;
+
+/// The seeds' share of a *time* limit on clusters of at least [`LARGE_CLUSTER_GPUS`] GPUs,
+/// where the local search from the uniform starts is what finds the answer: on
+/// `benches/speed.rs`' 4,096 GPUs the seeds' best answer took 4.607 s where the best uniform
+/// start took 3.045 s, and with 60% instead of 90% of the minute the local search had 21 s
+/// instead of 3.6 s and answered 2.389 s instead of 2.553 s; at 1,024 and 256 GPUs the answers
+/// were the same either way, and at 64 GPUs (13.084 s against 13.006 s at 10 s) Mist's answer,
+/// the best start there, needed the 9 s. Node limits keep `MEMBERS_SHARE`.
+const LARGE_CLUSTER_MEMBERS_SHARE: f64 = 0.6;
+const LARGE_CLUSTER_GPUS: usize = 1024;
 /// The share of a time limit the searches end by: the rest is kept for the simulator's check
 /// of the best candidates and the notes after them (at 1,024 GPUs 0.04 s of a 10 s limit), and
 /// for the last neighbours a search starts before its end (measured waves, one unmeasured:
@@ -234,7 +245,12 @@ impl Planner for Hetplan {
         };
         let members = members();
         let n = members.len();
-        let members_until = time.map(|t| t * MEMBERS_SHARE);
+        let time_share = if problem.cluster.num_gpus() >= LARGE_CLUSTER_GPUS {
+            LARGE_CLUSTER_MEMBERS_SHARE
+        } else {
+            MEMBERS_SHARE
+        };
+        let members_until = time.map(|t| t * time_share);
         let members_nodes =
             nodes.map(|m| ((m as f64 * MEMBERS_SHARE) as u64).saturating_sub(search.explored()));
         // Mist (the last member) on a thread of its own beside the others, one after the
