@@ -39,37 +39,42 @@ pub struct TorchtitanJob {
     /// ([`TorchtitanJob::kwarg_in_call`]).
     every_kwarg: Vec<(String, Lit)>,
     src: String,
-    /// `src` with its comments and triple-quoted strings blanked ([`code_only`]).
-    code: String,
+    /// `src` with its comments, docstrings and the contents of its strings blanked
+    /// ([`code_only`]): where its calls and their brackets are.
+    structure: String,
 }
 
 /// `src` with its comments and triple-quoted strings (docstrings) blanked byte for byte,
 /// newlines kept, so that an offset into it is the same offset into `src`: what a config
 /// module's docstring or comment says (`Float8LinearConverter(...)` in an example, a
-/// `key=value` in prose) is not code. Single- and double-quoted strings are kept: they are
-/// values.
-fn code_only(src: &str) -> String {
+/// `key=value` in prose) is not code. Single- and double-quoted strings are values: kept, or
+/// with `strings` their contents blanked too (their quotes kept), which leaves the brackets
+/// and names of the code alone, for finding calls and their arguments.
+fn code_only(src: &str, strings: bool) -> String {
     let b = src.as_bytes();
     let mut out = b.to_vec();
     let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
-        for c in &mut out[from..to] {
+        for c in &mut out[from..to.min(b.len())] {
             if *c != b'\n' {
                 *c = b' ';
             }
         }
     };
     let mut i = 0;
-    let mut quote: Option<u8> = None;
+    // The open one-line string: its delimiter and where its contents start.
+    let mut quote: Option<(u8, usize)> = None;
     while i < b.len() {
         let c = b[i];
         match quote {
             Some(_) if c == b'\\' => i += 2,
-            Some(q) => {
-                if c == q || c == b'\n' {
-                    quote = None;
+            Some((q, from)) if c == q || c == b'\n' => {
+                if strings {
+                    blank(&mut out, from, i);
                 }
+                quote = None;
                 i += 1;
             }
+            Some(_) => i += 1,
             None if b[i..].starts_with(b"\"\"\"") || b[i..].starts_with(b"'''") => {
                 let delim = &b[i..i + 3];
                 // Its end: the first delimiter not escaped (`\\` escapes itself); the rest of
@@ -96,11 +101,14 @@ fn code_only(src: &str) -> String {
             }
             None => {
                 if c == b'"' || c == b'\'' {
-                    quote = Some(c);
+                    quote = Some((c, i + 1));
                 }
                 i += 1;
             }
         }
+    }
+    if let (true, Some((_, from))) = (strings, quote) {
+        blank(&mut out, from, b.len());
     }
     // Every blanked run starts and ends at an ASCII byte or the end: the bytes are still UTF-8.
     String::from_utf8(out).expect("whole characters are blanked or kept")
@@ -117,7 +125,7 @@ impl TorchtitanJob {
         let mut every_kwarg = Vec::new();
         let mut line_start = 0;
         // Comments and docstrings carry no values.
-        let masked = code_only(src);
+        let masked = code_only(src, false);
         for code in masked.split_inclusive('\n') {
             let trimmed = code.trim_start();
             let indent = code.len() - trimmed.len();
@@ -215,7 +223,7 @@ impl TorchtitanJob {
             kwargs,
             every_kwarg,
             src: src.to_string(),
-            code: masked,
+            structure: code_only(src, true),
         })
     }
 
@@ -240,11 +248,12 @@ impl TorchtitanJob {
     }
 
     /// Where the module's code calls `name` or its `Config` (`name(` or `name.Config(`;
-    /// comments, docstrings, imports and mere mentions left out): byte offsets, in order.
+    /// comments, docstrings, strings, imports and mere mentions left out): byte offsets, in
+    /// order.
     fn calls_of(&self, name: &str) -> Vec<usize> {
         let mut out = Vec::new();
         let mut start = 0;
-        for code in self.code.split_inclusive('\n') {
+        for code in self.structure.split_inclusive('\n') {
             for (at, _) in code.match_indices(name) {
                 let before = code[..at].chars().next_back();
                 let after = code[at + name.len()..].trim_start();
@@ -268,29 +277,23 @@ impl TorchtitanJob {
     /// argument list is the first bracket after it to its match), if written there — not one
     /// of a call nested among its arguments.
     fn kwarg_in_call(&self, at: usize, key: &str) -> Option<&Lit> {
-        let code = self.code.as_bytes();
+        // Strings are blank there: every bracket is the code's.
+        let code = self.structure.as_bytes();
         let open = (at..code.len()).find(|&i| code[i] == b'(')?;
         let mut depth = 0i32;
-        let mut quote: Option<u8> = None;
         let mut close = code.len();
         // Brackets nested in the list: a keyword there is another call's.
         let mut nested: Vec<(usize, usize)> = Vec::new();
         let mut nested_from = 0;
-        let mut i = open;
-        while i < code.len() {
-            let c = code[i];
-            match quote {
-                Some(_) if c == b'\\' => i += 1,
-                Some(q) if c == q || c == b'\n' => quote = None,
-                Some(_) => {}
-                None if c == b'"' || c == b'\'' => quote = Some(c),
-                None if c == b'(' || c == b'[' || c == b'{' => {
+        for (i, &c) in code.iter().enumerate().skip(open) {
+            match c {
+                b'(' | b'[' | b'{' => {
                     depth += 1;
                     if depth == 2 {
                         nested_from = i;
                     }
                 }
-                None if c == b')' || c == b']' || c == b'}' => {
+                b')' | b']' | b'}' => {
                     depth -= 1;
                     if depth == 1 {
                         nested.push((nested_from, i));
@@ -300,9 +303,8 @@ impl TorchtitanJob {
                         break;
                     }
                 }
-                None => {}
+                _ => {}
             }
-            i += 1;
         }
         (self.every_kwarg.iter().rev())
             .find(|(k, l)| {
@@ -690,6 +692,11 @@ mod tests {
                    x = T(local_batch_size=2, tag='''x=1''')\n";
         let job = TorchtitanJob::parse(src).unwrap();
         assert!(job.call_of("Float8LinearConverter").is_none());
+        // Nor is what a string says.
+        let quoted =
+            TorchtitanJob::parse("print('Float8LinearConverter(')\nx = T(local_batch_size=2)\n")
+                .unwrap();
+        assert!(quoted.call_of("Float8LinearConverter").is_none());
         assert!(!job.kwargs.contains_key("tensor_parallel_degree"));
         assert!(!job.kwargs.contains_key("recipe_name"));
         assert_eq!(job.consts["NAME"].text, "\"a#b\"");

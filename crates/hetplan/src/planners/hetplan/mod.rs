@@ -933,7 +933,11 @@ fn evaluate_starts(
     out
 }
 
-/// Rounds of [`fitted_start`]'s split by speed at most.
+/// Rounds of [`fitted_start`]'s split by speed at most. With six allowed, on
+/// `benches/speed.rs`' fleet (`hetplan plan`, GPT-3 13B, batch 512, 10 s) a third round made a
+/// start faster once in 85 starts split at 1,024 GPUs and never in 97 at 64: the first
+/// round's split, read from the even split's time per layer, is nearly the min–max one, and a
+/// second corrects for the embedding and the head.
 const REBALANCE_ROUNDS: usize = 2;
 
 /// A uniform start fitted by the memory ladder (`refine::repair_both`), or, where its
