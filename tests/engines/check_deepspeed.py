@@ -15,8 +15,11 @@ compiler; ninja from the same environment must be on PATH). Exit status 1 if any
 
 import json
 import os
-import socket
+import queue as queues
+import shutil
 import sys
+import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -24,18 +27,28 @@ warnings.filterwarnings("ignore")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def init_gloo(rank, world, store):
+    """Joins a gloo group that meets through the file `store`, then hands it to DeepSpeed.
 
-
-def init_single():
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0")
+    A file, not a TCP port: a port picked free here can be taken by any other process (the
+    engine tests run side by side, and gloo opens ephemeral ports of its own) before rank 0
+    listens on it, and then every rank waits out the store's ten-minute timeout. DeepSpeed
+    skips its own set-up for a group already made; the environment it reads is still set
+    (MASTER_PORT unused).
+    """
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1", RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     import deepspeed
+    import torch.distributed as dist
 
+    dist.init_process_group("gloo", init_method=Path(store).as_uri(), rank=rank,
+                            world_size=world)
     deepspeed.init_distributed(dist_backend="gloo")
+
+
+def new_store():
+    """A path for a group's file store, in a fresh directory (the file must not exist yet)."""
+    return os.path.join(tempfile.mkdtemp(prefix="hetplan-ds-"), "store")
 
 
 class Mpu:
@@ -62,15 +75,12 @@ def check_config(directory):
     return c
 
 
-def stage_bounds(rank, world, port, directory, queue):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+def stage_bounds(rank, world, store, directory, queue):
     warnings.filterwarnings("ignore")
-    import deepspeed
     import torch
     from deepspeed.pipe import LayerSpec
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_gloo(rank, world, store)
     sys.path.insert(0, str(directory))
     import hetplan_pipeline as hp
 
@@ -90,15 +100,27 @@ def check_pipeline(directory):
     world = ranks["pipeline_stages"]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=stage_bounds, args=(r, world, port, directory, queue))
+    store = new_store()
+    procs = [ctx.Process(target=stage_bounds, args=(r, world, store, directory, queue))
              for r in range(world)]
     for p in procs:
         p.start()
-    got = sorted(queue.get(timeout=600) for _ in procs)
+    got, deadline = [], time.time() + 600
+    while len(got) < world:
+        try:
+            got.append(queue.get(timeout=2))
+        except queues.Empty:
+            failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if failed or time.time() > deadline:
+                for p in procs:
+                    p.kill()
+            assert not failed, f"a stage process failed (exit codes {failed})"
+            assert time.time() < deadline, "the stage processes did not answer in 10 minutes"
+    got.sort()
     for p in procs:
         p.join()
         assert p.exitcode == 0, f"a stage process failed ({p.exitcode})"
+    shutil.rmtree(os.path.dirname(store), ignore_errors=True)
     for stage, start, stop, module_parts in got:
         assert module_parts == parts, f"PipelineModule parts {module_parts}, ranks.json {parts}"
         assert (start, stop) == (parts[stage], parts[stage + 1]), (
@@ -107,7 +129,7 @@ def check_pipeline(directory):
 
 
 def main(dirs):
-    init_single()
+    init_gloo(0, 1, new_store())
     failed = 0
     for d in dirs:
         d = Path(d).resolve()

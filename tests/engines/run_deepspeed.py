@@ -18,8 +18,8 @@ import json
 import math
 import os
 import queue as queues
-import socket
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -30,9 +30,16 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 WIDTH = 16
 
 
-def worker(rank, world, port, directory, steps, queue):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+def worker(rank, world, store, directory, steps, queue):
+    """One rank of a run without torchrun: the ranks meet through the file `store` (a port
+    picked free here could be taken before rank 0 listens on it); DeepSpeed takes over the
+    group made, and the environment it reads is set (MASTER_PORT unused)."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1", RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", init_method=Path(store).as_uri(), rank=rank,
+                            world_size=world)
     queue.put(train(directory, steps))
 
 
@@ -76,12 +83,10 @@ def main(directory, steps):
 
     directory = Path(directory).resolve()
     world = json.loads((directory / "ranks.json").read_text())["world_size"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    store = os.path.join(tempfile.mkdtemp(prefix="hetplan-ds-"), "store")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, world, port, directory, steps, queue))
+    procs = [ctx.Process(target=worker, args=(r, world, store, directory, steps, queue))
              for r in range(world)]
     for p in procs:
         p.start()

@@ -52,6 +52,82 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
+/// A port for torchrun's store to listen on, free when picked, from below the kernel's
+/// ephemeral range: ports there are handed out only to explicit binds, never to the outgoing
+/// connections and `bind(0)` listeners that gloo and the other engine tests open by the
+/// hundred, so nothing else takes it before torchrun listens. Without the range (not Linux),
+/// any port the kernel hands out.
+fn listen_port() -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(0);
+    let (low, span) = (10_000u16, ephemeral_low.saturating_sub(10_000));
+    // A start that differs between test processes and between calls of one.
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id();
+    for i in 0..u32::from(span) {
+        let port = low + ((salt.wrapping_add(i * 7_919)) % u32::from(span)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// Waits for every child, reading their pipes meanwhile; once one fails the others are
+/// killed rather than left to wait out their rendezvous timeout (ten minutes and more).
+/// Returns, per child, whether it succeeded, its stdout and its stderr.
+fn wait_all(mut children: Vec<std::process::Child>) -> Vec<(bool, String, String)> {
+    use std::io::Read;
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let pipes: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            let out = c.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>);
+            let err = c.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>);
+            (read(out), read(err))
+        })
+        .collect();
+    let mut status = vec![None; children.len()];
+    while status.iter().any(Option::is_none) {
+        for (c, s) in children.iter_mut().zip(status.iter_mut()) {
+            if s.is_none() {
+                *s = c.try_wait().expect("a child's status");
+            }
+        }
+        if status.iter().flatten().any(|s| !s.success()) {
+            for (c, s) in children.iter_mut().zip(&status) {
+                if s.is_none() {
+                    let _ = c.kill();
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    status
+        .into_iter()
+        .zip(pipes)
+        .map(|(s, (out, err))| {
+            let ok = s.is_some_and(|s| s.success());
+            (ok, out.join().unwrap(), err.join().unwrap())
+        })
+        .collect()
+}
+
 fn hetplan(dir: &Path, args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hetplan"))
         .args(args)
@@ -456,13 +532,9 @@ fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
     let job = dir.join("job");
     let bin = python.parent().map(Path::to_path_buf).unwrap_or_default();
     let runner = root().join("tests/engines/run_deepspeed.py");
-    // One launch of both nodes on a fresh port: their stdout, or the failing rank's stderr.
+    // One launch of both nodes on a fresh port: their stdout, or the failing node's stderr.
     let launch = || -> Result<String, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = listen_port();
         let start = |rank: u32| {
             Command::new("bash")
                 .arg(job.join("launch.sh"))
@@ -486,24 +558,26 @@ fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
                 .spawn()
                 .expect("bash runs")
         };
-        let nodes = [start(0), start(1)];
+        let outputs = wait_all(vec![start(0), start(1)]);
         let (mut results, mut failed) = (String::new(), None);
-        for (rank, node) in nodes.into_iter().enumerate() {
-            let out = node.wait_with_output().unwrap();
-            if !out.status.success() && failed.is_none() {
-                failed = Some(format!(
-                    "node rank {rank} failed:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
+        for (rank, (ok, stdout, stderr)) in outputs.into_iter().enumerate() {
+            if !ok && failed.is_none() {
+                failed = Some(format!("node rank {rank} failed:\n{stderr}"));
             }
-            results.push_str(&String::from_utf8_lossy(&out.stdout));
+            results.push_str(&stdout);
         }
         failed.map_or(Ok(results), Err)
     };
     // CPU gloo can abort a rank at teardown ("terminate called without an active
-    // exception"), a flake of the test machine's backend, not of the export: one more launch.
+    // exception"), a flake of the test machine's backend, not of the export; and another
+    // process can take the port between its pick and torchrun's listen: one more launch.
+    let flake = |e: &str| {
+        e.contains("terminate called without an active exception")
+            || e.contains("EADDRINUSE")
+            || e.contains("address already in use")
+    };
     let results = match launch() {
-        Err(e) if e.contains("terminate called without an active exception") => launch(),
+        Err(e) if flake(&e) => launch(),
         r => r,
     }
     .unwrap_or_else(|e| panic!("{e}"));
