@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zlib
 from pathlib import Path
 
 warnings.filterwarnings("ignore")
@@ -28,27 +29,67 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 def init_gloo(rank, world, store):
-    """Joins a gloo group that meets through the file `store`, then hands it to DeepSpeed.
+    """Joins a gloo group of `world` ranks that meet through the file `store`, then hands it to
+    DeepSpeed.
 
     A file, not a TCP port: a port picked free here can be taken by any other process (the
     engine tests run side by side, and gloo opens ephemeral ports of its own) before rank 0
-    listens on it, and then every rank waits out the store's ten-minute timeout. DeepSpeed
-    skips its own set-up for a group already made; the environment it reads is still set
-    (MASTER_PORT unused).
+    listens on it, and then every rank waits out the store's timeout. DeepSpeed skips its own
+    set-up for a group already made (deepspeed/comm/comm.py `init_distributed`); the
+    environment it reads is still set, MASTER_PORT to a token of the store (DeepSpeed's CPU
+    shared-memory buffers are named after it) rather than a port.
     """
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1", RANK=str(rank),
+    from datetime import timedelta
+
+    token = 10000 + zlib.crc32(store.encode()) % 50000
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(token), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     import deepspeed
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=Path(store).as_uri(), rank=rank,
-                            world_size=world)
+    # DeepSpeed's own default timeout (deepspeed/constants.py), not torch's half hour.
+    dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank,
+                            world_size=world, timeout=timedelta(minutes=10))
     deepspeed.init_distributed(dist_backend="gloo")
 
 
 def new_store():
     """A path for a group's file store, in a fresh directory (the file must not exist yet)."""
     return os.path.join(tempfile.mkdtemp(prefix="hetplan-ds-"), "store")
+
+
+def run_ranks(target, world, args, limit_s):
+    """Runs `target(rank, world, store, *args, queue)` in one spawned process per rank, the
+    ranks meeting through a fresh file store; returns what each put on `queue`, sorted. A rank
+    that fails, or a run past `limit_s` seconds, stops the others and raises."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    store = new_store()
+    procs = [ctx.Process(target=target, args=(r, world, store, *args, queue))
+             for r in range(world)]
+    try:
+        for p in procs:
+            p.start()
+        got, deadline = [], time.time() + limit_s
+        while len(got) < world:
+            try:
+                got.append(queue.get(timeout=2))
+            except queues.Empty:
+                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                assert not failed, f"a rank failed (exit codes {[p.exitcode for p in procs]})"
+                assert time.time() < deadline, f"the ranks did not finish in {limit_s} s"
+        for p in procs:
+            p.join()
+        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+        return sorted(got)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        shutil.rmtree(os.path.dirname(store), ignore_errors=True)
 
 
 class Mpu:
@@ -90,37 +131,13 @@ def stage_bounds(rank, world, store, directory, queue):
 
 
 def check_pipeline(directory):
-    import torch.multiprocessing as mp
-
     source = directory / "hetplan_pipeline.py"
     if not source.exists():
         return
     ranks = json.loads((directory / "ranks.json").read_text())
     parts = ranks["parts"]
     world = ranks["pipeline_stages"]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    store = new_store()
-    procs = [ctx.Process(target=stage_bounds, args=(r, world, store, directory, queue))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    got, deadline = [], time.time() + 600
-    while len(got) < world:
-        try:
-            got.append(queue.get(timeout=2))
-        except queues.Empty:
-            failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-            if failed or time.time() > deadline:
-                for p in procs:
-                    p.kill()
-            assert not failed, f"a stage process failed (exit codes {failed})"
-            assert time.time() < deadline, "the stage processes did not answer in 10 minutes"
-    got.sort()
-    for p in procs:
-        p.join()
-        assert p.exitcode == 0, f"a stage process failed ({p.exitcode})"
-    shutil.rmtree(os.path.dirname(store), ignore_errors=True)
+    got = run_ranks(stage_bounds, world, (directory,), 600)
     for stage, start, stop, module_parts in got:
         assert module_parts == parts, f"PipelineModule parts {module_parts}, ranks.json {parts}"
         assert (start, stop) == (parts[stage], parts[stage + 1]), (
@@ -129,19 +146,25 @@ def check_pipeline(directory):
 
 
 def main(dirs):
-    init_gloo(0, 1, new_store())
-    failed = 0
-    for d in dirs:
-        d = Path(d).resolve()
-        try:
-            c = check_config(d)
-            check_pipeline(d)
-            print(f"ok  {d}: batch {c.train_batch_size} = {c.train_micro_batch_size_per_gpu} x "
-                  f"{c.gradient_accumulation_steps} x DP, ZeRO-{c.zero_optimization_stage}")
-        except Exception as e:  # every export is checked and reported
-            failed += 1
-            print(f"FAIL {d}: {type(e).__name__}: {e}")
-    return 1 if failed else 0
+    store = new_store()
+    try:
+        init_gloo(0, 1, store)
+        failed = 0
+        for d in dirs:
+            d = Path(d).resolve()
+            try:
+                c = check_config(d)
+                check_pipeline(d)
+                print(f"ok  {d}: batch {c.train_batch_size} = "
+                      f"{c.train_micro_batch_size_per_gpu} x {c.gradient_accumulation_steps} x DP, "
+                      f"ZeRO-{c.zero_optimization_stage}")
+            except Exception as e:  # every export is checked and reported
+                failed += 1
+                print(f"FAIL {d}: {type(e).__name__}: {e}")
+        return 1 if failed else 0
+    finally:
+        # The group's store is read again whenever a group is made: removed at the end.
+        shutil.rmtree(os.path.dirname(store), ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,7 @@ of the split. Plans must be FP32 (`precision=fp32`): the CPU has no BF16 matmuls
 import json
 import math
 import os
-import queue as queues
 import sys
-import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -31,15 +28,11 @@ WIDTH = 16
 
 
 def worker(rank, world, store, directory, steps, queue):
-    """One rank of a run without torchrun: the ranks meet through the file `store` (a port
-    picked free here could be taken before rank 0 listens on it); DeepSpeed takes over the
-    group made, and the environment it reads is set (MASTER_PORT unused)."""
-    import torch.distributed as dist
+    """One rank of a run without torchrun, the ranks meeting through the file `store`
+    (`check_deepspeed.init_gloo`)."""
+    from check_deepspeed import init_gloo
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1", RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", init_method=Path(store).as_uri(), rank=rank,
-                            world_size=world)
+    init_gloo(rank, world, store)
     queue.put(train(directory, steps))
 
 
@@ -79,29 +72,11 @@ def train(directory, steps):
 
 
 def main(directory, steps):
-    import torch.multiprocessing as mp
+    from check_deepspeed import run_ranks
 
     directory = Path(directory).resolve()
     world = json.loads((directory / "ranks.json").read_text())["world_size"]
-    store = os.path.join(tempfile.mkdtemp(prefix="hetplan-ds-"), "store")
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, world, store, directory, steps, queue))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    results, deadline = [], time.time() + 900
-    while len(results) < world:
-        try:
-            results.append(queue.get(timeout=2))
-        except queues.Empty:
-            failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-            assert not failed, f"a rank failed (exit codes {[p.exitcode for p in procs]})"
-            assert time.time() < deadline, "the run did not finish in 15 minutes"
-    results.sort()
-    for p in procs:
-        p.join()
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    results = run_ranks(worker, world, (directory, steps), 900)
     judge(directory, results, steps)
 
 

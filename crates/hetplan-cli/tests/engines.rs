@@ -55,8 +55,9 @@ fn scratch(tag: &str) -> PathBuf {
 /// A port for torchrun's store to listen on, free when picked, from below the kernel's
 /// ephemeral range: ports there are handed out only to explicit binds, never to the outgoing
 /// connections and `bind(0)` listeners that gloo and the other engine tests open by the
-/// hundred, so nothing else takes it before torchrun listens. Without the range (not Linux),
-/// any port the kernel hands out.
+/// hundred, so nothing else takes it before torchrun listens. Where the range is unknown (not
+/// Linux) or starts at 10,000 or below, any port the kernel hands out; the launch test
+/// relaunches once on EADDRINUSE either way.
 fn listen_port() -> u16 {
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
@@ -80,19 +81,35 @@ fn listen_port() -> u16 {
         .expect("a free port on 127.0.0.1")
 }
 
+/// How a child of [`wait_all`] ended.
+struct Ended {
+    /// It exited successfully.
+    ok: bool,
+    /// [`wait_all`] stopped it because another child had failed.
+    stopped: bool,
+    stdout: String,
+    stderr: String,
+}
+
 /// Waits for every child, reading their pipes meanwhile; once one fails the others are
-/// killed rather than left to wait out their rendezvous timeout (ten minutes and more).
-/// Returns, per child, whether it succeeded, its stdout and its stderr.
-fn wait_all(mut children: Vec<std::process::Child>) -> Vec<(bool, String, String)> {
+/// stopped rather than left to wait out their rendezvous timeout (ten minutes and more):
+/// SIGTERM first, which torchrun passes on to its workers (they run in sessions of their own,
+/// which killing torchrun alone would orphan), SIGKILL ten seconds later. A pipe that an
+/// orphan still holds open is read for ten seconds after its child ended, then left.
+fn wait_all(mut children: Vec<std::process::Child>) -> Vec<Ended> {
     use std::io::Read;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
     let read = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut text = String::new();
             if let Some(mut p) = pipe {
                 let _ = p.read_to_string(&mut text);
             }
-            text
-        })
+            let _ = tx.send(text);
+        });
+        rx
     };
     let pipes: Vec<_> = children
         .iter_mut()
@@ -103,27 +120,48 @@ fn wait_all(mut children: Vec<std::process::Child>) -> Vec<(bool, String, String
         })
         .collect();
     let mut status = vec![None; children.len()];
+    let mut stopped = vec![false; children.len()];
+    let mut terminated: Option<Instant> = None;
     while status.iter().any(Option::is_none) {
         for (c, s) in children.iter_mut().zip(status.iter_mut()) {
             if s.is_none() {
                 *s = c.try_wait().expect("a child's status");
             }
         }
-        if status.iter().flatten().any(|s| !s.success()) {
-            for (c, s) in children.iter_mut().zip(&status) {
-                if s.is_none() {
+        let failed = status.iter().flatten().any(|s| !s.success());
+        let running = status.iter().map(Option::is_none);
+        for ((c, stop), alive) in children.iter_mut().zip(stopped.iter_mut()).zip(running) {
+            if !alive || !failed {
+                continue;
+            }
+            match terminated {
+                None => {
+                    let _ = Command::new("kill")
+                        .args(["-TERM", &c.id().to_string()])
+                        .status();
+                    *stop = true;
+                }
+                Some(at) if at.elapsed() > Duration::from_secs(10) => {
                     let _ = c.kill();
                 }
+                Some(_) => {}
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        if failed && terminated.is_none() {
+            terminated = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
+    let grace = Duration::from_secs(10);
     status
         .into_iter()
+        .zip(stopped)
         .zip(pipes)
-        .map(|(s, (out, err))| {
-            let ok = s.is_some_and(|s| s.success());
-            (ok, out.join().unwrap(), err.join().unwrap())
+        .map(|((s, stopped), (out, err))| Ended {
+            ok: s.is_some_and(|s| s.success()),
+            stopped,
+            stdout: out.recv_timeout(grace).unwrap_or_default(),
+            stderr: err.recv_timeout(grace).unwrap_or_default(),
         })
         .collect()
 }
@@ -558,14 +596,19 @@ fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
                 .spawn()
                 .expect("bash runs")
         };
-        let outputs = wait_all(vec![start(0), start(1)]);
-        let (mut results, mut failed) = (String::new(), None);
-        for (rank, (ok, stdout, stderr)) in outputs.into_iter().enumerate() {
-            if !ok && failed.is_none() {
-                failed = Some(format!("node rank {rank} failed:\n{stderr}"));
-            }
-            results.push_str(&stdout);
-        }
+        let ended = wait_all(vec![start(0), start(1)]);
+        // The node that failed first, not one stopped after it; every node's stderr (a
+        // flake's marker may be in either).
+        let failed = (ended.iter().enumerate())
+            .find(|(_, e)| !e.ok && !e.stopped)
+            .or_else(|| ended.iter().enumerate().find(|(_, e)| !e.ok))
+            .map(|(rank, _)| {
+                let all: Vec<String> = (ended.iter().enumerate())
+                    .map(|(r, e)| format!("node rank {r} stderr:\n{}", e.stderr))
+                    .collect();
+                format!("node rank {rank} failed first\n{}", all.join("\n"))
+            });
+        let results: String = ended.iter().map(|e| e.stdout.as_str()).collect();
         failed.map_or(Ok(results), Err)
     };
     // CPU gloo can abort a rank at teardown ("terminate called without an active
