@@ -400,12 +400,13 @@ fn precision_of(py: Python<'_>, precision: &str) -> PyResult<Precision> {
         "bf16" => Ok(Precision::Bf16),
         "fp16" => Ok(Precision::Fp16),
         "fp32" => Ok(Precision::Fp32),
+        "tf32" => Ok(Precision::Tf32),
         "fp8" => Ok(Precision::Fp8),
         "fp8-rowwise" => Ok(Precision::Fp8Rowwise),
         other => Err(error(
             py,
             format!("precision {other:?} is not one hetplan knows"),
-            Some("bf16, fp16, fp32, fp8 or fp8-rowwise".into()),
+            Some("bf16, fp16, fp32, tf32, fp8 or fp8-rowwise".into()),
         )),
     }
 }

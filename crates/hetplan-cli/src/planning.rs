@@ -166,8 +166,11 @@ pub enum PrecisionArg {
     Bf16,
     /// FP16 with loss scaling.
     Fp16,
-    /// FP32 throughout.
+    /// FP32 throughout, the matrix products too (PyTorch's default).
     Fp32,
+    /// FP32 with the matrix products in TF32 on Ampere and later GPUs
+    /// (`torch.backends.cuda.matmul.allow_tf32 = True`); FP32 on older ones.
+    Tf32,
     /// FP8 matrix products in the transformer blocks (Transformer Engine, torchao Float8),
     /// BF16 elsewhere; needs Ada, Hopper or Blackwell GPUs.
     Fp8,
@@ -182,6 +185,7 @@ impl From<PrecisionArg> for Precision {
             PrecisionArg::Bf16 => Precision::Bf16,
             PrecisionArg::Fp16 => Precision::Fp16,
             PrecisionArg::Fp32 => Precision::Fp32,
+            PrecisionArg::Tf32 => Precision::Tf32,
             PrecisionArg::Fp8 => Precision::Fp8,
             PrecisionArg::Fp8Rowwise => Precision::Fp8Rowwise,
         }

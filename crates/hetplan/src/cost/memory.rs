@@ -499,7 +499,7 @@ pub fn plan_state_bytes(plan: &crate::plan::Plan) -> (f64, f64, f64) {
 /// 6 + 12/d with the distributed optimizer).
 pub fn state_bytes(engine: Engine, p: Precision) -> (f64, f64, f64) {
     match p {
-        Precision::Fp32 => (4.0, 4.0, k::OPTIMIZER_BYTES_FP32),
+        Precision::Fp32 | Precision::Tf32 => (4.0, 4.0, k::OPTIMIZER_BYTES_FP32),
         _ => (
             k::WEIGHT_BYTES_16,
             crate::plan::default_gradient_dtype(engine, p)

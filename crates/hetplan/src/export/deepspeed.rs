@@ -144,7 +144,7 @@ fn ds_config(plan: &Plan) -> serde_json::Value {
         Precision::Bf16 => c["bf16"] = json!({ "enabled": true }),
         Precision::Fp16 => c["fp16"] = json!({ "enabled": true }),
         // Refused before export (`Target::precisions`).
-        Precision::Fp32 | Precision::Fp8 | Precision::Fp8Rowwise => {}
+        Precision::Fp32 | Precision::Tf32 | Precision::Fp8 | Precision::Fp8Rowwise => {}
     }
     if st.recompute != Recompute::None {
         // The settings of deepspeed.checkpointing (runtime/activation_checkpointing/config.py);

@@ -470,7 +470,9 @@ pub fn args(model: &Model, plan: &Plan, layout: &RankLayout) -> Vec<String> {
         Precision::Bf16 => ("bf16", Some("--bf16")),
         Precision::Fp16 => ("fp16", Some("--fp16")),
         // FP8 is refused before export (`Target::precisions`).
-        Precision::Fp32 | Precision::Fp8 | Precision::Fp8Rowwise => ("fp32", None),
+        Precision::Fp32 | Precision::Tf32 | Precision::Fp8 | Precision::Fp8Rowwise => {
+            ("fp32", None)
+        }
     };
     push(&mut a, "--mixed_precision", mp.into());
     push(

@@ -471,7 +471,7 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
     match plan.precision {
         Precision::Bf16 => flag("bf16", None),
         Precision::Fp16 => flag("fp16", None),
-        Precision::Fp32 => {}
+        Precision::Fp32 | Precision::Tf32 => {}
         // Transformer Engine's FP8 linears in BF16 training: E4M3 forward, E5M2 gradients.
         Precision::Fp8 => {
             flag("bf16", None);

@@ -392,7 +392,7 @@ fn dtype(p: Precision) -> &'static str {
         Precision::Bf16 => "bfloat16",
         Precision::Fp16 => "float16",
         // FP8 is refused before export (`Target::precisions`).
-        Precision::Fp32 | Precision::Fp8 | Precision::Fp8Rowwise => "float32",
+        Precision::Fp32 | Precision::Tf32 | Precision::Fp8 | Precision::Fp8Rowwise => "float32",
     }
 }
 

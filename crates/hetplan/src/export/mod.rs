@@ -182,6 +182,12 @@ fn precision_reason(target: Target, plan: &crate::plan::Plan) -> Option<String> 
         match plan.precision {
             Precision::Fp8 => " (Megatron-LM runs FP8 through Transformer Engine)",
             Precision::Fp8Rowwise => " (torchao's rowwise recipe, which torchtitan runs)",
+            // No engine has a setting for it: PyTorch's own switch, outside the export.
+            Precision::Tf32 => {
+                " (no engine has a TF32 setting: export the plan as FP32 and allow TF32 in \
+                 PyTorch, `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1` in the launch's environment or \
+                 `torch.backends.cuda.matmul.allow_tf32 = True` in the script)"
+            }
             _ => "",
         }
     ))

@@ -340,7 +340,7 @@ fn ds_config(plan: &Plan) -> serde_json::Value {
         Precision::Bf16 => c["bf16"] = json!({ "enabled": true }),
         Precision::Fp16 => c["fp16"] = json!({ "enabled": true }),
         // Refused before export (`Target::precisions`).
-        Precision::Fp32 | Precision::Fp8 | Precision::Fp8Rowwise => {}
+        Precision::Fp32 | Precision::Tf32 | Precision::Fp8 | Precision::Fp8Rowwise => {}
     }
     c
 }
@@ -397,7 +397,7 @@ pub fn args(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
         Precision::Bf16 => a.push("--bf16".into()),
         Precision::Fp16 => a.push("--fp16".into()),
         // FP8 is refused before export (`Target::precisions`).
-        Precision::Fp32 | Precision::Fp8 | Precision::Fp8Rowwise => {}
+        Precision::Fp32 | Precision::Tf32 | Precision::Fp8 | Precision::Fp8Rowwise => {}
     }
     if st.recompute == Recompute::Full {
         a.extend([

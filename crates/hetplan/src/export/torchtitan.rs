@@ -684,7 +684,7 @@ fn job_module(job: Job<'_>) -> String {
         },
         gbs = plan.global_batch,
         seq = job.seq_len,
-        param_dtype = if plan.precision == Precision::Fp32 {
+        param_dtype = if plan.precision.is_fp32() {
             "float32"
         } else {
             "bfloat16"

@@ -532,6 +532,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
                 ("bf16", Precision::Bf16),
                 ("fp16", Precision::Fp16),
                 ("fp32", Precision::Fp32),
+                ("tf32", Precision::Tf32),
                 ("fp8", Precision::Fp8),
                 ("fp8-rowwise", Precision::Fp8Rowwise),
             ],

@@ -113,7 +113,7 @@ impl Engine {
     /// `MixedPrecisionPolicy`), which torchtitan and FSDP run. Megatron and DeepSpeed keep
     /// 16-bit weights that the optimizer step writes (in `ADAM_BYTES_PER_PARAM`).
     pub fn casts_weights_at_use(self, precision: Precision) -> bool {
-        self == Engine::Fsdp && precision != Precision::Fp32
+        self == Engine::Fsdp && !precision.is_fp32()
     }
 }
 
@@ -126,8 +126,14 @@ pub enum Precision {
     Bf16,
     /// FP16 with loss scaling; memory as BF16.
     Fp16,
-    /// Everything in FP32 (Sailor's default).
+    /// Everything in FP32, the matrix products too (PyTorch's default since 1.12:
+    /// `torch.backends.cuda.matmul.allow_tf32 = False`).
     Fp32,
+    /// FP32 storage and training with the matrix products in TF32 on tensor cores that have
+    /// it, Ampere and later (`torch.backends.cuda.matmul.allow_tf32 = True`,
+    /// `torch.set_float32_matmul_precision("high")`, or `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`);
+    /// on Volta and Turing, which have none, as `Fp32`. Memory as `Fp32`.
+    Tf32,
     /// FP8 matrix products in the transformer blocks with per-tensor scaling (Transformer
     /// Engine's `--fp8-format hybrid`: E4M3 forward, E5M2 gradients; torchao's Float8 linears),
     /// BF16 everywhere else — activations, the embedding and the output layer, attention —
@@ -149,7 +155,7 @@ impl Precision {
     pub fn element_bytes(self) -> f64 {
         match self {
             Precision::Bf16 | Precision::Fp16 | Precision::Fp8 | Precision::Fp8Rowwise => 2.0,
-            Precision::Fp32 => 4.0,
+            Precision::Fp32 | Precision::Tf32 => 4.0,
         }
     }
 
@@ -159,9 +165,15 @@ impl Precision {
             Precision::Bf16 => "bf16",
             Precision::Fp16 => "fp16",
             Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
             Precision::Fp8 => "fp8",
             Precision::Fp8Rowwise => "fp8-rowwise",
         }
+    }
+
+    /// Whether weights, gradients and activations are FP32 (`Fp32`, `Tf32`).
+    pub fn is_fp32(self) -> bool {
+        matches!(self, Precision::Fp32 | Precision::Tf32)
     }
 
     /// Whether the blocks' matrix products run in FP8 (either scaling recipe).

@@ -97,7 +97,7 @@ impl Runtime {
         match p {
             Precision::Fp8 => matches!(self, Runtime::Megatron | Runtime::Fsdp),
             Precision::Fp8Rowwise => matches!(self, Runtime::Torchtitan | Runtime::Fsdp),
-            Precision::Bf16 | Precision::Fp16 | Precision::Fp32 => true,
+            Precision::Bf16 | Precision::Fp16 | Precision::Fp32 | Precision::Tf32 => true,
         }
     }
 

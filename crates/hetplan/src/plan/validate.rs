@@ -54,7 +54,8 @@
 //!   `pp × virtual_stages` model chunks in layer order, and chunk `j` runs on exactly the GPUs of
 //!   chunk `j mod pp`.
 //! - `engine` (optional, default `megatron`): `megatron`, `deepspeed` or `fsdp`.
-//! - `precision` (optional, default `bf16`): `bf16`, `fp16` or `fp32`.
+//! - `precision` (optional, default `bf16`): `bf16`, `fp16`, `fp32`, `tf32` (FP32 with TF32
+//!   matrix products on Ampere and later), `fp8` or `fp8-rowwise`.
 //! - `stages[i].layers`: the half-open range `[start, end)` of model layer indices (the
 //!   embedding and the head count as layers). Stages cover every layer once, in order.
 //! - `stages[i].devices`: `dp × tp` GPUs, replica-major (replica `r` is

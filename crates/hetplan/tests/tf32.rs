@@ -1,0 +1,103 @@
+//! FP32 training with TF32 matrix products (`precision=tf32`, issue 14): the TF32 rates of the
+//! catalog, what they change in an estimate (time where the GPU has TF32, nothing else), and
+//! that the exporters refuse it with the way to allow TF32 in PyTorch instead. Its agreement
+//! with Sailor's per-layer measurements is in docs/validation.md §2.
+
+use hetplan::cluster::spec::catalog_cluster;
+use hetplan::cost::{estimate, Analytic, Estimate, Workload};
+use hetplan::export::{export, Job, Target};
+use hetplan::gpu::{lookup, tf32_peak};
+use hetplan::model::catalog::catalog_model;
+use hetplan::plan::inline::parse_inline_plan;
+use hetplan::plan::{Precision, ValidPlan};
+use hetplan::{Cluster, Model};
+
+fn est(model: &Model, cluster: &Cluster, spec: &str) -> Estimate {
+    let w = Workload {
+        model,
+        cluster,
+        seq_len: 2048,
+    };
+    let plan = parse_inline_plan(spec, model, cluster).unwrap();
+    estimate(w, &w.validate(&plan).unwrap(), &Analytic)
+}
+
+/// The TF32 peaks the vendors publish (dense, TFLOP/s), against the catalog's.
+#[test]
+fn tf32_rates_are_the_datasheets() {
+    for (gpu, tflops) in [
+        ("a100-sxm4-80gb", 156.0),
+        ("h100-sxm5-80gb", 494.7),
+        ("rtx-3090", 35.6),
+        ("rtx-4090", 82.6),
+        ("l4", 60.0),
+        ("rtx-a6000", 77.4),
+    ] {
+        let spec = lookup(gpu).unwrap();
+        let got = tf32_peak(&spec).unwrap().get() / 1e12;
+        assert!(
+            (got / tflops - 1.0).abs() < 0.02,
+            "{gpu}: {got:.1} TFLOP/s, the datasheet {tflops}"
+        );
+    }
+    for gpu in ["v100-sxm2-32gb", "t4", "titan-rtx", "rtx-2080"] {
+        assert!(tf32_peak(&lookup(gpu).unwrap()).is_none(), "{gpu}");
+    }
+}
+
+/// On an A100 TF32 speeds the step and leaves the memory as FP32's; on Volta and Turing,
+/// which have no TF32, the estimate is FP32's to the byte and the nanosecond.
+#[test]
+fn tf32_is_faster_where_the_gpu_has_it_and_fp32_elsewhere() {
+    let model = catalog_model("gpt3-1.3b").unwrap();
+    let spec = "dp=8,mbs=2,gbs=64,zero=1";
+    let a100 = catalog_cluster("1x8xa100-sxm4-80gb").unwrap();
+    let (fp32, tf32) = (
+        est(&model, &a100, &format!("{spec},precision=fp32")),
+        est(&model, &a100, &format!("{spec},precision=tf32")),
+    );
+    let faster = fp32.iteration_time_s / tf32.iteration_time_s;
+    // The products are most of a 1.3B step: several times faster, less than the 8× of the
+    // peaks (the FP32 elementwise work, attention's memory traffic and the optimizer stay).
+    assert!((2.0..8.0).contains(&faster), "fp32/tf32 = {faster:.2}");
+    assert_eq!(fp32.peak_memory_bytes, tf32.peak_memory_bytes);
+    // MFU against the TF32 peak, not the FP32 one.
+    assert!(tf32.mfu < 1.0 && tf32.mfu > 0.0, "{}", tf32.mfu);
+    for cluster in ["1x8xv100-sxm2-32gb", "2x4xt4"] {
+        let c = catalog_cluster(cluster).unwrap();
+        let (a, b) = (
+            est(&model, &c, &format!("{spec},precision=fp32")),
+            est(&model, &c, &format!("{spec},precision=tf32")),
+        );
+        assert_eq!(a.iteration_time_s, b.iteration_time_s, "{cluster}");
+        assert_eq!(a.peak_memory_bytes, b.peak_memory_bytes, "{cluster}");
+    }
+}
+
+/// No engine has a TF32 setting: every exporter refuses the plan and says how to get it.
+#[test]
+fn exporters_refuse_tf32_and_say_how_to_allow_it() {
+    let model = catalog_model("gpt3-1.3b").unwrap();
+    let cluster = catalog_cluster("1x8xa100-sxm4-80gb").unwrap();
+    for (target, engine) in [
+        (Target::Megatron, "megatron"),
+        (Target::Deepspeed, "deepspeed"),
+        (Target::Torchtitan, "fsdp"),
+    ] {
+        let spec = format!("dp=8,mbs=2,gbs=64,precision=tf32,engine={engine}");
+        let plan = parse_inline_plan(&spec, &model, &cluster).unwrap();
+        assert_eq!(plan.precision, Precision::Tf32);
+        let valid = ValidPlan::new(plan, &model, &cluster).unwrap();
+        let job = Job {
+            model: &model,
+            cluster: &cluster,
+            plan: &valid,
+            seq_len: 2048,
+        };
+        let err = export(target, job).unwrap_err().to_string();
+        assert!(
+            err.contains("TF32") && err.contains("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"),
+            "{err}"
+        );
+    }
+}
