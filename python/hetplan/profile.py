@@ -410,12 +410,12 @@ def _measure_layers(torch, dev, shape, kinds, seq, mbs, precision, warmup, repea
     return samples, spreads
 
 
-def _tp_worker(rank, tp, port, backend, shape, kinds, seq, mbs, precision, warmup, repeats, ep,
+def _tp_worker(rank, tp, store, backend, shape, kinds, seq, mbs, precision, warmup, repeats, ep,
                out):
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp)
+    dist.init_process_group(backend, store=dist.FileStore(store, tp), rank=rank, world_size=tp)
     dev = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
@@ -437,20 +437,21 @@ def _spawn(fn, args: tuple, nprocs: int, what: str):
     wrote to `out`. Rank 0 writes its results before the group is torn down, so a crash in
     the backend's teardown (gloo has aborted there, "terminate called without an active
     exception", on a loaded machine) loses nothing. A run that fails before rank 0 wrote is
-    tried once more on a fresh port (`args[1]`), then is an error saying so."""
+    tried once more, then is an error saying so. The processes meet through a file store in a
+    fresh directory (`args[1]` is replaced by its path): a TCP port picked free beforehand can
+    be taken by another process before rank 0 listens on it."""
     import tempfile
 
     import torch.multiprocessing as mp
     from torch.multiprocessing.spawn import ProcessException
 
     failure: object = "no results written"
-    for attempt in range(2):
-        if attempt:
-            args = (args[0], _free_port()) + args[2:]
+    for _ in range(2):
         with tempfile.TemporaryDirectory() as d:
             out = f"{d}/out.json"
+            run = (args[0], f"{d}/store") + args[2:] + (out,)
             try:
-                mp.spawn(fn, args=args + (out,), nprocs=nprocs, join=True)
+                mp.spawn(fn, args=run, nprocs=nprocs, join=True)
             except ProcessException as e:
                 failure = e
             try:
@@ -459,14 +460,6 @@ def _spawn(fn, args: tuple, nprocs: int, what: str):
             except (OSError, ValueError):
                 pass
     raise hetplan.HetplanError(f"{what} failed in a worker process: {failure}")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _measure_tp(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp, ep=1):
@@ -482,8 +475,7 @@ def _measure_tp(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, 
         backend = "nccl"
     else:
         backend = "gloo"
-    args = (tp, _free_port(), backend, shape, kinds, seq, list(mbs), precision, warmup, repeats,
-            ep)
+    args = (tp, None, backend, shape, kinds, seq, list(mbs), precision, warmup, repeats, ep)
     r = _spawn(_tp_worker, args, tp, f"profiling at TP degree {tp}")
     return r["samples"], r["spreads"]
 
@@ -570,11 +562,12 @@ def profile(
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
 
 
-def _collective_worker(rank, world, port, backend, device_type, sizes, warmup, repeats, out):
+def _collective_worker(rank, world, store, backend, device_type, sizes, warmup, repeats, out):
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(backend, store=dist.FileStore(store, world), rank=rank,
+                            world_size=world)
     dev = torch.device(f"cuda:{rank}" if device_type == "cuda" else "cpu")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
@@ -652,7 +645,7 @@ def collectives(
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     backend = backend or ("nccl" if gpus >= world_size else "gloo")
     device_type = "cuda" if backend == "nccl" else "cpu"
-    args = (world_size, _free_port(), backend, device_type, list(sizes), warmup, repeats)
+    args = (world_size, None, backend, device_type, list(sizes), warmup, repeats)
     results = _spawn(_collective_worker, args, world_size, "measuring collectives")
     samples = [dict(r, link=link) for r in results if "skipped" not in r]
     skipped = {r["op"]: r["skipped"] for r in results if "skipped" in r}
