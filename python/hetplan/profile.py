@@ -290,11 +290,34 @@ class _Timer:
         return time.perf_counter() - t0
 
 
-_DTYPES = ("bf16", "fp16", "fp32")
+_DTYPES = ("bf16", "fp16", "fp32", "tf32")
 
 
 def _dtype(torch, precision: str):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    """The tensors' type: FP32 for `tf32` too, whose products PyTorch runs in TF32
+    (`tf32_products`)."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+            "tf32": torch.float32}[precision]
+
+
+class tf32_products:
+    """Within it, FP32 matrix products and convolutions run in TF32 where the GPU has it
+    (`allow_tf32`, what hetplan's `precision=tf32` prices) when `on`, in full FP32 otherwise
+    (PyTorch's default for products); PyTorch's switches are restored after."""
+
+    def __init__(self, torch, on: bool):
+        self.torch, self.on = torch, on
+
+    def __enter__(self):
+        b = self.torch.backends
+        self.saved = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+        b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = self.on
+        return self
+
+    def __exit__(self, *_):
+        b = self.torch.backends
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = self.saved
+        return False
 
 
 def _block_keys(shape: dict, kinds: List[str]) -> Dict[str, List]:
@@ -310,8 +333,14 @@ def _block_keys(shape: dict, kinds: List[str]) -> Dict[str, List]:
     return {"dense": dense, "moe": ["transformer"]}
 
 
-def _measure_layers(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp=1,
-                    rank=0, group=None, ep=1):
+def _measure_layers(torch, dev, shape, kinds, seq, mbs, precision, *args, **kwargs):
+    """`_measure_layers_at`, its products in TF32 for `tf32` and in full FP32 otherwise."""
+    with tf32_products(torch, precision == "tf32"):
+        return _measure_layers_at(torch, dev, shape, kinds, seq, mbs, precision, *args, **kwargs)
+
+
+def _measure_layers_at(torch, dev, shape, kinds, seq, mbs, precision, warmup, repeats, tp=1,
+                       rank=0, group=None, ep=1):
     """The layer samples of one sequence length at one TP degree, measured on `dev` (rank
     `rank`'s shard under TP), and the spreads (slowest over fastest run) seen. At an EP
     degree above 1 only the MoE block, the one layer it changes."""
@@ -513,7 +542,7 @@ def profile(
     if not seqs or min(seqs) < 1 or not tps or not eps:
         raise hetplan.HetplanError("sequence lengths ≥ 1 and at least one TP and EP degree")
     if precision not in _DTYPES:
-        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32")
+        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32, tf32")
     for t in tps:
         _check_tp(shape, t)
     for e in eps:
@@ -664,7 +693,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--ep", default="1",
                    help="EP degrees for a mixture-of-experts model, comma-separated: one GPU's "
                    "share of the experts at each")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--precision", default="bf16", choices=list(_DTYPES))
     p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if there is one)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)

@@ -27,7 +27,7 @@ import sys
 from typing import Callable, Dict, List, Optional
 
 import hetplan
-from hetplan.profile import _Timer, _modules, _torch
+from hetplan.profile import _Timer, _modules, _torch, tf32_products
 
 
 def measure(
@@ -49,9 +49,10 @@ def measure(
         raise hetplan.HetplanError(f"{model.name} is not a transformer hetplan can build")
     if mbs < 1 or accumulation < 1 or repeats < 1 or warmup < 0:
         raise hetplan.HetplanError("mbs, accumulation and repeats ≥ 1, warmup ≥ 0")
-    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+    # FP32 weights throughout; `tf32` runs the FP32 products in TF32 (`tf32_products`).
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None, "tf32": None}
     if precision not in autocast:
-        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32")
+        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32, tf32")
     shape = json.loads(shape_json)
     seq = seq_len or model.default_seq_len
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -97,7 +98,8 @@ def measure(
 
     out = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type,
            "torch": torch.__version__}
-    out.update(time_steps(torch, dev, step, warmup, repeats))
+    with tf32_products(torch, precision == "tf32"):
+        out.update(time_steps(torch, dev, step, warmup, repeats))
     if not out.get("out_of_memory"):
         # The block built is the plain decoder of the family's shape: a family's extras
         # (learned positions, QK-norm, a shared expert's gate, ...) are not, so this may fall
@@ -197,7 +199,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--mbs", type=int, default=1)
     p.add_argument("--accumulation", type=int, default=1, help="micro-batches per step")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32", "tf32"])
     p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if there is one)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)

@@ -239,3 +239,23 @@ def test_a_measured_training_step_beside_the_estimate(tiny, db, tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
     assert step.main(["--model", str(config), "--gpu", "no-such-gpu", "--device", "cpu"]) == 2
+
+
+def test_tf32_profiles_are_labelled_and_restore_pytorchs_switch(tiny):
+    # TF32 is FP32 tensors with the products in TF32 where the GPU has it (none on a CPU):
+    # the database says `tf32`, so that it prices plans in `precision=tf32`, and PyTorch's
+    # switch is back where it was afterwards.
+    before = torch.backends.cuda.matmul.allow_tf32
+    db32 = prof.profile(tiny, "a100-sxm4-80gb", seq_len=32, mbs=(1,), precision="tf32",
+                        device="cpu", warmup=0, repeats=1)
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert {p["precision"] for p in db32["profiles"]} == {"tf32"}
+    cluster = hetplan.cluster("1x2xa100-80gb")
+    plan = hetplan.load_plan(tiny, cluster, "dp=2,mbs=1,gbs=2,precision=tf32", seq_len=32)
+    assert plan.estimate(profile=db32).stages[0].compute_source in ("measured", "interpolated")
+    # On an A100 the analytic model prices TF32 products faster than FP32 ones.
+    fp32 = hetplan.load_plan(tiny, cluster, "dp=2,mbs=1,gbs=2,precision=fp32", seq_len=32)
+    assert plan.estimate().iteration_time_s < fp32.estimate().iteration_time_s
+    with prof.tf32_products(torch, True):
+        assert torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cuda.matmul.allow_tf32 == before
