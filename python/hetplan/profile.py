@@ -301,22 +301,22 @@ def _dtype(torch, precision: str):
 
 
 class tf32_products:
-    """Within it, FP32 matrix products and convolutions run in TF32 where the GPU has it
-    (`allow_tf32`, what hetplan's `precision=tf32` prices) when `on`, in full FP32 otherwise
-    (PyTorch's default for products); PyTorch's switches are restored after."""
+    """Within it, FP32 matrix products run in TF32 where the GPU has it (`allow_tf32`, what
+    hetplan's `precision=tf32` prices) when `on`, in full FP32 otherwise (PyTorch's default);
+    PyTorch's switch is restored after. (The models built here have no convolutions, whose
+    switch is left alone.)"""
 
     def __init__(self, torch, on: bool):
         self.torch, self.on = torch, on
 
     def __enter__(self):
-        b = self.torch.backends
-        self.saved = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
-        b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = self.on
+        matmul = self.torch.backends.cuda.matmul
+        self.saved = matmul.allow_tf32
+        matmul.allow_tf32 = self.on
         return self
 
     def __exit__(self, *_):
-        b = self.torch.backends
-        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = self.saved
+        self.torch.backends.cuda.matmul.allow_tf32 = self.saved
         return False
 
 

@@ -774,20 +774,22 @@ pub fn fp8_peak(gpu: &GpuSpec) -> Option<FlopPerSec> {
 }
 
 /// Dense TF32 tensor-core peak (FP32 operands rounded to TF32 inside the tensor cores, FP32
-/// accumulation), where the GPU has TF32: half its 16-bit tensor peak on every generation that
-/// has it — A100 156 vs 312 TFLOP/s (NVIDIA A100 Tensor Core GPU architecture whitepaper,
-/// 2020), RTX 3090 35.6 vs 71 with FP32 accumulation (NVIDIA Ampere GA102 whitepaper), RTX A6000
-/// 77.4 vs 154.8 (its datasheet), L4 60 vs 121 and L40S 183 vs 362 (their datasheets), RTX 4090
-/// 82.6 vs 165.2 (NVIDIA Ada Lovelace architecture whitepaper, appendix A), H100 SXM 495 vs 989
-/// (NVIDIA H100 datasheet), B200 1.1 vs 2.25 PFLOP/s (NVIDIA DGX B200 datasheet); AMD's MI300X
-/// 653.7 vs 1,307.4 (AMD Instinct MI300X data sheet). `None` before Ampere (Volta's and Turing's
-/// tensor cores take 16-bit inputs only) and on CDNA 2, whose FP32 matrix cores run FP32.
+/// accumulation), where PyTorch's `allow_tf32` runs FP32 products on it: half the GPU's 16-bit
+/// tensor peak on every NVIDIA generation that has TF32 — A100 156 vs 312 TFLOP/s (NVIDIA A100
+/// Tensor Core GPU architecture whitepaper, 2020), RTX 3090 35.6 vs 71 with FP32 accumulation
+/// (NVIDIA Ampere GA102 whitepaper), RTX A6000 77.4 vs 154.8 (its datasheet), L4 60 vs 121 and
+/// L40S 183 vs 362 (their datasheets), RTX 4090 82.6 vs 165.2 (NVIDIA Ada Lovelace architecture
+/// whitepaper, appendix A), H100 SXM 495 vs 989 (NVIDIA H100 datasheet), B200 1.1 vs 2.25
+/// PFLOP/s (NVIDIA HGX B200 datasheet). `None` before Ampere (Pascal has no tensor cores,
+/// Volta's and Turing's take 16-bit inputs only) and on AMD's CDNA parts: ROCm's PyTorch ignores
+/// `allow_tf32` unless hipBLASLt is told otherwise (`HIPBLASLT_ALLOW_TF32=1`), and CDNA 2 has
+/// no TF32.
 pub fn tf32_peak(gpu: &GpuSpec) -> Option<FlopPerSec> {
     match gpu.arch {
-        Arch::Ampere | Arch::Ada | Arch::Hopper | Arch::Blackwell | Arch::Cdna3 => {
+        Arch::Ampere | Arch::Ada | Arch::Hopper | Arch::Blackwell => {
             Some(FlopPerSec(0.5 * gpu.peak_tensor.get()))
         }
-        Arch::Pascal | Arch::Volta | Arch::Turing | Arch::Cdna2 => None,
+        Arch::Pascal | Arch::Volta | Arch::Turing | Arch::Cdna2 | Arch::Cdna3 => None,
     }
 }
 

@@ -101,3 +101,26 @@ fn exporters_refuse_tf32_and_say_how_to_allow_it() {
         );
     }
 }
+
+/// AMD's MI300X is priced as FP32 (ROCm's PyTorch ignores `allow_tf32` without hipBLASLt's
+/// own switch), and TF32 is never priced below the FP32 rate (the RTX 3090's are about equal).
+#[test]
+fn tf32_never_prices_below_fp32_nor_where_pytorch_does_not_reach_it() {
+    use hetplan::cost::compute::matmul_peak;
+    let mi300x = lookup("mi300x").unwrap();
+    assert!(tf32_peak(&mi300x).is_none());
+    for gpu in [
+        "rtx-3090",
+        "rtx-4090",
+        "a10g",
+        "a100-sxm4-80gb",
+        "v100-sxm2-32gb",
+        "mi300x",
+    ] {
+        let g = lookup(gpu).unwrap();
+        assert!(
+            matmul_peak(&g, Precision::Tf32).get() >= matmul_peak(&g, Precision::Fp32).get(),
+            "{gpu}"
+        );
+    }
+}

@@ -230,11 +230,15 @@ fn keys_per_query(seq: u64, causal: bool, window: Option<u64>) -> f64 {
 
 /// Peak rate for GEMM-like work at the training precision. FP32 training uses the FP32 vector
 /// rate (PyTorch disables TF32 for matmuls by default since 1.12); with TF32 allowed, the TF32
-/// tensor rate where the GPU has one (`gpu::tf32_peak`), the FP32 rate where not.
+/// tensor rate where the GPU has one (`gpu::tf32_peak`; never below the FP32 rate, which the
+/// RTX 3090's and 4090's TF32 about equal), the FP32 rate where not.
 pub fn matmul_peak(gpu: &GpuSpec, p: Precision) -> FlopPerSec {
     match p {
         Precision::Fp32 => gpu.peak_fp32,
-        Precision::Tf32 => crate::gpu::tf32_peak(gpu).unwrap_or(gpu.peak_fp32),
+        Precision::Tf32 => match crate::gpu::tf32_peak(gpu) {
+            Some(t) if t.get() > gpu.peak_fp32.get() => t,
+            _ => gpu.peak_fp32,
+        },
         _ => gpu.peak_tensor,
     }
 }

@@ -24,7 +24,7 @@
 //! | `schedule` | `gpipe`, `1f1b` or `interleaved` | `1f1b` (`interleaved` when `v` is given) |
 //! | `v` | virtual stages (model chunks) per GPU, interleaved only | required with `interleaved` |
 //! | `engine` | `megatron`, `deepspeed` or `fsdp` | `megatron` (`fsdp` with `precision=fp8-rowwise`) |
-//! | `precision` | `bf16`, `fp16`, `fp32`, `fp8` (per-tensor scales) or `fp8-rowwise` (torchao's rowwise recipe; engine `fsdp`) | `bf16` |
+//! | `precision` | `bf16`, `fp16`, `fp32`, `tf32` (FP32 with TF32 products on Ampere and later), `fp8` (per-tensor scales) or `fp8-rowwise` (torchao's rowwise recipe; engine `fsdp`) | `bf16` |
 //! | `offload_w`, `offload_g`, `offload_opt`, `offload_act` | fractions 0–1 of weights, gradients, optimizer states, activations kept in host memory | 0 |
 //!
 //! One of `gbs` and `m` is required; given both, they must agree. `mbs`, `gbs` and `m` (and so

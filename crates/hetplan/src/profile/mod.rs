@@ -880,11 +880,22 @@ impl ProfileIndex {
     }
 
     /// Indexes the profiles that fit a set-up: those whose sequence length and precision are
-    /// either unset or equal to the ones given (`None` given: any).
+    /// either unset or equal to the ones given (`None` given: any). FP32 and TF32 are one
+    /// precision on a GPU without TF32 (Volta, Turing, ...: `gpu::tf32_peak`), where PyTorch's
+    /// switch changes nothing.
     pub fn for_setup(db: &ProfileDb, seq_len: Option<u64>, precision: Option<Precision>) -> Self {
+        let same = |p: &ModelProfile, want: Precision| match p.precision {
+            None => true,
+            Some(have) if have == want => true,
+            Some(have) => {
+                have.is_fp32()
+                    && want.is_fp32()
+                    && gpu::lookup(&p.gpu).is_ok_and(|s| gpu::tf32_peak(&s).is_none())
+            }
+        };
         Self::build(db, |p| {
             (seq_len.is_none() || p.seq_len.is_none() || p.seq_len == seq_len)
-                && (precision.is_none() || p.precision.is_none() || p.precision == precision)
+                && precision.is_none_or(|want| same(p, want))
         })
     }
 

@@ -319,6 +319,34 @@ fn the_index_answers_like_the_database() {
     assert!(idx.model("a100-sxm4-40gb", "opt-350m").is_none());
 }
 
+/// FP32 and TF32 profiles price each other's plans only on GPUs without TF32, where PyTorch's
+/// switch changes nothing.
+#[test]
+fn fp32_and_tf32_profiles_are_one_only_without_tf32() {
+    for (gpu, shared) in [
+        ("a100-sxm4-40gb", false),
+        ("v100-sxm2-16gb", true),
+        ("t4", true),
+    ] {
+        for (have, want) in [
+            (Precision::Fp32, Precision::Tf32),
+            (Precision::Tf32, Precision::Fp32),
+        ] {
+            let mut db = small_db();
+            db.profiles[0].gpu = gpu.into();
+            db.profiles[0].precision = Some(have);
+            let idx = ProfileIndex::for_setup(&db, Some(2048), Some(want));
+            assert_eq!(
+                idx.model(gpu, "opt-350m").is_some(),
+                shared,
+                "{gpu}: a {have:?} profile for a {want:?} plan"
+            );
+            let idx = ProfileIndex::for_setup(&db, Some(2048), Some(have));
+            assert!(idx.model(gpu, "opt-350m").is_some(), "{gpu} {have:?}");
+        }
+    }
+}
+
 #[test]
 fn merge_replaces_and_adds_samples() {
     let mut db = small_db();
