@@ -158,15 +158,6 @@ fn replan_help(a: &ExportArgs, l: &crate::Loaded, target: Target) -> Result<Opti
     if l.plan.precision != hetplan::plan::Precision::default() {
         cmd.push_str(&format!(" --precision {}", l.plan.precision.name()));
     }
-    // No engine has a TF32 setting: the same plan in FP32, with TF32 allowed in PyTorch.
-    if l.plan.precision == hetplan::plan::Precision::Tf32 {
-        let fp32 = cmd.replace(" --precision tf32", " --precision fp32");
-        return Ok(Some(format!(
-            "{} has no TF32 setting: plan in FP32 ({fp32}) and run the export with TF32 allowed \
-             in PyTorch (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 in the launch's environment)",
-            target.name()
-        )));
-    }
     let Some(runtime) = target.runtime() else {
         // No search restricted to this runtime: say so, and how to try another plan.
         return Ok(Some(format!(

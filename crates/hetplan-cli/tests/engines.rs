@@ -557,9 +557,10 @@ fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
         return;
     };
     let dir = scratch("engines-ds-run");
-    // Stage 0 on the second node, so that node ranks differ from node indices.
+    // Stage 0 on the second node, so that node ranks differ from node indices. In TF32: FP32
+    // training whose launch also exports PyTorch's TF32 switch (no effect on the CPU).
     let plan = r#"{"global_batch": 8, "micro_batches": 4, "schedule": {"kind": "1f1b"},
-      "precision": "fp32", "engine": "deepspeed", "stages": [
+      "precision": "tf32", "engine": "deepspeed", "stages": [
       {"layers": {"start": 0, "end": 5}, "devices": [{"node": 1, "local": 1}, {"node": 1, "local": 0}],
        "tp": 1, "dp": 2, "micro_batch_sizes": [1, 1], "zero": 1, "recompute": "none"},
       {"layers": {"start": 5, "end": 14}, "devices": [{"node": 0, "local": 0}, {"node": 0, "local": 1}],
@@ -568,6 +569,11 @@ fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
     let cluster = "1x2xa100-80gb@100Gbps+1x2xv100-32gb@100Gbps";
     export_ok(&dir, "gpt3-125m", cluster, "plan.json", "deepspeed", "job");
     let job = dir.join("job");
+    let launch = std::fs::read_to_string(job.join("launch.sh")).unwrap();
+    assert!(
+        launch.contains("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"),
+        "{launch}"
+    );
     let bin = python.parent().map(Path::to_path_buf).unwrap_or_default();
     let runner = root().join("tests/engines/run_deepspeed.py");
     // One launch of both nodes on a fresh port: their stdout, or the failing node's stderr.

@@ -61,7 +61,8 @@ impl Target {
     }
 
     /// The precisions the engine trains in (torchtitan: `training.mixed_precision_param` is
-    /// `bfloat16` or `float32`, `config/configs.py:85`).
+    /// `bfloat16` or `float32`, `config/configs.py:85`). TF32 is FP32 training to every
+    /// engine, with PyTorch's cuBLAS switch set in the launch's environment (`launch_script`).
     pub fn precisions(self) -> &'static [Precision] {
         match self {
             // `--fp8-format hybrid` beside `--bf16`: Transformer Engine's FP8 linears.
@@ -69,18 +70,44 @@ impl Target {
                 Precision::Bf16,
                 Precision::Fp16,
                 Precision::Fp32,
+                Precision::Tf32,
                 Precision::Fp8,
             ],
-            Target::Deepspeed => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            Target::Deepspeed => &[
+                Precision::Bf16,
+                Precision::Fp16,
+                Precision::Fp32,
+                Precision::Tf32,
+            ],
             // Its Float8 converter takes only torchao's rowwise recipes
             // (components/quantization/float8.py).
-            Target::Torchtitan => &[Precision::Bf16, Precision::Fp32, Precision::Fp8Rowwise],
+            Target::Torchtitan => &[
+                Precision::Bf16,
+                Precision::Fp32,
+                Precision::Tf32,
+                Precision::Fp8Rowwise,
+            ],
             // Megatron-DeepSpeed's --fp16/--bf16 or neither (Sailor's default is FP32).
-            Target::Sailor => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            Target::Sailor => &[
+                Precision::Bf16,
+                Precision::Fp16,
+                Precision::Fp32,
+                Precision::Tf32,
+            ],
             // `training.params_dtype`/`exec_dtype`, parsed by `str_to_torch_dtype`.
-            Target::Mist => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            Target::Mist => &[
+                Precision::Bf16,
+                Precision::Fp16,
+                Precision::Fp32,
+                Precision::Tf32,
+            ],
             // `--mixed_precision fp32|fp16|bf16` (llama/arguments.py:39).
-            Target::Flashflex => &[Precision::Bf16, Precision::Fp16, Precision::Fp32],
+            Target::Flashflex => &[
+                Precision::Bf16,
+                Precision::Fp16,
+                Precision::Fp32,
+                Precision::Tf32,
+            ],
         }
     }
 
@@ -182,12 +209,6 @@ fn precision_reason(target: Target, plan: &crate::plan::Plan) -> Option<String> 
         match plan.precision {
             Precision::Fp8 => " (Megatron-LM runs FP8 through Transformer Engine)",
             Precision::Fp8Rowwise => " (torchao's rowwise recipe, which torchtitan runs)",
-            // No engine has a setting for it: PyTorch's own switch, outside the export.
-            Precision::Tf32 => {
-                " (no engine has a TF32 setting: export the plan as FP32 and allow TF32 in \
-                 PyTorch, `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1` in the launch's environment or \
-                 `torch.backends.cuda.matmul.allow_tf32 = True` in the script)"
-            }
             _ => "",
         }
     ))
@@ -353,6 +374,14 @@ pub(crate) fn launch_script(
     };
     s.push_str(&preamble);
     s.push('\n');
+    if job.plan.precision == crate::plan::Precision::Tf32 {
+        // No engine has a TF32 setting; PyTorch reads this before any product
+        // (aten/src/ATen/Context.cpp, `allowTF32CuBLAS`), in every process torchrun starts.
+        s.push_str(
+            "# precision tf32: FP32 training, its matrix products in TF32 (PyTorch's cuBLAS \
+             switch).\nexport TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n\n",
+        );
+    }
     s.push_str(&node_cases(cluster, layout));
     s.push_str(&format!(
         "CUDA_VISIBLE_DEVICES=\"$GPUS\" exec torchrun \\\n  --nnodes \"$NNODES\" --node_rank \

@@ -131,8 +131,9 @@ pub enum Precision {
     Fp32,
     /// FP32 storage and training with the matrix products in TF32 on tensor cores that have
     /// it, Ampere and later (`torch.backends.cuda.matmul.allow_tf32 = True`,
-    /// `torch.set_float32_matmul_precision("high")`, or `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`);
-    /// on Volta and Turing, which have none, as `Fp32`. Memory as `Fp32`.
+    /// `torch.set_float32_matmul_precision("high")`, or `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`,
+    /// which the exports' launch sets); as `Fp32` where PyTorch's switch does not reach TF32
+    /// (`gpu::tf32_peak`: Volta, Turing, AMD's parts). Memory as `Fp32`.
     Tf32,
     /// FP8 matrix products in the transformer blocks with per-tensor scaling (Transformer
     /// Engine's `--fp8-format hybrid`: E4M3 forward, E5M2 gradients; torchao's Float8 linears),
