@@ -64,50 +64,20 @@ impl Target {
     /// `bfloat16` or `float32`, `config/configs.py:85`). TF32 is FP32 training to every
     /// engine, with PyTorch's cuBLAS switch set in the launch's environment (`launch_script`).
     pub fn precisions(self) -> &'static [Precision] {
+        use Precision::{Bf16, Fp16, Fp32, Fp8, Fp8Rowwise, Tf32};
         match self {
             // `--fp8-format hybrid` beside `--bf16`: Transformer Engine's FP8 linears.
-            Target::Megatron => &[
-                Precision::Bf16,
-                Precision::Fp16,
-                Precision::Fp32,
-                Precision::Tf32,
-                Precision::Fp8,
-            ],
-            Target::Deepspeed => &[
-                Precision::Bf16,
-                Precision::Fp16,
-                Precision::Fp32,
-                Precision::Tf32,
-            ],
+            Target::Megatron => &[Bf16, Fp16, Fp32, Tf32, Fp8],
             // Its Float8 converter takes only torchao's rowwise recipes
             // (components/quantization/float8.py).
-            Target::Torchtitan => &[
-                Precision::Bf16,
-                Precision::Fp32,
-                Precision::Tf32,
-                Precision::Fp8Rowwise,
-            ],
-            // Megatron-DeepSpeed's --fp16/--bf16 or neither (Sailor's default is FP32).
-            Target::Sailor => &[
-                Precision::Bf16,
-                Precision::Fp16,
-                Precision::Fp32,
-                Precision::Tf32,
-            ],
-            // `training.params_dtype`/`exec_dtype`, parsed by `str_to_torch_dtype`.
-            Target::Mist => &[
-                Precision::Bf16,
-                Precision::Fp16,
-                Precision::Fp32,
-                Precision::Tf32,
-            ],
-            // `--mixed_precision fp32|fp16|bf16` (llama/arguments.py:39).
-            Target::Flashflex => &[
-                Precision::Bf16,
-                Precision::Fp16,
-                Precision::Fp32,
-                Precision::Tf32,
-            ],
+            Target::Torchtitan => &[Bf16, Fp32, Tf32, Fp8Rowwise],
+            // DeepSpeed's and Megatron-DeepSpeed's (Sailor's) --fp16/--bf16 or neither
+            // (Sailor's default is FP32); Mist's `training.params_dtype`/`exec_dtype`, parsed
+            // by `str_to_torch_dtype`; FlashFlex's `--mixed_precision fp32|fp16|bf16`
+            // (llama/arguments.py:39).
+            Target::Deepspeed | Target::Sailor | Target::Mist | Target::Flashflex => {
+                &[Bf16, Fp16, Fp32, Tf32]
+            }
         }
     }
 
