@@ -569,10 +569,10 @@ fn deepspeed_trains_an_exported_plan_through_its_own_launch() {
     let cluster = "1x2xa100-80gb@100Gbps+1x2xv100-32gb@100Gbps";
     export_ok(&dir, "gpt3-125m", cluster, "plan.json", "deepspeed", "job");
     let job = dir.join("job");
-    let launch = std::fs::read_to_string(job.join("launch.sh")).unwrap();
+    let script = std::fs::read_to_string(job.join("launch.sh")).unwrap();
     assert!(
-        launch.contains("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"),
-        "{launch}"
+        script.contains("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"),
+        "{script}"
     );
     let bin = python.parent().map(Path::to_path_buf).unwrap_or_default();
     let runner = root().join("tests/engines/run_deepspeed.py");
