@@ -200,11 +200,11 @@ pub trait ComputeTimes: Sync {
 pub struct Analytic;
 
 /// Whether a GEMM dimension of `width` elements of `elem` bytes (a share of the weight's
-/// rows or columns on this GPU: fractional shares round up) spans whole
-/// [`k::GEMM_ALIGN_BYTES`].
-fn aligned_row(width: f64, elem: f64) -> bool {
+/// rows or columns on this GPU: fractional shares round up) spans whole `align` bytes
+/// ([`k::GEMM_ALIGN_BYTES`], [`k::BATCHED_GEMM_ALIGN_BYTES`]).
+fn aligned_row(width: f64, elem: f64, align: u64) -> bool {
     let bytes = (width.ceil() * elem).round() as u64;
-    bytes.is_multiple_of(k::GEMM_ALIGN_BYTES)
+    bytes.is_multiple_of(align)
 }
 
 fn saturate(x: f64, half: f64) -> f64 {
@@ -322,7 +322,9 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
             // Rows of an odd 16-bit width leave cuBLAS its slow kernels (GPT-2's 50,257-entry
             // head), unless the engine pads the vocabulary.
             let padded = s.pads_vocabulary && op.name == "logits";
-            let aligned = padded || (aligned_row(kl, elem) && aligned_row(nl, elem));
+            let aligned = padded
+                || (aligned_row(kl, elem, k::GEMM_ALIGN_BYTES)
+                    && aligned_row(nl, elem, k::GEMM_ALIGN_BYTES));
             let shape_eff = saturate(mt, k::GEMM_HALF_DIM)
                 * saturate(kl, k::GEMM_HALF_DIM)
                 * saturate(nl, k::GEMM_HALF_DIM)
@@ -448,11 +450,21 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
                     // for PV (2 B each) = 8 B forward, twice that backward.
                     // The two products are batched GEMMs (s × d)·(d × s) and (s × s)·(s × d): GEMM
                     // efficiency of the GPU with the head dimension as their short side.
+                    // A head width that is not a whole number of 16-byte vectors leaves both
+                    // products cuBLAS's slow kernels (`BATCHED_GEMM_ALIGN_BYTES`), at a rate of
+                    // their own in place of a tile's fill along the head
+                    // (`UNALIGNED_BATCHED_GEMM_RELATIVE_EFFICIENCY`).
                     let flop = full;
+                    let aligned = aligned_row(d, elem, k::BATCHED_GEMM_ALIGN_BYTES);
+                    let head_eff = if aligned {
+                        saturate(d, k::GEMM_HALF_DIM)
+                    } else {
+                        k::UNALIGNED_BATCHED_GEMM_RELATIVE_EFFICIENCY
+                    };
                     let g_eff = k::attention_efficiency_on(AttnImpl::Torch, gpu.arch, false)
                         * saturate(seq, k::GEMM_HALF_DIM)
                         * saturate(seq, k::GEMM_HALF_DIM)
-                        * saturate(d, k::GEMM_HALF_DIM);
+                        * head_eff;
                     let score_bytes = 8.0 * m * seq * hl * act_scale;
                     let fwd = flop / (peak * g_eff) + hbm_time(gpu, score_bytes) + 4.0 * ovh;
                     let bwd =

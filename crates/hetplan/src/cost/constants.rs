@@ -357,3 +357,26 @@ pub const GEMM_ALIGN_BYTES: u64 = 4;
 /// alignment.json`): 0.144, 0.197 and 0.201, geometric mean 0.18. Hopper only was measured;
 /// taken for every generation.
 pub const UNALIGNED_GEMM_RELATIVE_EFFICIENCY: f64 = 0.18;
+
+/// The head width of unfused attention's two batched products (QKᵀ reduces over it, PV writes
+/// it) must span a multiple of 16 bytes, 8 16-bit elements, for cuBLAS's fast tensor-core
+/// kernels (NVIDIA's "Matrix Multiplication Background" guide, Tensor Core requirements);
+/// below it both run at [`UNALIGNED_BATCHED_GEMM_RELATIVE_EFFICIENCY`]. Unlike
+/// [`GEMM_ALIGN_BYTES`] this covers 4- and 8-byte rows, because BigScience's BLOOM sizing runs
+/// show them slow for these products (below); for the dense products 4- and 8-byte rows are not
+/// measured.
+pub const BATCHED_GEMM_ALIGN_BYTES: u64 = 16;
+
+/// Unfused attention's batched products with heads not 16-byte aligned, as a fraction of the
+/// GPU's large-GEMM rate, in place of the head's tile fill (`x / (x + GEMM_HALF_DIM)`): a kernel
+/// without the tensor-core tiles does not waste them on a narrow head. FITTED on two
+/// controlled pairs of BigScience's BLOOM sizing runs (A100 80GB, Megatron-DeepSpeed's
+/// `baddbmm` attention, fp16, 2022; `bigscience_bloom_prequel.csv`): the same model and layout
+/// with heads of 216 and of 108 (8-byte rows) ran 90 and 67 tokens/s per GPU (rows 034/036, TP
+/// 8) and 106 and 74 (068/070, TP 4). With 0.05 the 108-wide rows are estimated +14.6% and
+/// +7.4% where their 216-wide twins are +16.0% and +7.0% (at the dense products' 0.18,
+/// [`UNALIGNED_GEMM_RELATIVE_EFFICIENCY`], times the head's fill, +34.5% and +28.6%). Checked
+/// on rows not used to fit it, 002, 004 and 006 (heads of 150 and 450, 4-byte rows): +53%,
+/// +45% and +56% before, +17.6%, +10.3% and +20.0% with it, as the TP-8 rows with aligned heads
+/// (median +20%).
+pub const UNALIGNED_BATCHED_GEMM_RELATIVE_EFFICIENCY: f64 = 0.05;
