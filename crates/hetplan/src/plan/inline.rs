@@ -72,6 +72,7 @@ pub const KEYS: &[&str] = &[
     "sp",
     "tp_overlap",
     "compile",
+    "launch_blocking",
     "ep",
     "etp",
     "cp",
@@ -507,6 +508,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     ];
     let sequence_parallel = s.choice("sp", &on_off)?.unwrap_or(false);
     let tp_comm_overlap = s.choice("tp_overlap", &on_off)?.unwrap_or(false);
+    let launch_blocking = s.choice("launch_blocking", &on_off)?.unwrap_or(false);
     let compile = s
         .choice(
             "compile",
@@ -601,6 +603,7 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         moe_capacity_factor: s.positive("capacity")?,
         tp_comm_overlap,
         compile,
+        launch_blocking,
         cp_comm: s
             .choice(
                 "cp_comm",
