@@ -436,7 +436,6 @@ fn measured_moe_layers_are_read_at_the_stages_ep_degree() {
         pads_vocabulary: false,
         op_checkpointing: false,
         early_stop: false,
-        launch_blocking: false,
     };
     let fwd = |layer, ep, etp| {
         profiled

@@ -103,10 +103,9 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // of the forward priced layer by layer, as the simulator runs it (each gather paying the
     // ring's latencies over 48 nodes): its H100 rows 12.3% → 14.2%, the simulation's figure.
     // Unfused attention's batched products priced slow for heads not 16-byte wide (five BLOOM
-    // rows, +45…+56% → +7…+20%): BLOOM 14.7% → 14.0%, its p90 44.7% → 28.6%. BigScience's
-    // blocking launches (`CUDA_LAUNCH_BLOCKING=1` from 20 February 2022) priced: 2.8%.
+    // rows, +45…+56% → +7…+20%): BLOOM 14.7% → 14.0%, its p90 44.7% → 28.6%.
     let bounds = [
-        ("bigscience_bloom_prequel", "a100", false, 0.035),
+        ("bigscience_bloom_prequel", "a100", false, 0.15),
         ("torchtitan", "a100", false, 0.13),
         ("megatron_lm_readme", "h100", false, 0.15),
         ("torchtitan", "h100", false, 0.19),
@@ -237,43 +236,6 @@ fn unaligned_heads_cost_what_blooms_head_comparisons_measured() {
     for id in ["002", "004", "006"] {
         let e = err(id);
         assert!(e.abs() < 0.25, "{id}: {e:+.3}");
-    }
-}
-
-/// BigScience ran with `CUDA_LAUNCH_BLOCKING=1` from 20 February 2022 on (its chronicles),
-/// which the rows dated from then carry (`launch_blocking=on`) and those of 17 February do not.
-/// Priced (`constants::BLOCKING_LAUNCH_S`, one constant fitted on these rows), what the
-/// estimate lacked per block and micro-batch is there whatever the micro-batch, TP degree and
-/// stage depth: the rows numbered 4k and 4k + 2, each half alone, within 4% (median) and the
-/// tenth worst within 20%; 11–18% and 24–33% before.
-#[test]
-fn blooms_blocking_launches_are_priced() {
-    let (all, _) = cases();
-    let rows = group(&all, "bigscience_bloom_prequel", "a100", false);
-    for c in &rows {
-        let n: u32 = c.id.rsplit('-').next().unwrap().parse().unwrap();
-        let blocking = c.spec.contains("launch_blocking=on");
-        assert_eq!(blocking, n >= 8, "{}: {}", c.id, c.spec);
-        assert_eq!(
-            blocking,
-            c.assumptions
-                .iter()
-                .any(|a| a.contains("CUDA_LAUNCH_BLOCKING")),
-            "{}",
-            c.id
-        );
-    }
-    for half in [0, 2] {
-        let errs: Vec<f64> = (rows.iter())
-            .filter(|c| c.id.rsplit('-').next().unwrap().parse::<u32>().unwrap() % 4 == half)
-            .filter_map(|c| c.time_error())
-            .collect();
-        assert!(errs.len() > 20);
-        let (median, p90) = median_p90(&errs).unwrap();
-        assert!(
-            median < 0.04 && p90 < 0.20,
-            "4k + {half}: {median:.3}, {p90:.3}"
-        );
     }
 }
 

@@ -365,7 +365,6 @@ pub fn plan_for(row: &Row, cluster: &Cluster, layers: usize) -> Plan {
         cp_comm: Default::default(),
         tp_comm_overlap: false,
         compile: Default::default(),
-        launch_blocking: false,
         collective_dtypes: if row.precision == "amp_bf16" {
             CollectiveDtypes {
                 params: Some(Precision::Fp32),

@@ -241,7 +241,6 @@ const REQUIRED: &[&str] = &[
 ];
 
 /// The model families of the data.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Family {
     /// Llama 2/3: RMSNorm, SwiGLU, rotary positions, untied head.
     Llama,
@@ -258,15 +257,6 @@ enum Family {
 /// MLP's by 3/2 when it is gated; both are 1 here (heads of h/a, GeLU MLPs), so they are left out.
 fn megatron_2024_flops_per_token(l: f64, h: f64, f: f64, a: f64, g: f64, s: f64, v: f64) -> f64 {
     12.0 * l * h * h * ((1.0 + g / a + s / h) + f / h + v / (2.0 * l * h))
-}
-
-/// The (month, day) of a BLOOM sizing run: its table's notes column, as the data's `table`
-/// cell quotes it (`Notes '02-21'`).
-fn bloom_run_date(table: &str) -> Option<(u32, u32)> {
-    let rest = &table[table.find("notes '")? + "notes '".len()..];
-    let date = &rest[..rest.find('\'')?];
-    let (month, day) = date.split_once('-')?;
-    Some((month.trim().parse().ok()?, day.trim().parse().ok()?))
 }
 
 /// Every row of one published CSV made into a [`Case`] (or [`Outcome::Skipped`] with the
@@ -565,25 +555,11 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
             ",compile=blocks"
         }
     };
-    // BigScience ran its sizing runs with `CUDA_LAUNCH_BLOCKING=1` from 20 February 2022 on,
-    // to stop Jean Zay's large jobs hanging (chronicles-prequel.md, "dealing with JZ hanging on
-    // the large model", between the runs of 17 February and those of 20 February: at 320 GPUs
-    // "async ... always hangs"). The row's date is its table's `Notes` ('02-21'); without one,
-    // the runs of 320 GPUs or more.
-    let blocking = family == Family::Bloom
-        && match bloom_run_date(&table) {
-            Some(month_day) => month_day >= (2, 20),
-            None => gpus >= 320,
-        };
-    if blocking {
-        assumptions.push("CUDA_LAUNCH_BLOCKING=1 (BigScience's runs from 20 February 2022)".into());
-    }
     let spec = format!(
         "tp={tp},pp={pp},dp={dp},cp={cp},mbs={mbs},gbs={gbs},zero={zero},ckpt={ckpt},\
-         sp={},tp_overlap={},engine={engine},precision={precision_name}{interleave}{compile}{}",
+         sp={},tp_overlap={},engine={engine},precision={precision_name}{interleave}{compile}",
         if sp { "on" } else { "off" },
         if tp_overlap { "on" } else { "off" },
-        if blocking { ",launch_blocking=on" } else { "" },
     );
     let mut plan = match parse_inline_plan(&spec, &model, &cluster) {
         Ok(p) => p,

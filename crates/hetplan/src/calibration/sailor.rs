@@ -185,7 +185,6 @@ fn rebuild(raw: &RawRun, p: &RawPipeline, gpu: &GpuSpec) -> Result<(Cluster, Pla
         cp_comm: Default::default(),
         tp_comm_overlap: false,
         compile: Default::default(),
-        launch_blocking: false,
         made_for: None,
         stages,
     };

@@ -97,9 +97,6 @@ pub struct LayerShape {
     /// recomputation repeats leaves out the ops it skips (`Layer::skipped_by_early_stop`, as
     /// `eager` says): a block's closing product.
     pub early_stop: bool,
-    /// Kernel launches block until the kernel ends (`Plan::launch_blocking`): each kernel also
-    /// pays the host's round trip, `constants::BLOCKING_LAUNCH_S`.
-    pub launch_blocking: bool,
 }
 
 /// What PyTorch's mixed precision moves through HBM beside each matrix product, per
@@ -145,7 +142,6 @@ impl LayerShape {
             pads_vocabulary: false,
             op_checkpointing: false,
             early_stop: false,
-            launch_blocking: false,
         }
     }
 }
@@ -288,13 +284,7 @@ fn op_cost(op: &Op, gpu: &GpuSpec, per_sample: bool, s: LayerShape, fp8: bool) -
     let act_scale = elem / 2.0;
     let peak = matmul_peak(gpu, s.precision).get();
     let eff = k::gemm_efficiency(gpu.arch);
-    // Each kernel's launch gap, and with blocking launches the host's round trip.
-    let ovh = k::KERNEL_OVERHEAD_S
-        + if s.launch_blocking {
-            k::BLOCKING_LAUNCH_S
-        } else {
-            0.0
-        };
+    let ovh = k::KERNEL_OVERHEAD_S;
     // Tokens (or samples) of the micro-batch on this GPU: 1/cp of each sequence under
     // context parallelism.
     let cp = s.cp.max(1) as f64;

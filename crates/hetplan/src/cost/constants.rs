@@ -373,31 +373,10 @@ pub const BATCHED_GEMM_ALIGN_BYTES: u64 = 16;
 /// controlled pairs of BigScience's BLOOM sizing runs (A100 80GB, Megatron-DeepSpeed's
 /// `baddbmm` attention, fp16, 2022; `bigscience_bloom_prequel.csv`): the same model and layout
 /// with heads of 216 and of 108 (8-byte rows) ran 90 and 67 tokens/s per GPU (rows 034/036, TP
-/// 8) and 106 and 74 (068/070, TP 4). With 0.045 the 108-wide rows are estimated +1.6% and
-/// −5.8% where their 216-wide twins are +2.5% and −7.1% (at the dense products' 0.18,
-/// [`UNALIGNED_GEMM_RELATIVE_EFFICIENCY`], times the head's fill, 18–22 points above their
-/// twins; fitted with these runs' blocking launches priced, [`BLOCKING_LAUNCH_S`]). Checked on
-/// rows not used to fit it, 002, 004 and 006 (heads of 150 and 450, 4-byte rows, 17 February):
-/// +53%, +45% and +56% before, +14.4%, +7.2% and +16.8% with it.
-pub const UNALIGNED_BATCHED_GEMM_RELATIVE_EFFICIENCY: f64 = 0.045;
-
-/// The host's time per op when kernel launches block (`CUDA_LAUNCH_BLOCKING=1`,
-/// `Plan::launch_blocking`), on top of [`KERNEL_OVERHEAD_S`]: each launch waits for its kernel,
-/// so PyTorch's dispatch and the launch of the next no longer overlap the GPU's work. Charged
-/// where [`KERNEL_OVERHEAD_S`] is, once per op hetplan prices (a GEMM, a fused elementwise op,
-/// an attention kernel): 51 per BLOOM block, micro-batch, forward, recomputation and backward.
-/// Megatron-DeepSpeed's eager code of 2022 launches several kernels for each (bias, dropout,
-/// views made contiguous, casts, the random-state forks of its checkpointing), so this is
-/// several kernels' round trips, not one.
-///
-/// FITTED on BigScience's BLOOM sizing runs from 20 February 2022 on (`bigscience_bloom_prequel`
-/// rows 008–110, A100 80GB, Megatron-DeepSpeed), which ran so ("dealing with JZ hanging on the
-/// large model: export CUDA_LAUNCH_BLOCKING=1", chronicles-prequel.md; at 320 GPUs
-/// asynchronous launches "always hang"). Priced asynchronous, their estimate lacked a time per
-/// block and micro-batch whatever the micro-batch (1–8 samples), the TP degree (1–8) or the
-/// stage's depth (1.5–36 blocks): 13–17 ms fitted on any half of the rows, with a median error
-/// of 3–6% on the other half where it had been 11–18%. 300 µs an op is 15 ms a block: BLOOM's
-/// median 14.0% → 2.8%, p90 28.6% → 9.4% (2.3% and 3.8% on the rows numbered 4k and 4k + 2;
-/// 250 and 350 µs give 4.3% and 3.7%). The runs of 17 February, asynchronous (002–006), lacked
-/// a third to a half as much and are not priced with it.
-pub const BLOCKING_LAUNCH_S: f64 = 300e-6;
+/// 8) and 106 and 74 (068/070, TP 4). With 0.05 the 108-wide rows are estimated +14.6% and
+/// +7.4% where their 216-wide twins are +16.0% and +7.0% (at the dense products' 0.18,
+/// [`UNALIGNED_GEMM_RELATIVE_EFFICIENCY`], times the head's fill, +34.5% and +28.6%). Checked
+/// on rows not used to fit it, 002, 004 and 006 (heads of 150 and 450, 4-byte rows): +53%,
+/// +45% and +56% before, +17.6%, +10.3% and +20.0% with it, as the TP-8 rows with aligned heads
+/// (median +20%).
+pub const UNALIGNED_BATCHED_GEMM_RELATIVE_EFFICIENCY: f64 = 0.05;

@@ -352,13 +352,6 @@ pub(crate) fn launch_script(
              switch).\nexport TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n\n",
         );
     }
-    if job.plan.launch_blocking {
-        // The plan was priced with blocking launches (cost-model §2): run it so.
-        s.push_str(
-            "# launch_blocking: every kernel launch waits for its kernel (slower; a switch for \
-             debugging hangs).\nexport CUDA_LAUNCH_BLOCKING=1\n\n",
-        );
-    }
     s.push_str(&node_cases(cluster, layout));
     s.push_str(&format!(
         "CUDA_VISIBLE_DEVICES=\"$GPUS\" exec torchrun \\\n  --nnodes \"$NNODES\" --node_rank \

@@ -216,7 +216,6 @@ mod tests {
             cp_comm: Default::default(),
             tp_comm_overlap: false,
             compile: Default::default(),
-            launch_blocking: false,
             stages,
             made_for: None,
         }

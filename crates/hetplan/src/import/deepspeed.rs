@@ -248,7 +248,6 @@ impl DeepspeedJob {
             cp_comm: Default::default(),
             tp_comm_overlap: false,
             compile: Default::default(),
-            launch_blocking: false,
             stages,
             made_for: Some(crate::plan::MadeFor::of(model, cluster)),
         })

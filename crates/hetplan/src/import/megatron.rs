@@ -697,7 +697,6 @@ impl MegatronJob {
             // off (so the assertion fails) without TP.
             tp_comm_overlap: self.has("tp-comm-overlap") && tp > 1 && self.has("sequence-parallel"),
             compile: Default::default(),
-            launch_blocking: false,
             stages,
             made_for: Some(crate::plan::MadeFor::of(&self.model, cluster)),
         })

@@ -632,7 +632,6 @@ impl TorchtitanJob {
                     && self.flag("enable_sequence_parallel", true)
                     && self.flag("enable_async_tensor_parallel", false),
                 compile: self.compile(),
-                launch_blocking: false,
                 stages,
                 made_for: Some(crate::plan::MadeFor::of(model, cluster)),
             },

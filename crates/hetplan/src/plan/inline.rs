@@ -72,7 +72,6 @@ pub const KEYS: &[&str] = &[
     "sp",
     "tp_overlap",
     "compile",
-    "launch_blocking",
     "ep",
     "etp",
     "cp",
@@ -508,7 +507,6 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
     ];
     let sequence_parallel = s.choice("sp", &on_off)?.unwrap_or(false);
     let tp_comm_overlap = s.choice("tp_overlap", &on_off)?.unwrap_or(false);
-    let launch_blocking = s.choice("launch_blocking", &on_off)?.unwrap_or(false);
     let compile = s
         .choice(
             "compile",
@@ -603,7 +601,6 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
         moe_capacity_factor: s.positive("capacity")?,
         tp_comm_overlap,
         compile,
-        launch_blocking,
         cp_comm: s
             .choice(
                 "cp_comm",

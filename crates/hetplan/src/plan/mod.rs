@@ -615,12 +615,6 @@ pub struct Plan {
     /// their own fused kernels, which `Compile::On` stands for.
     #[serde(default, skip_serializing_if = "Compile::is_on")]
     pub compile: Compile,
-    /// Every kernel launch waits for the kernel to finish (`CUDA_LAUNCH_BLOCKING=1`, set to
-    /// debug hangs; BigScience trained BLOOM's sizing runs so on Jean Zay): the host's work
-    /// between kernels no longer overlaps the GPU's, each kernel pays it
-    /// (`constants::BLOCKING_LAUNCH_S`). Off: launches are asynchronous.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub launch_blocking: bool,
     /// Stages in pipeline order (interleaved schedules: `pp × virtual_stages` chunks in layer
     /// order, chunk j on the devices of chunk j mod pp).
     pub stages: Vec<Stage>,

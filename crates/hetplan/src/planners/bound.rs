@@ -150,7 +150,6 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         // Recomputation only adds time.
                                         op_checkpointing: false,
                                         early_stop: false,
-                                        launch_blocking: false,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

@@ -53,7 +53,6 @@ pub fn make_plan(problem: &Problem<'_>, stages: Vec<StageChoice>, micro_batches:
         cp_comm: Default::default(),
         tp_comm_overlap: false,
         compile: problem.options.compile_of(),
-        launch_blocking: false,
         made_for: None,
         stages: stages
             .into_iter()

@@ -565,7 +565,6 @@ fn build(problem: &Problem<'_>, sk: &Skeleton<'_>, options: &[&StageOption]) -> 
         cp_comm: Default::default(),
         tp_comm_overlap: sk.tp_overlap,
         compile: problem.options.compile_of(),
-        launch_blocking: false,
         stages,
         made_for: None,
     }

@@ -1599,7 +1599,6 @@ inter_node_bandwidth = "100 Gbps"
             cp_comm: Default::default(),
             tp_comm_overlap: false,
             compile: Default::default(),
-            launch_blocking: false,
             stages: vec![a, b],
             made_for: None,
         }
