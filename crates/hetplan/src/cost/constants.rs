@@ -378,5 +378,5 @@ pub const BATCHED_GEMM_ALIGN_BYTES: u64 = 16;
 /// [`UNALIGNED_GEMM_RELATIVE_EFFICIENCY`], times the head's fill, +34.5% and +28.6%). Checked
 /// on rows not used to fit it, 002, 004 and 006 (heads of 150 and 450, 4-byte rows): +53%,
 /// +45% and +56% before, +17.6%, +10.3% and +20.0% with it, as the TP-8 rows with aligned heads
-/// (median +20%).
+/// (median +20%). Seen on A100 fp16 only; taken for every GPU and precision.
 pub const UNALIGNED_BATCHED_GEMM_RELATIVE_EFFICIENCY: f64 = 0.05;
