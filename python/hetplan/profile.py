@@ -542,7 +542,7 @@ def profile(
     if not seqs or min(seqs) < 1 or not tps or not eps:
         raise hetplan.HetplanError("sequence lengths ≥ 1 and at least one TP and EP degree")
     if precision not in _DTYPES:
-        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32, tf32")
+        raise hetplan.HetplanError(f"precision {precision!r}: one of {', '.join(_DTYPES)}")
     for t in tps:
         _check_tp(shape, t)
     for e in eps:

@@ -27,7 +27,7 @@ import sys
 from typing import Callable, Dict, List, Optional
 
 import hetplan
-from hetplan.profile import _Timer, _modules, _torch, tf32_products
+from hetplan.profile import _DTYPES, _Timer, _modules, _torch, tf32_products
 
 
 def measure(
@@ -49,10 +49,11 @@ def measure(
         raise hetplan.HetplanError(f"{model.name} is not a transformer hetplan can build")
     if mbs < 1 or accumulation < 1 or repeats < 1 or warmup < 0:
         raise hetplan.HetplanError("mbs, accumulation and repeats ≥ 1, warmup ≥ 0")
-    # FP32 weights throughout; `tf32` runs the FP32 products in TF32 (`tf32_products`).
-    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None, "tf32": None}
-    if precision not in autocast:
-        raise hetplan.HetplanError(f"precision {precision!r}: one of bf16, fp16, fp32, tf32")
+    if precision not in _DTYPES:
+        raise hetplan.HetplanError(f"precision {precision!r}: one of {', '.join(_DTYPES)}")
+    # Autocast to 16 bits; `fp32` and `tf32` keep FP32 weights throughout, `tf32` running the
+    # products in TF32 (`tf32_products`).
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}
     shape = json.loads(shape_json)
     seq = seq_len or model.default_seq_len
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -79,7 +80,7 @@ def measure(
     scaler = torch.amp.GradScaler(dev.type) if precision == "fp16" else None
     gen = torch.Generator(device="cpu").manual_seed(0)
     tokens = torch.randint(0, shape["vocab"], (mbs, seq), generator=gen).to(dev)
-    dtype = autocast[precision]
+    dtype = autocast.get(precision)
 
     def step():
         for _ in range(accumulation):
@@ -199,7 +200,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--mbs", type=int, default=1)
     p.add_argument("--accumulation", type=int, default=1, help="micro-batches per step")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32", "tf32"])
+    p.add_argument("--precision", default="bf16", choices=list(_DTYPES))
     p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if there is one)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
