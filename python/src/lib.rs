@@ -396,19 +396,14 @@ fn runtime_of(py: Python<'_>, engine: &str) -> PyResult<Option<Runtime>> {
 
 /// `--precision`.
 fn precision_of(py: Python<'_>, precision: &str) -> PyResult<Precision> {
-    match precision {
-        "bf16" => Ok(Precision::Bf16),
-        "fp16" => Ok(Precision::Fp16),
-        "fp32" => Ok(Precision::Fp32),
-        "tf32" => Ok(Precision::Tf32),
-        "fp8" => Ok(Precision::Fp8),
-        "fp8-rowwise" => Ok(Precision::Fp8Rowwise),
-        other => Err(error(
+    Precision::from_name(precision).ok_or_else(|| {
+        let names: Vec<&str> = Precision::ALL.iter().map(|p| p.name()).collect();
+        error(
             py,
-            format!("precision {other:?} is not one hetplan knows"),
-            Some("bf16, fp16, fp32, tf32, fp8 or fp8-rowwise".into()),
-        )),
-    }
+            format!("precision {precision:?} is not one hetplan knows"),
+            Some(names.join(", ")),
+        )
+    })
 }
 
 /// How much of PyTorch's model code runs compiled (`Plan::compile`): anything but "on" only

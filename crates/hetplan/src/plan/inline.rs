@@ -525,19 +525,8 @@ pub fn parse_inline_plan(spec: &str, model: &Model, cluster: &Cluster) -> Result
             ("fsdp", Engine::Fsdp),
         ],
     )?;
-    let precision = s
-        .choice(
-            "precision",
-            &[
-                ("bf16", Precision::Bf16),
-                ("fp16", Precision::Fp16),
-                ("fp32", Precision::Fp32),
-                ("tf32", Precision::Tf32),
-                ("fp8", Precision::Fp8),
-                ("fp8-rowwise", Precision::Fp8Rowwise),
-            ],
-        )?
-        .unwrap_or_default();
+    let precisions = Precision::ALL.map(|p| (p.name(), p));
+    let precision = s.choice("precision", &precisions)?.unwrap_or_default();
     // Unsaid, the engine a search would give the plan (PyTorch's for torchao's rowwise FP8).
     let engine = engine.unwrap_or_else(|| super::runtime::planning_engine(None, precision));
     let offload = Offload {
@@ -790,6 +779,23 @@ mod tests {
         assert_eq!(p.stages[1].layers, LayerRange { start: 13, end: 25 });
         assert_eq!(p.stages[7].layers, LayerRange { start: 85, end: 98 });
         assert_eq!(validate(&p, &m, &c), Ok(()));
+    }
+
+    #[test]
+    fn every_precision_by_its_name() {
+        let c = cluster(&[8; 1]);
+        for p in Precision::ALL {
+            assert_eq!(Precision::from_name(p.name()), Some(p));
+            let spec = format!("dp=8,gbs=8,precision={}", p.name());
+            match parse_inline_plan(&spec, &gpt(8), &c) {
+                Ok(plan) => assert_eq!(plan.precision, p),
+                // Read, then refused on these A100s.
+                Err(e) => assert!(p.is_fp8() && e.message.contains("no FP8"), "{e:?}"),
+            }
+        }
+        assert_eq!(Precision::from_name("fp4"), None);
+        let err = parse_inline_plan("dp=8,gbs=8,precision=fp4", &gpt(8), &c).unwrap_err();
+        assert!(err.message.contains("precision"), "{}", err.message);
     }
 
     #[test]

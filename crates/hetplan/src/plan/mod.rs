@@ -172,6 +172,21 @@ impl Precision {
         }
     }
 
+    /// Every precision, in the order the inputs list them.
+    pub const ALL: [Precision; 6] = [
+        Precision::Bf16,
+        Precision::Fp16,
+        Precision::Fp32,
+        Precision::Tf32,
+        Precision::Fp8,
+        Precision::Fp8Rowwise,
+    ];
+
+    /// The precision `name` names ([`Precision::name`]), if any.
+    pub fn from_name(name: &str) -> Option<Precision> {
+        Precision::ALL.into_iter().find(|p| p.name() == name)
+    }
+
     /// Whether weights, gradients and activations are FP32 (`Fp32`, `Tf32`).
     pub fn is_fp32(self) -> bool {
         matches!(self, Precision::Fp32 | Precision::Tf32)
