@@ -2,7 +2,9 @@
 //! whole union of the seed planners' spaces, on *generated* tiny problems (2 to 4 GPUs of at
 //! most two types, 3 to 6 layers) and on two fixed 4-GPU, 6-layer problems. On each:
 //!
-//! (a) the referee's optimum is never below the certified lower bound (`planners::bound`);
+//! (a) the referee's optimum is never below the certified lower bound (`planners::bound`), and
+//!     on two types the referee's optimum on each type's GPUs alone is never below that
+//!     type's bound (`Bound::alone_s`);
 //! (b) hetplan's answer fits and, when it lies in the referee's space, is not faster than the
 //!     referee's optimum (and hetplan answers whenever the referee finds a plan);
 //! (c) hetplan is never worse than any seed planner's answer;
@@ -310,6 +312,39 @@ fn check(spec: &Spec) -> Result<(Case, RefereeAnswer), TestCaseError> {
             "the referee's optimum {t} ({}) is below the lower bound {bound:?} on {what}",
             plan.summary()
         );
+    }
+
+    // (a') On a cluster of several types, no plan on one type's GPUs alone beats that type's
+    // bound (`Bound::alone_s`, which lets hetplan set such starts aside unevaluated).
+    if spec.types().len() > 1 {
+        for gpu in spec.types() {
+            let alone = Spec {
+                groups: (spec.groups.iter())
+                    .filter(|g| g.gpu == gpu)
+                    .cloned()
+                    .collect(),
+                ..spec.clone()
+            };
+            let (m, c) = (alone.model(), alone.cluster());
+            let q = problem(&alone, &m, &c);
+            let Some(at) = cluster.gpu_types.iter().position(|t| t.name == gpu) else {
+                continue;
+            };
+            let floor = bound.alone_s[at].expect("a type with GPUs has a bound");
+            let sub = referee::optimum_with(&q, &mut Search::unbounded(), Enumeration::Undominated)
+                .map_err(|e| {
+                    TestCaseError::fail(format!("the referee refused {gpu} alone: {e}"))
+                })?;
+            if let Some((plan, e)) = &sub.best {
+                prop_assert!(
+                    e.iteration_time_s >= floor * (1.0 - TOL),
+                    "on {gpu} alone the referee's optimum {} ({}) is below that type's bound \
+                     {floor} on {what}",
+                    e.iteration_time_s,
+                    plan.summary()
+                );
+            }
+        }
     }
 
     // (b) hetplan's answer fits, and in the referee's space does not beat it.

@@ -25,7 +25,8 @@
 //! so it holds for every schedule, ZeRO stage, checkpointing and offloading choice. A second,
 //! closed-form bound (every GPU as fast as the fastest type on each layer) is kept when the LP
 //! solver is not trusted: the answer is the larger of the two, the LP's less a relative 1e-4
-//! for the solver's tolerance.
+//! for the solver's tolerance. With one type's costs alone the same sum bounds every plan on
+//! that type's GPUs, the others idle (`Bound::alone_s`).
 
 use super::Problem;
 use crate::cost::compute::LayerShape;
@@ -42,6 +43,11 @@ pub struct Bound {
     pub uniform_s: f64,
     /// The linear program's optimum (types take the layers they are best at), when solved.
     pub lp_s: Option<f64>,
+    /// Per GPU type (indexed as `Cluster::gpu_types`), the bound of a plan on that type's GPUs
+    /// alone, the others idle (`None` for a type the cluster has no GPU of, or a layer it
+    /// cannot run): the same sum with that type's costs, `gbs · Σ_l c_g(l) / n_g`, less the
+    /// LP's slack. What a search needs to set aside such plans unseen (`planners::hetplan`).
+    pub alone_s: Vec<Option<f64>>,
 }
 
 impl Bound {
@@ -83,6 +89,7 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
             iteration_time_s: 0.0,
             uniform_s: 0.0,
             lp_s: None,
+            alone_s: vec![None; cluster.gpu_types.len()],
         };
     }
     let max_b = problem
@@ -179,6 +186,14 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
         })
         .sum::<f64>()
         / total_gpus;
+    let mut alone_s = vec![None; cluster.gpu_types.len()];
+    for (i, &g) in types.iter().enumerate() {
+        let work: f64 = (classes.iter().enumerate())
+            .map(|(j, &(_, n))| gbs * n * c[i][j])
+            .sum();
+        let t = work / gpus[g] * (1.0 - LP_SLACK);
+        alone_s[g] = (t.is_finite() && t >= 0.0).then_some(t);
+    }
     let lp = solve_lp(&c, &classes, &types, &gpus, gbs);
     let uniform = if uniform.is_finite() { uniform } else { 0.0 };
     let best = lp.map_or(uniform, |t| t.max(uniform));
@@ -186,6 +201,7 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
         iteration_time_s: best,
         uniform_s: uniform,
         lp_s: lp,
+        alone_s,
     }
 }
 

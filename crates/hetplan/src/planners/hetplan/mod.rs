@@ -241,7 +241,7 @@ impl Planner for Hetplan {
             let now = search.elapsed().get();
             let until = time.map(|t| now + UNIFORM_FIRST_SHARE * (t - now).max(0.0));
             let cap = nodes.map(|m| (m as f64 * UNIFORM_FIRST_SHARE) as u64);
-            uniform_starts(problem, search, until, cap)
+            uniform_starts(problem, search, until, cap, &bound)
         };
         let members = members();
         let n = members.len();
@@ -413,9 +413,9 @@ impl Planner for Hetplan {
             Some(_) => (Vec::new(), None),
             None => engines(
                 problem,
+                &bound,
                 &chosen,
-                &refined,
-                &cands,
+                refined.iter().chain(&cands).cloned().collect(),
                 search,
                 time.map(|t| t * SEARCH_SHARE),
                 &mut stop,
@@ -716,14 +716,14 @@ fn context_parallel_starts(
             }
         }
     }
-    let cands: Vec<(String, Build<'_>)> = specs
+    let cands: Vec<Start<'_>> = specs
         .into_iter()
         .map(|spec| {
             let who = format!("a uniform plan with context parallelism ({spec})");
             let build: Build<'_> = Box::new(move || {
                 crate::plan::inline::parse_inline_plan(&spec, model, cluster).ok()
             });
-            (who, build)
+            (who, 0.0, build)
         })
         .collect();
     // Not split by speed: these starts have a small share of what the seeds leave, and a
@@ -748,6 +748,7 @@ fn uniform_starts(
     search: &mut Search<'_>,
     deadline: Option<f64>,
     node_cap: Option<u64>,
+    bound: &bound::Bound,
 ) -> Vec<Seen> {
     let (model, cluster, gbs) = (problem.model, problem.cluster, problem.global_batch);
     if model.per_sample || !search.poll() {
@@ -767,7 +768,7 @@ fn uniform_starts(
         .map(|t| (Some(t), nodes_of_type(cluster, t)))
         .chain(std::iter::once((None, all)))
         .collect();
-    let mut cands: Vec<(String, Build<'_>)> = Vec::new();
+    let mut cands: Vec<Start<'_>> = Vec::new();
     // Megatron's depths on every set first, then deeper pipelines: the first pass is what
     // the time limit must not cut short.
     let deeper: Vec<u64> = std::iter::successors(Some(8u64), |d| Some(d * 2))
@@ -780,6 +781,11 @@ fn uniform_starts(
     {
         let t = *t;
         let gpus = sub.num_gpus() as u64;
+        // No plan on these GPUs is faster than this (`Bound::alone_s`: a type alone).
+        let floor = match t {
+            Some(t) => bound.alone_s.get(t).copied().flatten().unwrap_or(0.0),
+            None => bound.iteration_time_s,
+        };
         for tp in [1u64, 2, 4, 8] {
             for &pp in depths {
                 if tp > problem.options.max_tp as u64
@@ -827,7 +833,7 @@ fn uniform_starts(
                         ),
                         None => format!("a uniform plan on every GPU ({spec})"),
                     };
-                    cands.push((who, plan));
+                    cands.push((who, floor, plan));
                 }
             }
         }
@@ -838,10 +844,14 @@ fn uniform_starts(
 /// The share of a time limit the uniform starts may take before the seeds run (their
 /// estimates, with both memory ladders, take seconds at a thousand GPUs: all 420 layouts of
 /// `benches/speed.rs`' 1,024-GPU problem in 3.0 s on two cores, 6.1 s at 4,096 GPUs (2.8 and
-/// 5.8 s before the pipelines over several types were also split by speed), milliseconds at
-/// 64; at a quarter of a 10 s limit the deep A100 pipelines were reached in one run of the
-/// bench and not in the next).
-const UNIFORM_FIRST_SHARE: f64 = 0.3;
+/// 5.8 s before the pipelines over several types were also split by speed); at a quarter of
+/// a 10 s limit the deep A100 pipelines were reached in one run of the bench and not in the
+/// next). At 64 GPUs they take 0.47 s (0.67 s before the plans on one type alone were set
+/// aside by its bound, [`evaluate_starts`]): with 0.3 of a 1 s limit the pipelines over
+/// every node, the best starts there, were cut off and the answer was the A100s' alone
+/// (15.863 s); with half, 14.2 s (13.373 s at 10 s). The seeds lose nothing that mattered
+/// there: at 1 s their best answer was 19.1 s.
+const UNIFORM_FIRST_SHARE: f64 = 0.5;
 
 /// The share of the time the seeds leave that the context-parallel starts may take; the
 /// local search keeps the rest.
@@ -877,31 +887,55 @@ fn nodes_of_type(
 /// How a starting plan is laid out, run when it is evaluated (`None`: it cannot be).
 type Build<'a> = Box<dyn Fn() -> Option<Plan> + Send + Sync + 'a>;
 
+/// A starting plan to evaluate: who it is, a lower bound on its estimate (seconds; 0 where
+/// none is known) and how to lay it out.
+type Start<'a> = (String, f64, Build<'a>);
+
 /// Starting plans from uniform layouts (`who`, how to lay out the plan): each with
 /// the problem's engine and precision, made to run on `--engine`'s runtime, fitted by the
 /// memory ladder (with `rebalance`, split by speed where that is faster: [`fitted_start`]); the
 /// best [`STARTS`] that fit. In chunks, in parallel, each chunk only while
 /// the search has time and nodes left (an estimate at thousands of GPUs takes milliseconds)
 /// and, given them, before `deadline` (seconds into the search) and while it has explored
-/// fewer than `node_cap` nodes (one a plan).
+/// fewer than `node_cap` nodes (one a plan). A start whose lower bound is not below the
+/// `STARTS`-th best kept so far is set aside unevaluated (not a node): its estimate could not
+/// be kept (ties go to the earlier), so without limits the answer is the same, and under a
+/// limit the time goes to starts that can be. On `benches/speed.rs`' 64 GPUs the plans on
+/// the V100s or the T4s alone are all set aside once the A100s' are known.
 fn evaluate_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
-    cands: Vec<(String, Build<'_>)>,
+    cands: Vec<Start<'_>>,
     deadline: Option<f64>,
     node_cap: Option<u64>,
     rebalance: bool,
 ) -> Vec<Seen> {
     let mut out: Vec<Seen> = Vec::new();
     let capped = |search: &Search<'_>| node_cap.is_some_and(|c| search.explored() >= c);
-    'chunks: for chunk in cands.chunks(8) {
+    let mut rest = cands.iter();
+    'chunks: loop {
+        let bar = match out.get(STARTS - 1) {
+            Some(s) => s.est.iteration_time_s,
+            None => f64::INFINITY,
+        };
+        let mut chunk: Vec<&Start<'_>> = Vec::with_capacity(8);
+        while chunk.len() < 8 {
+            match rest.next() {
+                Some(c) if c.1 < bar => chunk.push(c),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        if chunk.is_empty() {
+            break;
+        }
         let late = deadline.is_some_and(|d| search.elapsed().get() >= d);
         if late || capped(search) || !search.poll() {
             break;
         }
         let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
             .par_iter()
-            .map(|(_, build)| {
+            .map(|(_, _, build)| {
                 let plan = refine::in_problem_settings(problem, build()?);
                 let plan = match problem.options.runtime {
                     Some(_) => refine::conformed(problem, plan)?,
@@ -911,7 +945,7 @@ fn evaluate_starts(
                 fitted_start(problem, plan, est, rebalance)
             })
             .collect();
-        for ((who, _), e) in chunk.iter().zip(evaluated) {
+        for ((who, _, _), e) in chunk.into_iter().zip(evaluated) {
             if capped(search) || !search.tick() {
                 break 'chunks;
             }
@@ -1171,17 +1205,16 @@ fn refine_more(
 /// (`admit`) and the uniform layouts it runs ([`uniform_starts`] for the engine, on
 /// [`UNIFORM_SHARE_OF_ENGINE`] of what is left of its time), the best refined by hetplan's
 /// search restricted to the engine, engine k of n with `1/(n − k)` of the time left; and the
-/// fastest of them where it beats `chosen`.
+/// fastest of them where it beats `chosen`. `seen`: the plans refined, then the starts.
 fn engines(
     problem: &Problem<'_>,
+    bound: &bound::Bound,
     chosen: &Seen,
-    refined: &[Seen],
-    cands: &[Seen],
+    seen: Vec<Seen>,
     search: &mut Search<'_>,
     time: Option<f64>,
     stop: &mut StopReason,
 ) -> (Vec<EngineBest>, Option<Seen>) {
-    let seen: Vec<Seen> = refined.iter().chain(cands).cloned().collect();
     let n = Runtime::ALL.len();
     let mut out = Vec::new();
     let mut faster: Option<Seen> = None;
@@ -1212,7 +1245,7 @@ fn engines(
         let now = search.elapsed().get();
         let uniform_until = until.map(|u| now + UNIFORM_SHARE_OF_ENGINE * (u - now).max(0.0));
         let cap = nodes.map(|m| search.explored() + (m as f64 * UNIFORM_SHARE_OF_ENGINE) as u64);
-        let uniform: Vec<Seen> = uniform_starts(&p, search, uniform_until, cap)
+        let uniform: Vec<Seen> = uniform_starts(&p, search, uniform_until, cap, bound)
             .into_iter()
             .filter(|u| !admitted.iter().any(|a| a.plan == u.plan))
             .collect();
