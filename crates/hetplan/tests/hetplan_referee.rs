@@ -327,10 +327,16 @@ fn check(spec: &Spec) -> Result<(Case, RefereeAnswer), TestCaseError> {
             };
             let (m, c) = (alone.model(), alone.cluster());
             let q = problem(&alone, &m, &c);
-            let Some(at) = cluster.gpu_types.iter().position(|t| t.name == gpu) else {
-                continue;
-            };
+            let at = (cluster.gpu_types.iter())
+                .position(|t| t.name == gpu)
+                .expect("the generated GPU names are the catalog's");
             let floor = bound.alone_s[at].expect("a type with GPUs has a bound");
+            // The same sum as the whole bound of that type alone (less the LP's slack).
+            let own = planners::bound::lower_bound(&q).uniform_s * (1.0 - 1e-4);
+            prop_assert!(
+                (floor - own).abs() <= 1e-9 * own,
+                "{gpu} alone: bound {floor} within the cluster, {own} on its own, on {what}"
+            );
             let sub = referee::optimum_with(&q, &mut Search::unbounded(), Enumeration::Undominated)
                 .map_err(|e| {
                     TestCaseError::fail(format!("the referee refused {gpu} alone: {e}"))
