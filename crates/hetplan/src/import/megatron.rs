@@ -86,6 +86,11 @@ pub struct MegatronJob {
     pub world_size: Option<u64>,
     /// Flags read but without effect on the plan (data, optimizer, logging, ...).
     pub ignored: Vec<String>,
+    /// The script's last assignment of `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE` (`export` or a
+    /// command's prefix) is `1`: PyTorch runs FP32 products in TF32 (its cuBLAS switch,
+    /// `allowTF32CuBLAS` in aten/src/ATen/Context.cpp; `c10::utils::check_env` takes `1` and
+    /// `0`), what hetplan's export of a `tf32` plan sets; Megatron has no flag for it.
+    tf32_override: bool,
     flags: BTreeMap<String, Flag>,
     src: String,
 }
@@ -109,6 +114,10 @@ impl MegatronJob {
         } else {
             words(src)?
         };
+        const TF32: &str = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=";
+        let tf32_override = (ws.iter().rev())
+            .find_map(|w| w.text.strip_prefix(TF32))
+            .is_some_and(|v| v == "1");
         let mut flags: BTreeMap<String, Flag> = BTreeMap::new();
         let mut i = 0;
         while i < ws.len() {
@@ -158,6 +167,7 @@ impl MegatronJob {
             seq_len: 0,
             world_size: None,
             ignored: Vec::new(),
+            tf32_override,
             flags,
             src: src.to_string(),
         };
@@ -684,6 +694,8 @@ impl MegatronJob {
                 Precision::Bf16
             } else if self.has("fp16") {
                 Precision::Fp16
+            } else if self.tf32_override {
+                Precision::Tf32
             } else {
                 Precision::Fp32
             },
@@ -938,6 +950,49 @@ mod tests {
         assert_eq!(plan.stages[1].devices[0], GpuId { node: 1, local: 0 });
         assert_eq!(plan.stages[0].zero, 1);
         assert!(crate::plan::ValidPlan::new(plan, &job.model, &cluster).is_ok());
+    }
+
+    /// FP32 training with PyTorch's TF32 switch set in the script (as hetplan's export of a
+    /// `tf32` plan writes it) reads as `tf32`; unset, set to 0 last, or under a 16-bit flag, not.
+    #[test]
+    fn the_tf32_switch_of_a_launch_script_is_read() {
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            "name = \"t\"\n[[node_group]]\ngpu = \"a100-sxm4-80gb\"\ngpus_per_node = 8\nnodes = 1\n",
+        )
+        .unwrap();
+        let args = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 \
+                    --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 \
+                    --vocab-size 1000 --micro-batch-size 1 --global-batch-size 16";
+        for (script, want) in [
+            (format!("{args}\n"), Precision::Fp32),
+            (
+                format!("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n{args}\n"),
+                Precision::Tf32,
+            ),
+            (
+                format!("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=\"1\" {args}\n"),
+                Precision::Tf32,
+            ),
+            (
+                format!(
+                    "export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n\
+                     export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=0\n{args}\n"
+                ),
+                Precision::Fp32,
+            ),
+            (
+                format!("# TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 is not set here\n{args}\n"),
+                Precision::Fp32,
+            ),
+            (
+                format!("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n{args} --bf16\n"),
+                Precision::Bf16,
+            ),
+        ] {
+            let job = MegatronJob::parse(&script, "m").unwrap();
+            let plan = job.plan(&cluster, None).unwrap();
+            assert_eq!(plan.precision, want, "{script}");
+        }
     }
 
     #[test]
