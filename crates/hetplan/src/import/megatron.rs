@@ -95,10 +95,50 @@ pub struct MegatronJob {
     src: String,
 }
 
+/// Whether a script leaves `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE` at `1` for the job: its last
+/// `export NAME=…`, `NAME=… launcher` prefix (torchrun, python, srun, deepspeed, env, exec) or
+/// `unset NAME`, a trailing `;` read off; a prefix is on its launcher's line. A plain
+/// assignment is not exported, and an `echo` of it sets nothing: neither counts.
+fn tf32_switch(src: &str, ws: &[Word]) -> bool {
+    const NAME: &str = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE";
+    const LAUNCHERS: &[&str] = &[
+        "torchrun",
+        "python",
+        "python3",
+        "srun",
+        "deepspeed",
+        "env",
+        "exec",
+    ];
+    let mut on = false;
+    for (i, w) in ws.iter().enumerate() {
+        let text = w.text.trim_end_matches(';');
+        let prev = i.checked_sub(1).map(|j| ws[j].text.as_str());
+        if prev == Some("unset") && text == NAME {
+            on = false;
+            continue;
+        }
+        let Some(value) = text.strip_prefix(NAME).and_then(|r| r.strip_prefix('=')) else {
+            continue;
+        };
+        let prefix = ws.get(i + 1).is_some_and(|n| {
+            LAUNCHERS.contains(&n.text.as_str())
+                && !src
+                    .get(w.offset..n.offset)
+                    .is_some_and(|gap| gap.contains('\n'))
+        });
+        if prev == Some("export") || prefix {
+            on = value == "1";
+        }
+    }
+    on
+}
+
 impl MegatronJob {
     /// Reads a command line, a launch script, or a JSON list of arguments.
     pub fn parse(src: &str, name: &str) -> Result<MegatronJob, InputError> {
-        let ws = if src.trim_start().starts_with('[') {
+        let json = src.trim_start().starts_with('[');
+        let ws = if json {
             let list: Vec<String> =
                 serde_json::from_str(src).map_err(|e| InputError::from_json(&e))?;
             // Offsets into the JSON text, so that errors point at the argument.
@@ -114,10 +154,8 @@ impl MegatronJob {
         } else {
             words(src)?
         };
-        const TF32: &str = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=";
-        let tf32_override = (ws.iter().rev())
-            .find_map(|w| w.text.strip_prefix(TF32))
-            .is_some_and(|v| v == "1");
+        // A JSON list is the program's arguments: no environment.
+        let tf32_override = !json && tf32_switch(src, &ws);
         let mut flags: BTreeMap<String, Flag> = BTreeMap::new();
         let mut i = 0;
         while i < ws.len() {
@@ -988,11 +1026,33 @@ mod tests {
                 format!("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n{args} --bf16\n"),
                 Precision::Bf16,
             ),
+            (
+                format!("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1;\necho \"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=$TORCH_ALLOW_TF32_CUBLAS_OVERRIDE\"\n{args}\n"),
+                Precision::Tf32,
+            ),
+            (
+                format!("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n{args}\n"),
+                Precision::Fp32,
+            ),
+            (
+                format!("export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\nunset TORCH_ALLOW_TF32_CUBLAS_OVERRIDE\n{args}\n"),
+                Precision::Fp32,
+            ),
         ] {
             let job = MegatronJob::parse(&script, "m").unwrap();
             let plan = job.plan(&cluster, None).unwrap();
             assert_eq!(plan.precision, want, "{script}");
         }
+        // A JSON list is the program's arguments, not its environment.
+        let list = r#"["--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "8",
+            "--seq-length", "512", "--max-position-embeddings", "512", "--vocab-size", "1000",
+            "--micro-batch-size", "1", "--global-batch-size", "16",
+            "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"]"#;
+        let plan = MegatronJob::parse(list, "m")
+            .unwrap()
+            .plan(&cluster, None)
+            .unwrap();
+        assert_eq!(plan.precision, Precision::Fp32);
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! Limits: the uniform starts take up to `UNIFORM_FIRST_SHARE` of a time or node limit, and
 //! (under 1,024 GPUs) refining the best of them `EARLY_REFINE_SHARE` of what is left; the
 //! seeds run until `MEMBERS_SHARE` of it (`LARGE_CLUSTER_MEMBERS_SHARE` of a time limit from a
-//! thousand GPUs on; their node shares, what the uniform starts left of
+//! thousand GPUs on; their node shares, what the uniform starts and the early refinement left of
 //! that, fixed before the threads start, so a node-limited answer does not depend on the
 //! thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
 //! then left, the local search runs until `REFINE_SHARE` (when its first starts end early,
@@ -291,7 +291,12 @@ impl Planner for Hetplan {
         // cost models' bests (which may not fit, and price plans their own way).
         let relay = Relay {
             inner: search.progress(),
-            best: Mutex::new(uniform.first().map(|u| Seconds(u.est.iteration_time_s))),
+            // The early refinement's plan is already reported as the best so far.
+            best: Mutex::new(
+                (uniform.first().into_iter().chain(&early))
+                    .map(|u| Seconds(u.est.iteration_time_s))
+                    .min_by(|a, b| a.get().total_cmp(&b.get())),
+            ),
         };
         let clock = search.clock();
         let (chain, solo) = members.split_at(n - 1);
@@ -435,7 +440,8 @@ impl Planner for Hetplan {
         } else if stop == StopReason::Exhausted {
             stop = refine_stop;
         }
-        // Last, so that ties go to the plans the local search reached as before.
+        // After the local search's plans, so that ties go to them (not to the starts: an
+        // unmoved start equal to it loses the tie).
         refined.extend(early);
         let chosen = (refined.iter().chain(&cands))
             .min_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s))
@@ -888,7 +894,7 @@ const UNIFORM_FIRST_SHARE: f64 = 0.5;
 /// The share of what is left of a time or node limit after the uniform starts that refining
 /// the best of them may take before the seeds run (it ends sooner where it reaches a local
 /// optimum). On `benches/speed.rs`' 64 GPUs the 1 s answer became the 10 s one (13.373 s,
-/// `hetplan plan`; 14.211 s before), reached at 0.46 s of the 10 s search. Not from 1,024 GPUs
+/// `hetplan plan`; 14.211 s before), reached at 0.58 s of the 10 s search. Not from 1,024 GPUs
 /// on: there the refinement runs to its share without ending and the seeds' 60% of the limit
 /// shrank by it, and the 1,024-GPU answer went from 6.459 s to 6.756 s.
 const EARLY_REFINE_SHARE: f64 = 0.25;
