@@ -6,6 +6,12 @@
 //! files: an [`Export`] is a list of file names and contents, which the CLI writes. A plan the
 //! engine cannot run gives no files but [`ExportError::Unsupported`] with every reason.
 
+/// PyTorch's environment switch for TF32 matrix products in FP32 training (read once, before
+/// any product, by ATen's context: `allowTF32CuBLAS`, later the initial
+/// `float32_matmul_precision`), which the export of a `tf32` plan sets in `launch.sh` and the
+/// Megatron importer reads back.
+pub const TF32_SWITCH: &str = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE";
+
 pub mod deepspeed;
 pub mod flashflex;
 pub mod megatron;
@@ -345,12 +351,12 @@ pub(crate) fn launch_script(
     s.push_str(&preamble);
     s.push('\n');
     if job.plan.precision == crate::plan::Precision::Tf32 {
-        // No engine has a TF32 setting; PyTorch reads this before any product
-        // (aten/src/ATen/Context.cpp, `allowTF32CuBLAS`), in every process torchrun starts.
-        s.push_str(
+        // No engine has a TF32 setting; PyTorch reads this before any product, in every
+        // process torchrun starts.
+        s.push_str(&format!(
             "# precision tf32: FP32 training, its matrix products in TF32 (PyTorch's cuBLAS \
-             switch).\nexport TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1\n\n",
-        );
+             switch).\nexport {TF32_SWITCH}=1\n\n"
+        ));
     }
     s.push_str(&node_cases(cluster, layout));
     s.push_str(&format!(

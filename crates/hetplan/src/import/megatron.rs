@@ -86,52 +86,12 @@ pub struct MegatronJob {
     pub world_size: Option<u64>,
     /// Flags read but without effect on the plan (data, optimizer, logging, ...).
     pub ignored: Vec<String>,
-    /// The script's last assignment of `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE` (`export` or a
-    /// command's prefix) is `1`: PyTorch runs FP32 products in TF32 (its cuBLAS switch,
-    /// `allowTF32CuBLAS` in aten/src/ATen/Context.cpp; `c10::utils::check_env` takes `1` and
-    /// `0`), what hetplan's export of a `tf32` plan sets; Megatron has no flag for it.
+    /// The script leaves PyTorch's TF32 switch (`export::TF32_SWITCH`) at `1` for the job
+    /// (`shell::exported`; `c10::utils::check_env` takes `1` and `0`): FP32 products run in
+    /// TF32, what hetplan's export of a `tf32` plan sets; Megatron has no flag for it.
     tf32_override: bool,
     flags: BTreeMap<String, Flag>,
     src: String,
-}
-
-/// Whether a script leaves `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE` at `1` for the job: its last
-/// `export NAME=…`, `NAME=… launcher` prefix (torchrun, python, srun, deepspeed, env, exec) or
-/// `unset NAME`, a trailing `;` read off; a prefix is on its launcher's line. A plain
-/// assignment is not exported, and an `echo` of it sets nothing: neither counts.
-fn tf32_switch(src: &str, ws: &[Word]) -> bool {
-    const NAME: &str = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE";
-    const LAUNCHERS: &[&str] = &[
-        "torchrun",
-        "python",
-        "python3",
-        "srun",
-        "deepspeed",
-        "env",
-        "exec",
-    ];
-    let mut on = false;
-    for (i, w) in ws.iter().enumerate() {
-        let text = w.text.trim_end_matches(';');
-        let prev = i.checked_sub(1).map(|j| ws[j].text.as_str());
-        if prev == Some("unset") && text == NAME {
-            on = false;
-            continue;
-        }
-        let Some(value) = text.strip_prefix(NAME).and_then(|r| r.strip_prefix('=')) else {
-            continue;
-        };
-        let prefix = ws.get(i + 1).is_some_and(|n| {
-            LAUNCHERS.contains(&n.text.as_str())
-                && !src
-                    .get(w.offset..n.offset)
-                    .is_some_and(|gap| gap.contains('\n'))
-        });
-        if prev == Some("export") || prefix {
-            on = value == "1";
-        }
-    }
-    on
 }
 
 impl MegatronJob {
@@ -155,7 +115,8 @@ impl MegatronJob {
             words(src)?
         };
         // A JSON list is the program's arguments: no environment.
-        let tf32_override = !json && tf32_switch(src, &ws);
+        let tf32_override = !json
+            && super::shell::exported(src, &ws, crate::export::TF32_SWITCH).as_deref() == Some("1");
         let mut flags: BTreeMap<String, Flag> = BTreeMap::new();
         let mut i = 0;
         while i < ws.len() {

@@ -102,6 +102,45 @@ fn open_quote(src: &str, offset: usize, q: char) -> InputError {
         .hint(Some(format!("close it with {q}, or escape it as \\{q}")))
 }
 
+/// The value a script leaves in environment variable `name` for the job it launches: its last
+/// `export NAME=…`, `NAME=… launcher` prefix on the launcher's line (torchrun, python, srun,
+/// deepspeed, env, exec) or `unset NAME` (`None`), a trailing `;` read off. A plain assignment
+/// is not exported, and an `echo` of one sets nothing: neither counts. `src` is the text the
+/// words were read from.
+pub fn exported(src: &str, ws: &[Word], name: &str) -> Option<String> {
+    const LAUNCHERS: &[&str] = &[
+        "torchrun",
+        "python",
+        "python3",
+        "srun",
+        "deepspeed",
+        "env",
+        "exec",
+    ];
+    let mut value = None;
+    for (i, w) in ws.iter().enumerate() {
+        let text = w.text.trim_end_matches(';');
+        let prev = i.checked_sub(1).map(|j| ws[j].text.as_str());
+        if prev == Some("unset") && text == name {
+            value = None;
+            continue;
+        }
+        let Some(v) = text.strip_prefix(name).and_then(|r| r.strip_prefix('=')) else {
+            continue;
+        };
+        let prefix = ws.get(i + 1).is_some_and(|n| {
+            LAUNCHERS.contains(&n.text.as_str())
+                && !src
+                    .get(w.offset..n.offset)
+                    .is_some_and(|gap| gap.contains('\n'))
+        });
+        if prev == Some("export") || prefix {
+            value = Some(v.to_string());
+        }
+    }
+    value
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
