@@ -96,8 +96,13 @@ const REFINE_SHARE: f64 = 0.96;
 /// start took 3.045 s, and with 60% instead of 90% of the minute the local search had 21 s
 /// instead of 3.6 s and answered 2.389 s instead of 2.553 s; at 1,024 and 256 GPUs the answers
 /// were the same either way, and at 64 GPUs (13.084 s against 13.006 s at 10 s) Mist's answer,
-/// the best start there, needed the 9 s. Node limits keep `MEMBERS_SHARE`.
-const LARGE_CLUSTER_MEMBERS_SHARE: f64 = 0.6;
+/// the best start there, needed the 9 s. Node limits keep `MEMBERS_SHARE`. 40% since the
+/// uniform starts end in a second or two there ([`evaluate_starts`]): at 60% the seeds had
+/// the time they left, 1.1 → 6 s of a 10 s limit at 1,024 GPUs, for answers 40–200% behind
+/// the best uniform start (Mist's 8.3–9.8 s against 6.5 s), and the local search's best start
+/// stopped two moves short (5.998 s against 5.916 s at 40%); the 4,096-GPU answer is the same
+/// at either share.
+const LARGE_CLUSTER_MEMBERS_SHARE: f64 = 0.4;
 const LARGE_CLUSTER_GPUS: usize = 1024;
 /// The share of a time limit the searches end by: the rest is kept for the simulator's check
 /// of the best candidates and the notes after them (at 1,024 GPUs 0.04 s of a 10 s limit), and
@@ -802,10 +807,19 @@ fn uniform_starts(
     } else {
         0
     };
-    let sets: Vec<_> = (0..types)
+    // No plan on a set's GPUs is faster than its floor (`Bound::alone_s` for a type alone,
+    // the whole bound for every GPU).
+    let floor = |t: Option<usize>| match t {
+        Some(t) => bound.alone_s.get(t).copied().flatten().unwrap_or(0.0),
+        None => bound.iteration_time_s,
+    };
+    // Within each pass, the sets of the lowest floor first (a stable sort: ties keep the
+    // types' order, every GPU last).
+    let mut sets: Vec<_> = (0..types)
         .map(|t| (Some(t), nodes_of_type(cluster, t)))
         .chain(std::iter::once((None, all)))
         .collect();
+    sets.sort_by(|a, b| floor(a.0).total_cmp(&floor(b.0)));
     let mut cands: Vec<Start<'_>> = Vec::new();
     // Megatron's depths on every set first, then deeper pipelines: the first pass is what
     // the time limit must not cut short.
@@ -819,11 +833,7 @@ fn uniform_starts(
     {
         let t = *t;
         let gpus = sub.num_gpus() as u64;
-        // No plan on these GPUs is faster than this (`Bound::alone_s`: a type alone).
-        let floor = match t {
-            Some(t) => bound.alone_s.get(t).copied().flatten().unwrap_or(0.0),
-            None => bound.iteration_time_s,
-        };
+        let floor = floor(t);
         for tp in [1u64, 2, 4, 8] {
             for &pp in depths {
                 if tp > problem.options.max_tp as u64
@@ -939,15 +949,29 @@ type Start<'a> = (String, f64, Build<'a>);
 
 /// Starting plans from uniform layouts (`who`, how to lay out the plan): each with
 /// the problem's engine and precision, made to run on `--engine`'s runtime, fitted by the
-/// memory ladder (with `rebalance`, split by speed where that is faster: [`fitted_start`]); the
-/// best [`STARTS`] that fit. In chunks, in parallel, each chunk only while
-/// the search has time and nodes left (an estimate at thousands of GPUs takes milliseconds)
-/// and, given them, before `deadline` (seconds into the search) and while it has explored
-/// fewer than `node_cap` nodes (one a plan). A start whose lower bound is not below the
-/// `STARTS`-th best kept so far is set aside unevaluated (not a node): its estimate could not
-/// be kept (ties go to the earlier), so without limits the answer is the same, and under a
-/// limit the time goes to starts that can be. On `benches/speed.rs`' 64 GPUs the plans on
-/// the V100s or the T4s alone are all set aside once the A100s' are known.
+/// memory ladder (with `rebalance`, split by speed where that is faster: [`sketch_start`],
+/// [`fit_sketch`]); the best [`STARTS`] that fit. In two passes, each in chunks, in parallel,
+/// each chunk only while the search has time and nodes left (an estimate at thousands of GPUs
+/// takes milliseconds), before `deadline` (seconds into the search) and while it has
+/// explored fewer than `node_cap` nodes (one a start fitted):
+///
+/// 1. Every start laid out and estimated as it is, and split by speed ([`sketch_start`]: one
+///    to three estimates), in the order given, on up to [`SKETCH_SHARE`] of the time to
+///    `deadline`.
+/// 2. The memory ladders ([`fit_sketch`]: up to tens of estimates each), the start whose
+///    sketch estimates fastest first (a stable sort: ties keep the order given). The ladders
+///    of hopeless layouts had taken the time: on `benches/speed.rs`' 1,024 GPUs the eight
+///    layouts of TP 1 with one to four stages over every GPU took 2.3 s of the 5 s the
+///    uniform starts had, and the deep pipelines over every GPU, the best starts there,
+///    were reached in some runs and not in others.
+///
+/// A start whose lower bound is not below the `STARTS`-th best kept so far is set aside
+/// unevaluated (not a node): in the first pass against the starts that already fit as
+/// sketched (a fitted start is no slower than its sketch that fits), in the second against
+/// those fitted. Its estimate could not be kept (ties go to the earlier), so without limits
+/// the answer is the same, and under a limit the time goes to starts that can be. On
+/// `benches/speed.rs`' 64 GPUs the plans on the V100s or the T4s alone are all set aside once
+/// the A100s' are known.
 fn evaluate_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
@@ -956,43 +980,109 @@ fn evaluate_starts(
     node_cap: Option<u64>,
     rebalance: bool,
 ) -> Vec<Seen> {
-    let mut out: Vec<Seen> = Vec::new();
     let capped = |search: &Search<'_>| node_cap.is_some_and(|c| search.explored() >= c);
-    let mut rest = cands.iter();
-    'chunks: loop {
-        let bar = match out.get(STARTS - 1) {
-            Some(s) => s.est.iteration_time_s,
-            None => f64::INFINITY,
-        };
-        let mut chunk: Vec<&Start<'_>> = Vec::with_capacity(8);
-        while chunk.len() < 8 {
-            match rest.next() {
-                // (A NaN bar sets nothing aside.)
-                Some(c) if c.1 < bar || bar.is_nan() => chunk.push(c),
-                Some(_) => {}
-                None => break,
-            }
+    // The STARTS-th best of `times` (sorted), below which a start's floor must be.
+    let bar = |times: &[f64]| times.get(STARTS - 1).copied().unwrap_or(f64::INFINITY);
+    // (A NaN bar sets nothing aside.)
+    let below = |floor: f64, bar: f64| floor < bar || bar.is_nan();
+    let now = search.elapsed().get();
+    let sketch_until = deadline.map(|d| now + SKETCH_SHARE * (d - now).max(0.0));
+    // 1. Sketches, in the order given.
+    let mut sketches: Vec<(&Start<'_>, Sketch)> = Vec::new();
+    // The best times of sketches that fit as they are, sorted, at most STARTS.
+    let mut fitting: Vec<f64> = Vec::new();
+    // How many starts the next chunk takes: under a deadline, as many waves (a start per
+    // thread) as the last wave's time fits before it (`refine::chunk_size`), at most 8.
+    let size = |wave: Option<f64>, until: Option<f64>, search: &Search<'_>| {
+        let left = until.map(|d| d - search.elapsed().get());
+        match left {
+            Some(l) if l <= 0.0 => 0,
+            _ => refine::chunk_size(wave, left).min(8),
         }
+    };
+    let mut wave: Option<f64> = None;
+    let mut rest = cands.iter();
+    loop {
+        let b = bar(&fitting);
+        let n = size(wave, sketch_until, search);
+        if n == 0 || capped(search) || !search.poll() {
+            break;
+        }
+        let chunk: Vec<&Start<'_>> = rest.by_ref().filter(|c| below(c.1, b)).take(n).collect();
         if chunk.is_empty() {
             break;
         }
-        let late = deadline.is_some_and(|d| search.elapsed().get() >= d);
-        if late || capped(search) || !search.poll() {
-            break;
-        }
-        let evaluated: Vec<Option<(Plan, Estimate)>> = chunk
+        let started = search.elapsed().get();
+        let sketched: Vec<Option<Sketch>> = chunk
             .par_iter()
             .map(|(_, _, build)| {
+                let clock = std::time::Instant::now();
                 let plan = refine::in_problem_settings(problem, build()?);
                 let plan = match problem.options.runtime {
                     Some(_) => refine::conformed(problem, plan)?,
                     None => plan,
                 };
                 let est = common::evaluate(problem, &plan)?;
-                fitted_start(problem, plan, est, rebalance)
+                Some(sketch_start(problem, plan, est, rebalance, clock))
             })
             .collect();
-        for ((who, _, _), e) in chunk.into_iter().zip(evaluated) {
+        wave = Some(waves_took(search.elapsed().get() - started, chunk.len()));
+        for (c, s) in chunk.into_iter().zip(sketched) {
+            let Some(s) = s else { continue };
+            if let Some(t) = s.fits_within() {
+                search.offer(Seconds(t));
+                fitting.push(t);
+                fitting.sort_by(f64::total_cmp);
+                fitting.truncate(STARTS);
+            }
+            sketches.push((c, s));
+        }
+    }
+    // 2. Fitted, the fastest sketch first.
+    sketches.sort_by(|a, b| a.1.key().total_cmp(&b.1.key()));
+    let mut out: Vec<Seen> = Vec::new();
+    let threads = rayon::current_num_threads().max(1) as f64;
+    let mut rest = sketches.into_iter().peekable();
+    'chunks: loop {
+        let b = out
+            .get(STARTS - 1)
+            .map_or(f64::INFINITY, |s| s.est.iteration_time_s);
+        if capped(search) || !search.poll() {
+            break;
+        }
+        // Under a deadline, the starts whose ladders' predicted time (`Sketch::ladder_s`)
+        // fits in what is left, shared by the threads; none past it.
+        let left = deadline.map(|d| d - search.elapsed().get());
+        let mut chunk: Vec<(&Start<'_>, Sketch)> = Vec::with_capacity(8);
+        let mut cost = 0.0;
+        while chunk.len() < 8 {
+            let Some(c) = rest.peek() else { break };
+            if !below(c.0 .1, b) {
+                rest.next();
+                continue;
+            }
+            if let Some(l) = left {
+                // The sketches come fastest first: those past the ladder's reach, and
+                // all after them, cannot be kept.
+                if c.1.key() > LADDER_REACH * b {
+                    break 'chunks;
+                }
+                if (cost + c.1.ladder_s()) / threads > l {
+                    break;
+                }
+                cost += c.1.ladder_s();
+            }
+            chunk.extend(rest.next());
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let (starts, chunk): (Vec<&Start<'_>>, Vec<Sketch>) = chunk.into_iter().unzip();
+        let fitted: Vec<Option<(Plan, Estimate)>> = chunk
+            .into_par_iter()
+            .map(|s| fit_sketch(problem, s))
+            .collect();
+        for ((who, _, _), e) in starts.into_iter().zip(fitted) {
             if capped(search) || !search.tick() {
                 break 'chunks;
             }
@@ -1014,18 +1104,37 @@ fn evaluate_starts(
     out
 }
 
-/// Rounds of [`fitted_start`]'s split by speed at most. With six allowed, on
+/// Seconds a wave (one start per thread) took, of `took` seconds for `n` starts.
+fn waves_took(took: f64, n: usize) -> f64 {
+    took / n.div_ceil(rayon::current_num_threads().max(1)).max(1) as f64
+}
+
+/// The share of the time to its deadline that [`evaluate_starts`]' first pass (the sketches)
+/// may take; the ladders have the rest. At 1,024 GPUs the sketches of all of
+/// `benches/speed.rs`' uniform layouts take about a second on two cores.
+const SKETCH_SHARE: f64 = 0.5;
+
+/// Under a time limit, [`evaluate_starts`]' second pass ends at the first sketch estimated
+/// more than this factor above the [`STARTS`]-th best start fitted so far (the sketches come
+/// fastest first). A ladder adds recomputation, sharding and offloading; what it can make
+/// faster is ZeRO-1's sharded optimizer step and overlapped parameter gather, by at most 10%
+/// on `benches/speed.rs`' 1,024 GPUs (TP 1, 8 stages over every GPU: 7.51 s sketched, 6.785 s
+/// fitted). There the ladders of the starts past this reach had taken 4 s of the uniform
+/// starts' 5 s, and the seeds what was left. Without a time limit every ladder runs.
+const LADDER_REACH: f64 = 1.25;
+
+/// Rounds of [`sketch_start`]'s split by speed at most. With six allowed, on
 /// `benches/speed.rs`' fleet (`hetplan plan`, GPT-3 13B, batch 512, 10 s) a third round made a
 /// start faster once in 85 starts split at 1,024 GPUs and never in 97 at 64: the first
 /// round's split, read from the even split's time per layer, is nearly the min–max one, and a
 /// second corrects for the embedding and the head.
 const REBALANCE_ROUNDS: usize = 2;
 
-/// A uniform start fitted by the memory ladder (`refine::repair_both`), or, where its
+/// A uniform start as laid out, and, where its
 /// pipeline spans more than one GPU type and `rebalance` is asked, the same layout with its
 /// layers split by the stages' speeds (`refine::balanced_counts`, each round from the last
-/// round's estimate, while that makes it faster) and then fitted, when that is the faster of
-/// the two. A uniform layout splits the layers evenly, which leaves the slowest type's stages
+/// round's estimate, while that makes it faster); [`fit_sketch`] fits both by the memory
+/// ladder (`refine::repair_both`) and keeps the faster. A uniform layout splits the layers evenly, which leaves the slowest type's stages
 /// the bottleneck: on `benches/speed.rs`' 64 GPUs (A100, V100 and T4 nodes) the pipeline over
 /// every node was never among the local search's starts, and its 1 s answer used the A100s
 /// alone (15.4 s; 13.5 s from the split start, 13.8 s before the local search). The split is
@@ -1035,40 +1144,93 @@ const REBALANCE_ROUNDS: usize = 2;
 /// `workstations-30b` lost 3.2% and `four-gen-56-13b` 1.2%. Plans on one type keep the even
 /// split (Megatron's layouts); splitting them too would spend the uniform starts' share of a
 /// limit on extra estimates at a thousand GPUs.
-fn fitted_start(
+fn sketch_start(
     problem: &Problem<'_>,
     plan: Plan,
     est: Estimate,
     rebalance: bool,
-) -> Option<(Plan, Estimate)> {
+    clock: std::time::Instant,
+) -> Sketch {
     let cluster = problem.cluster;
     let mut types =
         (plan.stages.iter()).flat_map(|st| st.devices.iter().map(|g| cluster.gpu_type_of(*g)));
     let first = types.next();
     let mixed = types.any(|t| Some(t) != first);
-    if !rebalance || !mixed {
-        return refine::repair_both(problem, plan, est);
-    }
     // The split after each round that made the plan faster; none while none did.
     let mut split: Option<(Plan, Estimate)> = None;
-    for _ in 0..REBALANCE_ROUNDS {
-        let (p, e) = split.as_ref().map_or((&plan, &est), |(p, e)| (p, e));
-        let Some(counts) = refine::balanced_counts(p, e) else {
-            break;
-        };
-        let next = refine::apply(problem, p, &refine::Move::Rebalance { counts })
-            .and_then(|p| refine::conformed(problem, p))
-            .and_then(|p| {
-                let e = common::evaluate(problem, &p)?;
-                Some((p, e))
-            });
-        match next {
-            Some(n) if n.1.iteration_time_s < e.iteration_time_s => split = Some(n),
-            _ => break,
+    // Estimates made (the layout's own is made before).
+    let mut rounds = 0;
+    if rebalance && mixed {
+        for _ in 0..REBALANCE_ROUNDS {
+            rounds += 1;
+            let (p, e) = split.as_ref().map_or((&plan, &est), |(p, e)| (p, e));
+            let Some(counts) = refine::balanced_counts(p, e) else {
+                break;
+            };
+            let next = refine::apply(problem, p, &refine::Move::Rebalance { counts })
+                .and_then(|p| refine::conformed(problem, p))
+                .and_then(|p| {
+                    let e = common::evaluate(problem, &p)?;
+                    Some((p, e))
+                });
+            match next {
+                Some(n) if n.1.iteration_time_s < e.iteration_time_s => split = Some(n),
+                _ => break,
+            }
         }
     }
-    let even = refine::repair_both(problem, plan, est);
-    let Some((p, e)) = split else {
+    let estimates = 1 + rounds;
+    Sketch {
+        even: (plan, est),
+        split,
+        estimate_s: clock.elapsed().as_secs_f64() / estimates as f64,
+    }
+}
+
+/// A uniform start before the memory ladder ([`sketch_start`]): its even split and, where
+/// splitting by speed made it faster, that split, each estimated as it is.
+struct Sketch {
+    even: (Plan, Estimate),
+    split: Option<(Plan, Estimate)>,
+    /// Seconds one estimate of the layout took, as measured (build and layout included):
+    /// what predicts its ladders' time under a time limit, read nowhere else.
+    estimate_s: f64,
+}
+
+impl Sketch {
+    fn both(&self) -> impl Iterator<Item = &Estimate> {
+        std::iter::once(&self.even.1).chain(self.split.as_ref().map(|s| &s.1))
+    }
+
+    /// What orders the ladders: the faster of its estimates, fitting or not.
+    fn key(&self) -> f64 {
+        (self.both())
+            .map(|e| e.iteration_time_s)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Seconds [`fit_sketch`] may take at most: each plan that does not fit climbs two
+    /// ladders of up to `refine::MAX_REPAIRS` rungs, an estimate each.
+    fn ladder_s(&self) -> f64 {
+        let climbing = self.both().filter(|e| !e.fits).count();
+        (climbing * 2 * refine::MAX_REPAIRS) as f64 * self.estimate_s
+    }
+
+    /// The faster of its estimates that fit as they are: [`fit_sketch`] returns a plan no
+    /// slower (the ladder leaves a plan that fits as it is).
+    fn fits_within(&self) -> Option<f64> {
+        (self.both())
+            .filter(|e| e.fits)
+            .map(|e| e.iteration_time_s)
+            .min_by(f64::total_cmp)
+    }
+}
+
+/// A sketch fitted by the memory ladder: the faster of its even split and its split by speed,
+/// each fitted (`refine::repair_both`); ties to the even split.
+fn fit_sketch(problem: &Problem<'_>, s: Sketch) -> Option<(Plan, Estimate)> {
+    let even = refine::repair_both(problem, s.even.0, s.even.1);
+    let Some((p, e)) = s.split else {
         return even;
     };
     match (even, refine::repair_both(problem, p, e)) {

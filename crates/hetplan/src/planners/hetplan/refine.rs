@@ -439,7 +439,7 @@ pub fn refine(
 /// measured time (one wave before any was measured), at most `CHUNK`, and none when not even
 /// one wave fits. On a 1,024-GPU plan a chunk of eight FSDP neighbours with their memory
 /// ladders took 0.26 s, and the last chunk of a search started 35 ms before its limit.
-fn chunk_size(wave: Option<f64>, remaining: Option<f64>) -> usize {
+pub(super) fn chunk_size(wave: Option<f64>, remaining: Option<f64>) -> usize {
     let threads = rayon::current_num_threads().max(1);
     match (remaining, wave) {
         (None, _) => CHUNK,
@@ -457,7 +457,7 @@ fn chunk_size(wave: Option<f64>, remaining: Option<f64>) -> usize {
 }
 
 /// Rungs of the memory ladder a neighbour that does not fit may climb.
-const MAX_REPAIRS: usize = 7;
+pub(super) const MAX_REPAIRS: usize = 7;
 
 /// A neighbour made to fit, if a few memory options can: every stage with a GPU out of memory
 /// climbs one rung of a fixed ladder per try — ZeRO-1 (with data parallelism), selective then
