@@ -104,6 +104,11 @@ const REFINE_SHARE: f64 = 0.96;
 /// at either share.
 const LARGE_CLUSTER_MEMBERS_SHARE: f64 = 0.4;
 const LARGE_CLUSTER_GPUS: usize = 1024;
+/// The least share of the time the uniform starts leave that the seeds get: the uniform
+/// starts may take up to [`UNIFORM_FIRST_SHARE`] of a limit, more than the seeds' 40% from
+/// [`LARGE_CLUSTER_GPUS`] on, and where they did every seed would be stopped before it
+/// started (DataParallel and the Megatron heuristic, which answer at once, included).
+const SEEDS_LEAST_SHARE: f64 = 0.25;
 /// The share of a time limit the searches end by: the rest is kept for the simulator's check
 /// of the best candidates and the notes after them (at 1,024 GPUs 0.04 s of a 10 s limit), and
 /// for the last neighbours a search starts before its end (measured waves, one unmeasured:
@@ -285,7 +290,11 @@ impl Planner for Hetplan {
         } else {
             MEMBERS_SHARE
         };
-        let members_until = time.map(|t| t * time_share);
+        // At least `SEEDS_LEAST_SHARE` of what the uniform starts left, where those took more
+        // than the seeds' share left them.
+        let now = search.elapsed().get();
+        let members_until =
+            time.map(|t| (t * time_share).max(now + SEEDS_LEAST_SHARE * (t - now).max(0.0)));
         let members_nodes =
             nodes.map(|m| ((m as f64 * MEMBERS_SHARE) as u64).saturating_sub(search.explored()));
         // Mist (the last member) on a thread of its own beside the others, one after the
@@ -718,8 +727,9 @@ fn runners_up(
 /// Uniform plans with context parallelism (Megatron's placement: TP innermost, then CP, then
 /// DP, then the pipeline), made to fit by the memory ladder: for every power-of-two degree
 /// `cp > 1` the problem allows, TP 1–8 and pipelines of 1, 2 and 4 stages, micro-batches of one
-/// sample and as many replicas as divide the global batch. Each evaluation is a node of
-/// `search`; none once its limits are reached or past `deadline`. Those that fit, best first,
+/// sample and as many replicas as divide the global batch. Each sketch and each start fitted
+/// is a node of `search` ([`evaluate_starts`]); none once its limits are reached or past
+/// `deadline`. Those that fit, best first,
 /// at most `STARTS`.
 fn context_parallel_starts(
     problem: &Problem<'_>,
@@ -814,7 +824,7 @@ fn uniform_starts(
         None => bound.iteration_time_s,
     };
     // Within each pass, the sets of the lowest floor first (a stable sort: ties keep the
-    // types' order, every GPU last).
+    // types' order, then every GPU). Every GPU's floor, the whole bound, is the lowest.
     let mut sets: Vec<_> = (0..types)
         .map(|t| (Some(t), nodes_of_type(cluster, t)))
         .chain(std::iter::once((None, all)))
@@ -898,15 +908,20 @@ fn uniform_starts(
 /// aside by its bound, [`evaluate_starts`]): with 0.3 of a 1 s limit the pipelines over
 /// every node, the best starts there, were cut off and the answer was the A100s' alone
 /// (15.863 s); with half, 14.2 s (13.373 s at 10 s). The seeds lose nothing that mattered
-/// there: at 1 s their best answer was 19.1 s.
+/// there: at 1 s their best answer was 19.1 s. Since 2026-11-29 the layouts are sketched
+/// before any memory ladder and the ladders run fastest sketch first ([`evaluate_starts`]):
+/// at 1,024 GPUs the uniform starts end at about 1.1 s of a 10 s limit (the 210 layouts not
+/// set aside sketched in 0.9 s), the best of them known by then.
 const UNIFORM_FIRST_SHARE: f64 = 0.5;
 
 /// The share of what is left of a time or node limit after the uniform starts that refining
 /// the best of them may take before the seeds run (it ends sooner where it reaches a local
 /// optimum). On `benches/speed.rs`' 64 GPUs the 1 s answer became the 10 s one (13.373 s,
 /// `hetplan plan`; 14.211 s before), reached at 0.58 s of the 10 s search. Not from 1,024 GPUs
-/// on: there the refinement runs to its share without ending and the seeds' 60% of the limit
-/// shrank by it, and the 1,024-GPU answer went from 6.459 s to 6.756 s.
+/// on: there the refinement ran to its share without ending and the seeds' share of the limit
+/// (then 60%) shrank by it, and the 1,024-GPU answer went from 6.459 s to 6.756 s. With the
+/// sketched uniform starts (2026-11-29) it ends there in under a second, and the answer is
+/// the same with it as without (5.916 s): still not run.
 const EARLY_REFINE_SHARE: f64 = 0.25;
 
 /// The share of the time the seeds leave that the context-parallel starts may take; the
@@ -953,23 +968,27 @@ type Start<'a> = (String, f64, Build<'a>);
 /// [`fit_sketch`]); the best [`STARTS`] that fit. In two passes, each in chunks, in parallel,
 /// each chunk only while the search has time and nodes left (an estimate at thousands of GPUs
 /// takes milliseconds), before `deadline` (seconds into the search) and while it has
-/// explored fewer than `node_cap` nodes (one a start fitted):
+/// explored fewer than `node_cap` nodes (one a sketch, one a start fitted):
 ///
 /// 1. Every start laid out and estimated as it is, and split by speed ([`sketch_start`]: one
-///    to three estimates), in the order given, on up to [`SKETCH_SHARE`] of the time to
-///    `deadline`.
+///    to three estimates), in the order given, on up to [`SKETCH_SHARE`] of the nodes left
+///    under `node_cap` and of the time to `deadline`.
 /// 2. The memory ladders ([`fit_sketch`]: up to tens of estimates each), the start whose
 ///    sketch estimates fastest first (a stable sort: ties keep the order given). The ladders
-///    of hopeless layouts had taken the time: on `benches/speed.rs`' 1,024 GPUs the eight
-///    layouts of TP 1 with one to four stages over every GPU took 2.3 s of the 5 s the
-///    uniform starts had, and the deep pipelines over every GPU, the best starts there,
-///    were reached in some runs and not in others.
+///    of hopeless layouts had taken the time: on `benches/speed.rs`' 1,024 GPUs the first
+///    sixteen layouts over every GPU (TP 1 and 2, one to four stages) took 3.6 s of the 5 s
+///    the uniform starts had, and the deep pipelines over every GPU, the best starts there,
+///    were reached in some runs and not in others. Under a time limit a chunk takes only
+///    the starts whose ladders' predicted time fits before `deadline`; one passed over joins
+///    as the faster of its sketches that fit as laid out, if any.
 ///
 /// A start whose lower bound is not below the `STARTS`-th best kept so far is set aside
 /// unevaluated (not a node): in the first pass against the starts that already fit as
 /// sketched (a fitted start is no slower than its sketch that fits), in the second against
-/// those fitted. Its estimate could not be kept (ties go to the earlier), so without limits
-/// the answer is the same, and under a limit the time goes to starts that can be. On
+/// those fitted. Its estimate could not be kept (ties go to the earlier start in the
+/// ladders' order), so without limits the starts kept are those of fitting every start (up
+/// to ties: `the_uniform_starts_kept_are_those_of_every_start_fitted`), and under a limit
+/// the time goes to starts that can be. On
 /// `benches/speed.rs`' 64 GPUs the plans on the V100s or the T4s alone are all set aside once
 /// the A100s' are known.
 fn evaluate_starts(
@@ -987,6 +1006,12 @@ fn evaluate_starts(
     let below = |floor: f64, bar: f64| floor < bar || bar.is_nan();
     let now = search.elapsed().get();
     let sketch_until = deadline.map(|d| now + SKETCH_SHARE * (d - now).max(0.0));
+    // Under a node cap, the sketches (a node each) take up to the same share of what is left.
+    let sketch_cap = node_cap.map(|c| {
+        let e = search.explored();
+        e + (c.saturating_sub(e) as f64 * SKETCH_SHARE) as u64
+    });
+    let sketch_capped = |search: &Search<'_>| sketch_cap.is_some_and(|c| search.explored() >= c);
     // 1. Sketches, in the order given.
     let mut sketches: Vec<(&Start<'_>, Sketch)> = Vec::new();
     // The best times of sketches that fit as they are, sorted, at most STARTS.
@@ -1002,10 +1027,10 @@ fn evaluate_starts(
     };
     let mut wave: Option<f64> = None;
     let mut rest = cands.iter();
-    loop {
+    'sketches: loop {
         let b = bar(&fitting);
         let n = size(wave, sketch_until, search);
-        if n == 0 || capped(search) || !search.poll() {
+        if n == 0 || sketch_capped(search) || !search.poll() {
             break;
         }
         let chunk: Vec<&Start<'_>> = rest.by_ref().filter(|c| below(c.1, b)).take(n).collect();
@@ -1028,6 +1053,9 @@ fn evaluate_starts(
             .collect();
         wave = Some(waves_took(search.elapsed().get() - started, chunk.len()));
         for (c, s) in chunk.into_iter().zip(sketched) {
+            if sketch_capped(search) || !search.tick() {
+                break 'sketches;
+            }
             let Some(s) = s else { continue };
             if let Some(t) = s.fits_within() {
                 search.offer(Seconds(t));
@@ -1038,11 +1066,15 @@ fn evaluate_starts(
             sketches.push((c, s));
         }
     }
+    // Those the sketches that fit now set aside are dropped before the ladders (at thousands
+    // of GPUs each holds a plan and estimates of every GPU).
+    let b = bar(&fitting);
+    sketches.retain(|(c, _)| below(c.1, b));
     // 2. Fitted, the fastest sketch first.
     sketches.sort_by(|a, b| a.1.key().total_cmp(&b.1.key()));
     let mut out: Vec<Seen> = Vec::new();
     let threads = rayon::current_num_threads().max(1) as f64;
-    let mut rest = sketches.into_iter().peekable();
+    let mut rest = sketches.into_iter();
     'chunks: loop {
         let b = out
             .get(STARTS - 1)
@@ -1051,28 +1083,31 @@ fn evaluate_starts(
             break;
         }
         // Under a deadline, the starts whose ladders' predicted time (`Sketch::ladder_s`)
-        // fits in what is left, shared by the threads; none past it.
+        // fits in what is left, shared by the threads. Those passed over for time join with
+        // the faster of their variants that fit as laid out, if any (no ladder, no estimate).
         let left = deadline.map(|d| d - search.elapsed().get());
         let mut chunk: Vec<(&Start<'_>, Sketch)> = Vec::with_capacity(8);
         let mut cost = 0.0;
         while chunk.len() < 8 {
-            let Some(c) = rest.peek() else { break };
+            let Some(c) = rest.next() else { break };
             if !below(c.0 .1, b) {
-                rest.next();
                 continue;
             }
             if let Some(l) = left {
                 // The sketches come fastest first: those past the ladder's reach, and
-                // all after them, cannot be kept.
+                // all after them, are not expected to be kept.
                 if c.1.key() > LADDER_REACH * b {
                     break 'chunks;
                 }
                 if (cost + c.1.ladder_s()) / threads > l {
-                    break;
+                    if let Some((plan, est)) = c.1.into_fitting() {
+                        keep(&mut out, c.0 .0.clone(), plan, est);
+                    }
+                    continue;
                 }
                 cost += c.1.ladder_s();
             }
-            chunk.extend(rest.next());
+            chunk.push(c);
         }
         if chunk.is_empty() {
             break;
@@ -1088,20 +1123,25 @@ fn evaluate_starts(
             }
             if let Some((plan, est)) = e.filter(|(_, e)| e.fits) {
                 search.offer(Seconds(est.iteration_time_s));
-                out.push(Seen {
-                    who: who.clone(),
-                    plan,
-                    est,
-                    steps: Vec::new(),
-                });
-                // Only the best are kept as they come (a stable sort: ties to the earlier),
-                // not every estimate of thousands of GPUs.
-                out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
-                out.truncate(STARTS);
+                keep(&mut out, who.clone(), plan, est);
             }
         }
     }
     out
+}
+
+/// `out` (the best starts, best first) with one more fitted start, if it is among the best
+/// [`STARTS`]: only the best are kept as they come (a stable sort: ties to the earlier), not
+/// every estimate of thousands of GPUs.
+fn keep(out: &mut Vec<Seen>, who: String, plan: Plan, est: Estimate) {
+    out.push(Seen {
+        who,
+        plan,
+        est,
+        steps: Vec::new(),
+    });
+    out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
+    out.truncate(STARTS);
 }
 
 /// Seconds a wave (one start per thread) took, of `took` seconds for `n` starts.
@@ -1119,8 +1159,9 @@ const SKETCH_SHARE: f64 = 0.5;
 /// fastest first). A ladder adds recomputation, sharding and offloading; what it can make
 /// faster is ZeRO-1's sharded optimizer step and overlapped parameter gather, by at most 10%
 /// on `benches/speed.rs`' 1,024 GPUs (TP 1, 8 stages over every GPU: 7.51 s sketched, 6.785 s
-/// fitted). There the ladders of the starts past this reach had taken 4 s of the uniform
-/// starts' 5 s, and the seeds what was left. Without a time limit every ladder runs.
+/// fitted). There the ladders of the starts past this reach had taken 4.1 s of the uniform
+/// starts' 5 s (the best three known at 0.9 s), and the seeds what was left. Without a time
+/// limit every ladder runs.
 const LADDER_REACH: f64 = 1.25;
 
 /// Rounds of [`sketch_start`]'s split by speed at most. With six allowed, on
@@ -1134,8 +1175,8 @@ const REBALANCE_ROUNDS: usize = 2;
 /// pipeline spans more than one GPU type and `rebalance` is asked, the same layout with its
 /// layers split by the stages' speeds (`refine::balanced_counts`, each round from the last
 /// round's estimate, while that makes it faster); [`fit_sketch`] fits both by the memory
-/// ladder (`refine::repair_both`) and keeps the faster. A uniform layout splits the layers evenly, which leaves the slowest type's stages
-/// the bottleneck: on `benches/speed.rs`' 64 GPUs (A100, V100 and T4 nodes) the pipeline over
+/// ladder (`refine::repair_both`) and keeps the faster. A uniform layout splits the layers
+/// evenly, which leaves the slowest type's stages the bottleneck: on `benches/speed.rs`' 64 GPUs (A100, V100 and T4 nodes) the pipeline over
 /// every node was never among the local search's starts, and its 1 s answer used the A100s
 /// alone (15.4 s; 13.5 s from the split start, 13.8 s before the local search). The split is
 /// made before the ladder, which would otherwise fit the even split's heavy stages with
@@ -1162,7 +1203,6 @@ fn sketch_start(
     let mut rounds = 0;
     if rebalance && mixed {
         for _ in 0..REBALANCE_ROUNDS {
-            rounds += 1;
             let (p, e) = split.as_ref().map_or((&plan, &est), |(p, e)| (p, e));
             let Some(counts) = refine::balanced_counts(p, e) else {
                 break;
@@ -1173,6 +1213,7 @@ fn sketch_start(
                     let e = common::evaluate(problem, &p)?;
                     Some((p, e))
                 });
+            rounds += usize::from(next.is_some());
             match next {
                 Some(n) if n.1.iteration_time_s < e.iteration_time_s => split = Some(n),
                 _ => break,
@@ -1207,6 +1248,14 @@ impl Sketch {
         (self.both())
             .map(|e| e.iteration_time_s)
             .fold(f64::INFINITY, f64::min)
+    }
+
+    /// The faster of its plans that fit as laid out, if any.
+    fn into_fitting(self) -> Option<(Plan, Estimate)> {
+        std::iter::once(self.even)
+            .chain(self.split)
+            .filter(|(_, e)| e.fits)
+            .min_by(|a, b| a.1.iteration_time_s.total_cmp(&b.1.iteration_time_s))
     }
 
     /// Seconds [`fit_sketch`] may take at most: each plan that does not fit climbs two
@@ -1525,7 +1574,7 @@ fn why_none(problem: &Problem<'_>, best: Option<&Seen>) -> String {
 /// The share of an engine's time (and nodes) that its uniform layouts may take in
 /// [`engines`]; its local search keeps the rest. At 48 GPUs all of them take milliseconds; at
 /// a thousand GPUs and more the deadline may end them early (they come in the order of
-/// [`uniform_starts`]: each GPU type alone, then every GPU, shallow pipelines first).
+/// [`uniform_starts`]: shallow pipelines first, the GPU sets by their bound, every GPU first).
 const UNIFORM_SHARE_OF_ENGINE: f64 = 0.5;
 
 /// The best candidates checked by the simulator (the answer and the next `SIMULATED - 1`).
@@ -2133,5 +2182,93 @@ mod tests {
         assert!(off.abs() <= SIM_DISAGREES, "{off}");
         assert!(simulated(None).is_empty());
         assert!(simulated(Some(60.0)).is_empty());
+    }
+
+    /// Without limits, `evaluate_starts`' two passes (sketches, then ladders fastest sketch
+    /// first) and its set-aside keep the starts that fitting every start and keeping the
+    /// best `STARTS` keeps, on starts whose ladders climb (T4s too small for the even split)
+    /// and with valid floors high enough to set some aside unbuilt.
+    #[test]
+    fn the_uniform_starts_kept_are_those_of_every_start_fitted() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let model = catalog_model("gpt3-2.7b").unwrap();
+        let cluster = catalog_cluster("1x4xa100-sxm4-80gb+1x4xt4@100Gbps").unwrap();
+        let problem = Problem {
+            global_batch: 16,
+            seq_len: 2048,
+            ..problem(&model, &cluster)
+        };
+        let specs = [
+            "tp=1,pp=1,dp=8,mbs=1,gbs=16",
+            "tp=2,pp=1,dp=4,mbs=2,gbs=16",
+            "tp=1,pp=2,dp=4,mbs=1,gbs=16",
+            "tp=2,pp=2,dp=2,mbs=1,gbs=16",
+            "tp=4,pp=2,dp=1,mbs=2,gbs=16",
+            "tp=1,pp=4,dp=2,mbs=1,gbs=16",
+            "tp=2,pp=4,dp=1,mbs=1,gbs=16",
+            "tp=1,pp=8,dp=1,mbs=1,gbs=16",
+            "tp=1,pp=2,dp=4,mbs=2,gbs=16",
+            "tp=4,pp=1,dp=2,mbs=1,gbs=16",
+        ];
+        let layout = |spec: &str| {
+            let plan = crate::plan::inline::parse_inline_plan(spec, &model, &cluster).unwrap();
+            refine::in_problem_settings(&problem, plan)
+        };
+        // The oracle: every start sketched and fitted, the fastest STARTS that fit (ties to
+        // the earlier).
+        let fitted: Vec<Option<(Plan, Estimate)>> = (specs.iter())
+            .map(|spec| {
+                let plan = layout(spec);
+                let est = common::evaluate(&problem, &plan)?;
+                let clock = std::time::Instant::now();
+                fit_sketch(&problem, sketch_start(&problem, plan, est, true, clock))
+                    .filter(|(_, e)| e.fits)
+            })
+            .collect();
+        let climbs = (specs.iter())
+            .filter(|spec| !common::evaluate(&problem, &layout(spec)).unwrap().fits)
+            .count();
+        assert!(climbs >= 2, "only {climbs} starts need the ladder");
+        let mut oracle: Vec<f64> = (fitted.iter().flatten())
+            .map(|(_, e)| e.iteration_time_s)
+            .collect();
+        oracle.sort_by(f64::total_cmp);
+        oracle.truncate(STARTS);
+        assert_eq!(oracle.len(), STARTS);
+        // Floors: 0 for most; just below its own time for the slowest starts (valid, and not
+        // below the third best: set aside).
+        let third = oracle[STARTS - 1];
+        let built = AtomicUsize::new(0);
+        let starts: Vec<Start<'_>> = (specs.iter().zip(&fitted))
+            .map(|(spec, f)| {
+                let floor = match f {
+                    Some((_, e)) if e.iteration_time_s > 1.5 * third => e.iteration_time_s * 0.99,
+                    _ => 0.0,
+                };
+                let (built, layout) = (&built, &layout);
+                let build: Build<'_> = Box::new(move || {
+                    built.fetch_add(1, Ordering::Relaxed);
+                    Some(layout(spec))
+                });
+                (spec.to_string(), floor, build)
+            })
+            .collect();
+        let high = starts.iter().filter(|s| s.1 > 0.0).count();
+        assert!(
+            high >= 1,
+            "no start has a floor high enough to be set aside"
+        );
+        let limits = Limits {
+            max_nodes: None,
+            time: None,
+        };
+        let mut search = Search::new(limits, &super::super::NoClock, &super::super::NoProgress);
+        let kept = evaluate_starts(&problem, &mut search, starts, None, None, true);
+        let times: Vec<f64> = kept.iter().map(|s| s.est.iteration_time_s).collect();
+        assert_eq!(times, oracle);
+        assert!(
+            built.load(Ordering::Relaxed) < specs.len(),
+            "nothing was set aside"
+        );
     }
 }
