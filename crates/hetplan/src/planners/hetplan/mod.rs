@@ -16,8 +16,9 @@
 //! Limits: the uniform starts take up to `UNIFORM_FIRST_SHARE` of a time or node limit, and
 //! (under 1,024 GPUs) refining the best of them `EARLY_REFINE_SHARE` of what is left; the
 //! seeds run until `MEMBERS_SHARE` of it (`LARGE_CLUSTER_MEMBERS_SHARE` of a time limit from a
-//! thousand GPUs on; their node shares, what the uniform starts and the early refinement left of
-//! that, fixed before the threads start, so a node-limited answer does not depend on the
+//! thousand GPUs on, and at least `SEEDS_LEAST_SHARE` of the time then left; their node
+//! shares, what the uniform starts and the early refinement left of that, fixed before the
+//! threads start, so a node-limited answer does not depend on the
 //! thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
 //! then left, the local search runs until `REFINE_SHARE` (when its first starts end early,
 //! further ones, `refine_more`, each batch on half of what is left), the per-engine searches
@@ -98,7 +99,7 @@ const REFINE_SHARE: f64 = 0.96;
 /// were the same either way, and at 64 GPUs (13.084 s against 13.006 s at 10 s) Mist's answer,
 /// the best start there, needed the 9 s. Node limits keep `MEMBERS_SHARE`. 40% since the
 /// uniform starts end in a second or two there ([`evaluate_starts`]): at 60% the seeds had
-/// the time they left, 1.1 → 6 s of a 10 s limit at 1,024 GPUs, for answers 40–200% behind
+/// the time they left, 1.1 → 6 s of a 10 s limit at 1,024 GPUs, for answers 28–51% behind
 /// the best uniform start (Mist's 8.3–9.8 s against 6.5 s), and the local search's best start
 /// stopped two moves short (5.998 s against 5.916 s at 40%); the 4,096-GPU answer is the same
 /// at either share.
@@ -829,7 +830,17 @@ fn uniform_starts(
         .map(|t| (Some(t), nodes_of_type(cluster, t)))
         .chain(std::iter::once((None, all)))
         .collect();
-    sets.sort_by(|a, b| floor(a.0).total_cmp(&floor(b.0)));
+    // (A type with no bound, one that cannot run some layer, sorts last.)
+    let order = |t: Option<usize>| match t {
+        Some(t) => bound
+            .alone_s
+            .get(t)
+            .copied()
+            .flatten()
+            .unwrap_or(f64::INFINITY),
+        None => bound.iteration_time_s,
+    };
+    sets.sort_by(|a, b| order(a.0).total_cmp(&order(b.0)));
     let mut cands: Vec<Start<'_>> = Vec::new();
     // Megatron's depths on every set first, then deeper pipelines: the first pass is what
     // the time limit must not cut short.
@@ -911,7 +922,7 @@ fn uniform_starts(
 /// there: at 1 s their best answer was 19.1 s. Since 2026-11-29 the layouts are sketched
 /// before any memory ladder and the ladders run fastest sketch first ([`evaluate_starts`]):
 /// at 1,024 GPUs the uniform starts end at about 1.1 s of a 10 s limit (the 210 layouts not
-/// set aside sketched in 0.9 s), the best of them known by then.
+/// set aside sketched by 0.9 s, the best three fitted 0.02 s later).
 const UNIFORM_FIRST_SHARE: f64 = 0.5;
 
 /// The share of what is left of a time or node limit after the uniform starts that refining
@@ -1006,10 +1017,12 @@ fn evaluate_starts(
     let below = |floor: f64, bar: f64| floor < bar || bar.is_nan();
     let now = search.elapsed().get();
     let sketch_until = deadline.map(|d| now + SKETCH_SHARE * (d - now).max(0.0));
-    // Under a node cap, the sketches (a node each) take up to the same share of what is left.
+    // Under a node cap, the sketches (a node each) take up to the same share of what is left,
+    // and at least one node where one is left.
     let sketch_cap = node_cap.map(|c| {
         let e = search.explored();
-        e + (c.saturating_sub(e) as f64 * SKETCH_SHARE) as u64
+        let share = (c.saturating_sub(e) as f64 * SKETCH_SHARE) as u64;
+        e + share.max(u64::from(c > e))
     });
     let sketch_capped = |search: &Search<'_>| sketch_cap.is_some_and(|c| search.explored() >= c);
     // 1. Sketches, in the order given.
@@ -1033,6 +1046,11 @@ fn evaluate_starts(
         if n == 0 || sketch_capped(search) || !search.poll() {
             break;
         }
+        // No more than the node cap leaves.
+        let n = match sketch_cap {
+            Some(c) => n.min(c.saturating_sub(search.explored()) as usize),
+            None => n,
+        };
         let chunk: Vec<&Start<'_>> = rest.by_ref().filter(|c| below(c.1, b)).take(n).collect();
         if chunk.is_empty() {
             break;
@@ -1065,11 +1083,11 @@ fn evaluate_starts(
             }
             sketches.push((c, s));
         }
+        // Those the sketches that fit now set aside are dropped as they go (at thousands of
+        // GPUs each holds a plan and estimates of every GPU).
+        let b = bar(&fitting);
+        sketches.retain(|(c, _)| below(c.1, b));
     }
-    // Those the sketches that fit now set aside are dropped before the ladders (at thousands
-    // of GPUs each holds a plan and estimates of every GPU).
-    let b = bar(&fitting);
-    sketches.retain(|(c, _)| below(c.1, b));
     // 2. Fitted, the fastest sketch first.
     sketches.sort_by(|a, b| a.1.key().total_cmp(&b.1.key()));
     let mut out: Vec<Seen> = Vec::new();
@@ -1088,6 +1106,8 @@ fn evaluate_starts(
         let left = deadline.map(|d| d - search.elapsed().get());
         let mut chunk: Vec<(&Start<'_>, Sketch)> = Vec::with_capacity(8);
         let mut cost = 0.0;
+        // Past the ladders' reach: this chunk is the last.
+        let mut last = false;
         while chunk.len() < 8 {
             let Some(c) = rest.next() else { break };
             if !below(c.0 .1, b) {
@@ -1097,7 +1117,8 @@ fn evaluate_starts(
                 // The sketches come fastest first: those past the ladder's reach, and
                 // all after them, are not expected to be kept.
                 if c.1.key() > LADDER_REACH * b {
-                    break 'chunks;
+                    last = true;
+                    break;
                 }
                 if (cost + c.1.ladder_s()) / threads > l {
                     if let Some((plan, est)) = c.1.into_fitting() {
@@ -1126,6 +1147,21 @@ fn evaluate_starts(
                 keep(&mut out, who.clone(), plan, est);
             }
         }
+        if last {
+            break;
+        }
+    }
+    // Ended by a limit: the sketches not fitted join as they fit as laid out (nodes already,
+    // no estimate; none are left without limits).
+    for (c, sketch) in rest {
+        let b = out
+            .get(STARTS - 1)
+            .map_or(f64::INFINITY, |s| s.est.iteration_time_s);
+        if below(c.1, b) {
+            if let Some((plan, est)) = sketch.into_fitting() {
+                keep(&mut out, c.0.clone(), plan, est);
+            }
+        }
     }
     out
 }
@@ -1149,8 +1185,8 @@ fn waves_took(took: f64, n: usize) -> f64 {
     took / n.div_ceil(rayon::current_num_threads().max(1)).max(1) as f64
 }
 
-/// The share of the time to its deadline that [`evaluate_starts`]' first pass (the sketches)
-/// may take; the ladders have the rest. At 1,024 GPUs the sketches of all of
+/// The share of the time to its deadline, and of the nodes left under its node cap, that
+/// [`evaluate_starts`]' first pass (the sketches) may take; the ladders have the rest. At 1,024 GPUs the sketches of all of
 /// `benches/speed.rs`' uniform layouts take about a second on two cores.
 const SKETCH_SHARE: f64 = 0.5;
 
@@ -1160,7 +1196,7 @@ const SKETCH_SHARE: f64 = 0.5;
 /// faster is ZeRO-1's sharded optimizer step and overlapped parameter gather, by at most 10%
 /// on `benches/speed.rs`' 1,024 GPUs (TP 1, 8 stages over every GPU: 7.51 s sketched, 6.785 s
 /// fitted). There the ladders of the starts past this reach had taken 4.1 s of the uniform
-/// starts' 5 s (the best three known at 0.9 s), and the seeds what was left. Without a time
+/// starts' 5 s (the best three fitted by 0.92 s), and the seeds what was left. Without a time
 /// limit every ladder runs.
 const LADDER_REACH: f64 = 1.25;
 
@@ -1573,8 +1609,9 @@ fn why_none(problem: &Problem<'_>, best: Option<&Seen>) -> String {
 
 /// The share of an engine's time (and nodes) that its uniform layouts may take in
 /// [`engines`]; its local search keeps the rest. At 48 GPUs all of them take milliseconds; at
-/// a thousand GPUs and more the deadline may end them early (they come in the order of
-/// [`uniform_starts`]: shallow pipelines first, the GPU sets by their bound, every GPU first).
+/// a thousand GPUs and more the deadline may end them early (they are sketched in the order
+/// of [`uniform_starts`], shallow pipelines first, the GPU sets by their bound, and fitted
+/// fastest sketch first: [`evaluate_starts`]).
 const UNIFORM_SHARE_OF_ENGINE: f64 = 0.5;
 
 /// The best candidates checked by the simulator (the answer and the next `SIMULATED - 1`).
@@ -2270,5 +2307,30 @@ mod tests {
             built.load(Ordering::Relaxed) < specs.len(),
             "nothing was set aside"
         );
+        // With no time for any ladder (a deadline a picosecond away on a clock that stands
+        // still), every start is sketched and those that fit as laid out are the starts.
+        let mut as_laid_out: Vec<f64> = (specs.iter())
+            .filter_map(|spec| {
+                let plan = layout(spec);
+                let est = common::evaluate(&problem, &plan)?;
+                let clock = std::time::Instant::now();
+                sketch_start(&problem, plan, est, true, clock).fits_within()
+            })
+            .collect();
+        as_laid_out.sort_by(f64::total_cmp);
+        as_laid_out.truncate(STARTS);
+        let starts: Vec<Start<'_>> = (specs.iter())
+            .map(|spec| {
+                let layout = &layout;
+                let build: Build<'_> = Box::new(move || Some(layout(spec)));
+                (spec.to_string(), 0.0, build)
+            })
+            .collect();
+        let mut search = Search::new(limits, &super::super::NoClock, &super::super::NoProgress);
+        let kept = evaluate_starts(&problem, &mut search, starts, Some(1e-12), None, true);
+        let times: Vec<f64> = kept.iter().map(|s| s.est.iteration_time_s).collect();
+        assert_eq!(times, as_laid_out);
+        // A node each sketch, and one each start fitted: none of those that climb.
+        assert!(search.explored() <= (2 * specs.len() - climbs) as u64);
     }
 }
