@@ -999,9 +999,8 @@ type Start<'a> = (String, f64, Build<'a>);
 /// those fitted. Its estimate could not be kept (ties go to the earlier start in the
 /// ladders' order), so without limits the starts kept are those of fitting every start (up
 /// to ties: `the_uniform_starts_kept_are_those_of_every_start_fitted`), and under a limit
-/// the time goes to starts that can be. On
-/// `benches/speed.rs`' 64 GPUs the plans on the V100s or the T4s alone are all set aside once
-/// the A100s' are known.
+/// the time goes to starts that can be. On `benches/speed.rs`' 64 GPUs the plans on the
+/// V100s or the T4s alone are all set aside once the A100s' are known.
 fn evaluate_starts(
     problem: &Problem<'_>,
     search: &mut Search<'_>,
@@ -1151,8 +1150,8 @@ fn evaluate_starts(
             break;
         }
     }
-    // Ended by a limit: the sketches not fitted join as they fit as laid out (nodes already,
-    // no estimate; none are left without limits).
+    // Ended by a limit or past the ladders' reach: the sketches not fitted join as they fit
+    // as laid out (nodes already, no estimate; none are left without limits).
     for (c, sketch) in rest {
         let b = out
             .get(STARTS - 1)
@@ -1186,8 +1185,9 @@ fn waves_took(took: f64, n: usize) -> f64 {
 }
 
 /// The share of the time to its deadline, and of the nodes left under its node cap, that
-/// [`evaluate_starts`]' first pass (the sketches) may take; the ladders have the rest. At 1,024 GPUs the sketches of all of
-/// `benches/speed.rs`' uniform layouts take about a second on two cores.
+/// [`evaluate_starts`]' first pass (the sketches) may take; the ladders have the rest. At
+/// 1,024 GPUs the sketches of all of `benches/speed.rs`' uniform layouts take about a second
+/// on two cores.
 const SKETCH_SHARE: f64 = 0.5;
 
 /// Under a time limit, [`evaluate_starts`]' second pass ends at the first sketch estimated
@@ -1207,20 +1207,19 @@ const LADDER_REACH: f64 = 1.25;
 /// second corrects for the embedding and the head.
 const REBALANCE_ROUNDS: usize = 2;
 
-/// A uniform start as laid out, and, where its
-/// pipeline spans more than one GPU type and `rebalance` is asked, the same layout with its
-/// layers split by the stages' speeds (`refine::balanced_counts`, each round from the last
-/// round's estimate, while that makes it faster); [`fit_sketch`] fits both by the memory
-/// ladder (`refine::repair_both`) and keeps the faster. A uniform layout splits the layers
-/// evenly, which leaves the slowest type's stages the bottleneck: on `benches/speed.rs`' 64 GPUs (A100, V100 and T4 nodes) the pipeline over
-/// every node was never among the local search's starts, and its 1 s answer used the A100s
-/// alone (15.4 s; 13.5 s from the split start, 13.8 s before the local search). The split is
-/// made before the ladder, which would otherwise fit the even split's heavy stages with
-/// offloading or recomputation that the split no longer needs. A better start is not always a
-/// better end: on the quality bench (docs/planners.md) `datacenter-64-40b` gained 2.3%,
-/// `workstations-30b` lost 3.2% and `four-gen-56-13b` 1.2%. Plans on one type keep the even
-/// split (Megatron's layouts); splitting them too would spend the uniform starts' share of a
-/// limit on extra estimates at a thousand GPUs.
+/// A uniform start as laid out, and, where its pipeline spans more than one GPU type and
+/// `rebalance` is asked, the same layout with its layers split by the stages' speeds
+/// (`refine::balanced_counts`, each round from the last round's estimate, while that makes it
+/// faster); [`fit_sketch`] fits both by the memory ladder (`refine::repair_both`) and keeps the
+/// faster. A uniform layout splits the layers evenly, which leaves the slowest type's stages the
+/// bottleneck: on `benches/speed.rs`' 64 GPUs (A100, V100 and T4 nodes) the pipeline over every
+/// node was never among the local search's starts, and its 1 s answer used the A100s alone (15.4 s;
+/// 13.5 s from the split start, 13.8 s before the local search). The split is made before the
+/// ladder, which would otherwise fit the even split's heavy stages with offloading or recomputation
+/// that the split no longer needs. A better start is not always a better end: on the quality bench
+/// (docs/planners.md) `datacenter-64-40b` gained 2.3%, `workstations-30b` lost 3.2% and
+/// `four-gen-56-13b` 1.2%. Plans on one type keep the even split (Megatron's layouts); splitting
+/// them too would spend the uniform starts' share of a limit on extra estimates at a thousand GPUs.
 fn sketch_start(
     problem: &Problem<'_>,
     plan: Plan,
