@@ -108,7 +108,9 @@ const LARGE_CLUSTER_GPUS: usize = 1024;
 /// The least share of the time the uniform starts leave that the seeds get: the uniform
 /// starts may take up to [`UNIFORM_FIRST_SHARE`] of a limit, more than the seeds' 40% from
 /// [`LARGE_CLUSTER_GPUS`] on, and where they did every seed would be stopped before it
-/// started (DataParallel and the Megatron heuristic, which answer at once, included).
+/// started (DataParallel and the Megatron heuristic, which answer at once, included). A
+/// floor, not a tuned value: on `benches/speed.rs` the uniform starts end long before it binds
+/// (at 1.1 s of 10 s at 1,024 GPUs), so no bench measures it.
 const SEEDS_LEAST_SHARE: f64 = 0.25;
 /// The share of a time limit the searches end by: the rest is kept for the simulator's check
 /// of the best candidates and the notes after them (at 1,024 GPUs 0.04 s of a 10 s limit), and
@@ -1012,6 +1014,11 @@ fn evaluate_starts(
     let capped = |search: &Search<'_>| node_cap.is_some_and(|c| search.explored() >= c);
     // The STARTS-th best of `times` (sorted), below which a start's floor must be.
     let bar = |times: &[f64]| times.get(STARTS - 1).copied().unwrap_or(f64::INFINITY);
+    // The same of the starts kept (best first).
+    let bar_kept = |out: &[Seen]| {
+        out.get(STARTS - 1)
+            .map_or(f64::INFINITY, |s| s.est.iteration_time_s)
+    };
     // (A NaN bar sets nothing aside.)
     let below = |floor: f64, bar: f64| floor < bar || bar.is_nan();
     let now = search.elapsed().get();
@@ -1068,7 +1075,10 @@ fn evaluate_starts(
                 Some(sketch_start(problem, plan, est, rebalance, clock))
             })
             .collect();
-        wave = Some(waves_took(search.elapsed().get() - started, chunk.len()));
+        wave = Some(refine::wave_time(
+            search.elapsed().get() - started,
+            chunk.len(),
+        ));
         for (c, s) in chunk.into_iter().zip(sketched) {
             if sketch_capped(search) || !search.tick() {
                 break 'sketches;
@@ -1093,9 +1103,7 @@ fn evaluate_starts(
     let threads = rayon::current_num_threads().max(1) as f64;
     let mut rest = sketches.into_iter();
     'chunks: loop {
-        let b = out
-            .get(STARTS - 1)
-            .map_or(f64::INFINITY, |s| s.est.iteration_time_s);
+        let b = bar_kept(&out);
         if capped(search) || !search.poll() {
             break;
         }
@@ -1153,9 +1161,7 @@ fn evaluate_starts(
     // Ended by a limit or past the ladders' reach: the sketches not fitted join as they fit
     // as laid out (nodes already, no estimate; none are left without limits).
     for (c, sketch) in rest {
-        let b = out
-            .get(STARTS - 1)
-            .map_or(f64::INFINITY, |s| s.est.iteration_time_s);
+        let b = bar_kept(&out);
         if below(c.1, b) {
             if let Some((plan, est)) = sketch.into_fitting() {
                 keep(&mut out, c.0.clone(), plan, est);
@@ -1177,11 +1183,6 @@ fn keep(out: &mut Vec<Seen>, who: String, plan: Plan, est: Estimate) {
     });
     out.sort_by(|a, b| a.est.iteration_time_s.total_cmp(&b.est.iteration_time_s));
     out.truncate(STARTS);
-}
-
-/// Seconds a wave (one start per thread) took, of `took` seconds for `n` starts.
-fn waves_took(took: f64, n: usize) -> f64 {
-    took / n.div_ceil(rayon::current_num_threads().max(1)).max(1) as f64
 }
 
 /// The share of the time to its deadline, and of the nodes left under its node cap, that

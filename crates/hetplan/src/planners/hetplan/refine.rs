@@ -392,8 +392,7 @@ pub fn refine(
                     repair(problem, p, e)
                 })
                 .collect();
-            let waves = chunk.len().div_ceil(rayon::current_num_threads().max(1));
-            wave = Some((search.elapsed().get() - started) / waves as f64);
+            wave = Some(wave_time(search.elapsed().get() - started, chunk.len()));
             for (m, e) in chunk.iter().zip(evals) {
                 if !search.tick() {
                     stopped = true;
@@ -431,6 +430,11 @@ pub fn refine(
         }
     }
     cur
+}
+
+/// Seconds one wave (one item per thread) took, of `took` seconds for a parallel chunk of `n`.
+pub(super) fn wave_time(took: f64, n: usize) -> f64 {
+    took / n.div_ceil(rayon::current_num_threads().max(1)).max(1) as f64
 }
 
 /// How many neighbours to estimate before the next look at the limits: [`CHUNK`] without a
