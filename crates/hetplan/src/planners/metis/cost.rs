@@ -53,8 +53,16 @@ impl Ctx<'_, '_> {
         let dp = (g.devices.len() / tp as usize) as u32;
         let layout =
             memory::RankLayout::stage(self.p.options.engine, self.ties, (tp, dp), (i, s), world);
+        // Replicas on nodes of one class with the same micro-batch size need the same memory
+        // against the same capacity: each such run is checked once.
+        let mut checked: Option<(usize, u64)> = None;
         for (r, &m) in st.mbs[i].iter().enumerate() {
             let gpu = g.devices[r * tp as usize];
+            let class = self.node_class[gpu.node as usize];
+            if checked == Some((class, m)) {
+                continue;
+            }
+            checked = Some((class, m));
             let cap = cluster.gpu(gpu).memory.get();
             let runtime = memory::gpu_runtime_bytes(cluster, gpu, &layout);
             if self.memory(tp, m, (lo, hi), inflight, runtime) > cap {
@@ -134,6 +142,22 @@ impl Ctx<'_, '_> {
         i: usize,
         next: bool,
     ) -> Vec<f64> {
+        let mut out = Vec::with_capacity(st.mbs[i].len());
+        self.replica_times_into(groups, st, i, next, &mut out);
+        out
+    }
+
+    /// [`Ctx::replica_times`] into `out` (cleared first), without allocating once it is large
+    /// enough.
+    pub(super) fn replica_times_into(
+        &mut self,
+        groups: &[Group],
+        st: &State,
+        i: usize,
+        next: bool,
+        out: &mut Vec<f64>,
+    ) {
+        out.clear();
         let s = groups.len();
         let model = self.p.model;
         let cluster = self.cluster();
@@ -142,7 +166,6 @@ impl Ctx<'_, '_> {
         let tpu = tp as usize;
         let (lo, hi) = (st.bounds[i], st.bounds[i + 1]);
         let conc = |node: u32| g.on_node(node);
-        let mut out = Vec::with_capacity(st.mbs[i].len());
         for (r, &m) in st.mbs[i].iter().enumerate() {
             let tokens = m as f64 * self.tokens_per_sample;
             let from = g.devices[r * tpu];
@@ -172,7 +195,6 @@ impl Ctx<'_, '_> {
             }
             out.push(t);
         }
-        out
     }
 }
 

@@ -10,7 +10,7 @@ use crate::cost::memory;
 use crate::model::{LayerKind, OpKind, TpSplit};
 use crate::planners::Problem;
 use crate::units::Bytes;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use super::balance::DpFirst;
 
@@ -46,7 +46,7 @@ impl<T> Table<T> {
         Table {
             dims: (a, b, c),
             dense,
-            sparse: HashMap::new(),
+            sparse: HashMap::default(),
         }
     }
 
@@ -186,10 +186,10 @@ impl<'a, 'p> Ctx<'a, 'p> {
                 p.options.max_micro_batch as usize + 1,
             ),
             tp_cache: Table::new(1, 1, p.options.max_tp as usize + 1),
-            least_cache: HashMap::new(),
-            shapes: HashMap::new(),
-            first_cache: HashMap::new(),
-            room_cache: HashMap::new(),
+            least_cache: HashMap::default(),
+            shapes: HashMap::default(),
+            first_cache: HashMap::default(),
+            room_cache: HashMap::default(),
             ties: memory::ties_weights(p.model),
             cache_bytes: 0,
             h_fast: 0.0,

@@ -14,7 +14,8 @@ use crate::plan::{LayerRange, Recompute};
 use crate::planners::common::{self, StageChoice};
 use crate::planners::Search;
 use crate::units::Seconds;
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 
 /// Counters for the notes.
 #[derive(Default)]
@@ -137,9 +138,10 @@ struct Prefix {
 /// The most the set of placements seen (per stage count) may hold before it is emptied.
 const MAX_SEEN_BYTES: usize = 256 << 20;
 
-/// What the rest of the DFS depends on once stage i is committed: the next stage, the layer
-/// bounds from it on, and stage i's TP degree (its replicas receive the next stage's sends).
-type MemoKey = (usize, Vec<usize>, u32);
+/// What the rest of the DFS depends on once stage i is committed: the next stage, stage i's TP
+/// degree (its replicas receive the next stage's sends) and the layer bounds from the next
+/// stage on, in that order in one vector (looked up by slice).
+type MemoKey = Vec<usize>;
 
 #[derive(Default)]
 struct MemoEntry {
@@ -159,6 +161,9 @@ struct Dfs<'g> {
     per_mb: u64,
     prefix: Prefix,
     memo: HashMap<MemoKey, MemoEntry>,
+    /// The key being looked up (`commit`), and per-replica time buffers to reuse.
+    key: MemoKey,
+    pool: Vec<Vec<f64>>,
     /// `room[j]`: at most how many layers stages j.. can hold (see `Ctx::max_layers`).
     room: Vec<usize>,
     /// Complete plans reached, and cuts that may have hidden one (for `dead`).
@@ -237,56 +242,77 @@ impl Dfs<'_> {
         if !search.poll() {
             return;
         }
-        let saved = self.prefix.clone();
+        // The prefix is restored on every way out; its per-replica times come from a pool of
+        // buffers, so a committed stage allocates only what the memo keeps.
+        let saved = (self.prefix.sum, self.prefix.max, self.prefix.sync);
+        let mut last = self.pool.pop().unwrap_or_default();
         if i > 0 {
             // Stage i − 1's sends to stage i are known now.
-            let next = ctx.replica_times(self.groups, &st, i - 1, true);
-            let t = saved
-                .last
-                .iter()
-                .zip(&next)
+            ctx.replica_times_into(self.groups, &st, i - 1, true, &mut last);
+            let t = (self.prefix.last.iter())
+                .zip(&last)
                 .map(|(a, b)| a + b)
                 .fold(0.0, f64::max);
             self.prefix.sum += t;
             self.prefix.max = self.prefix.max.max(t);
         }
-        self.prefix.last = ctx.replica_times(self.groups, &st, i, false);
+        ctx.replica_times_into(self.groups, &st, i, false, &mut last);
+        let saved_last = std::mem::replace(&mut self.prefix.last, last);
         let sync = ctx.stage_dp(&self.groups[i], &st, i) + ctx.stage_tied(self.groups, &st, i);
         self.prefix.sync = self.prefix.sync.max(sync);
         let p = &self.prefix;
-        let last = p.last.iter().copied().fold(0.0, f64::max);
-        let bound = p.sum + last + (self.b as f64 - 1.0) * p.max.max(last) + p.sync;
+        let last_max = p.last.iter().copied().fold(0.0, f64::max);
+        let bound = p.sum + last_max + (self.b as f64 - 1.0) * p.max.max(last_max) + p.sync;
+        let go_on = bound < top.bar() && {
+            // The memo's key, `MemoKey`'s parts in one vector: looked up by slice, copied only
+            // when a new entry is made.
+            let key = &mut self.key;
+            key.clear();
+            key.extend([i + 1, st.tp[i] as usize]);
+            key.extend_from_slice(&st.bounds[i + 1..]);
+            let dominated = |q: &Vec<f64>| {
+                q[0] <= p.sum
+                    && q[1] <= p.max
+                    && q[2] <= p.sync
+                    && q[3..].iter().zip(&p.last).all(|(a, b)| a <= b)
+            };
+            match self.memo.get_mut(key.as_slice()) {
+                Some(e) if e.dead => false,
+                Some(e) if e.seen.iter().any(dominated) => {
+                    self.uncertain += 1;
+                    false
+                }
+                found => {
+                    let mut point = Vec::with_capacity(3 + p.last.len());
+                    point.extend([p.sum, p.max, p.sync]);
+                    point.extend_from_slice(&p.last);
+                    match found {
+                        Some(e) => e.seen.push(point),
+                        None => {
+                            let e = self.memo.entry(key.clone()).or_default();
+                            e.seen.push(point);
+                        }
+                    }
+                    true
+                }
+            }
+        };
         if bound >= top.bar() {
             self.uncertain += 1;
-            self.prefix = saved;
-            return;
         }
-        let key: MemoKey = (i + 1, st.bounds[i + 1..].to_vec(), st.tp[i]);
-        let mut point = vec![p.sum, p.max, p.sync];
-        point.extend_from_slice(&p.last);
-        let entry = self.memo.entry(key.clone()).or_default();
-        if entry.dead {
-            self.prefix = saved;
-            return;
-        }
-        if entry
-            .seen
-            .iter()
-            .any(|q| q.iter().zip(&point).all(|(a, b)| a <= b))
-        {
-            self.uncertain += 1;
-            self.prefix = saved;
-            return;
-        }
-        entry.seen.push(point);
-        let (leaves, uncertain) = (self.leaves, self.uncertain);
-        self.stage(ctx, i + 1, st, search, top, stats);
-        if self.leaves == leaves && self.uncertain == uncertain && !search.stopped() {
-            if let Some(e) = self.memo.get_mut(&key) {
-                e.dead = true;
+        if go_on {
+            let key = self.key.clone();
+            let (leaves, uncertain) = (self.leaves, self.uncertain);
+            self.stage(ctx, i + 1, st, search, top, stats);
+            if self.leaves == leaves && self.uncertain == uncertain && !search.stopped() {
+                if let Some(e) = self.memo.get_mut(key.as_slice()) {
+                    e.dead = true;
+                }
             }
         }
-        self.prefix = saved;
+        let used = std::mem::replace(&mut self.prefix.last, saved_last);
+        self.pool.push(used);
+        (self.prefix.sum, self.prefix.max, self.prefix.sync) = saved;
     }
 
     /// A complete plan: its Eq. 1 cost, kept if among the best.
@@ -505,7 +531,9 @@ impl Metis {
             per_mb,
             room,
             prefix: Prefix::default(),
-            memo: HashMap::new(),
+            memo: HashMap::default(),
+            key: Vec::new(),
+            pool: Vec::new(),
             leaves: 0,
             uncertain: 0,
         };
