@@ -16,10 +16,10 @@
 //! Limits: the uniform starts take up to `UNIFORM_FIRST_SHARE` of a time or node limit, and
 //! (under 1,024 GPUs) refining the best of them `EARLY_REFINE_SHARE` of what is left; the
 //! seeds run until `MEMBERS_SHARE` of a node limit and `MEMBERS_TIME_SHARE` of a time limit
-//! (`LARGE_CLUSTER_MEMBERS_SHARE` from a thousand GPUs on, and at least `SEEDS_LEAST_SHARE` of the time then left; their node
-//! shares, what the uniform starts and the early refinement left of that, fixed before the
-//! threads start, so a node-limited answer does not depend on the
-//! thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
+//! (`LARGE_CLUSTER_MEMBERS_SHARE` from a thousand GPUs on, and at least `SEEDS_LEAST_SHARE`
+//! of the time then left; their node shares, what the uniform starts and the early
+//! refinement left of that, fixed before the threads start, so a node-limited answer does
+//! not depend on the thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
 //! then left, the local search runs until `REFINE_SHARE` (when its first starts end early,
 //! further ones, `refine_more`, each batch on half of what is left), the per-engine searches
 //! until `SEARCH_SHARE`, and the rest is kept for the simulator's check. In the chain, member
@@ -81,8 +81,9 @@ impl Clock for Since<'_> {
     }
 }
 
-/// The share of a time or node limit the seeds' searches get; hetplan's own search from their
-/// answers runs until `REFINE_SHARE` of it, and the best plan per mainstream engine (without
+/// The share of a node limit the seeds' searches get (of a time limit: [`MEMBERS_TIME_SHARE`],
+/// [`LARGE_CLUSTER_MEMBERS_SHARE`]); hetplan's own search from their answers runs until
+/// `REFINE_SHARE` of it, and the best plan per mainstream engine (without
 /// `--engine`) is searched until `SEARCH_SHARE` (of a node limit, to its end: with none of it,
 /// FSDP's best plan went unfound where `--engine fsdp` found it). The engines' 2% of a time
 /// limit holds their uniform layouts at 48 GPUs from a 3 s limit on, not at 1 s; at 4% the
@@ -92,8 +93,8 @@ const MEMBERS_SHARE: f64 = 0.9;
 const REFINE_SHARE: f64 = 0.96;
 
 /// The seeds' share of a *time* limit under [`LARGE_CLUSTER_GPUS`] GPUs (node limits keep
-/// [`MEMBERS_SHARE`]): the rest up to [`REFINE_SHARE`] goes to the local search, 16% of the
-/// limit instead of 6%. On the quality bench (`T_S=10 PLANNERS=megatron`, 2-core VM, 16
+/// [`MEMBERS_SHARE`]): the rest up to [`REFINE_SHARE`] goes to the local search (and the
+/// context-parallel starts before it), up to 16% of the limit instead of 6%. On the quality bench (`T_S=10 PLANNERS=megatron`, 2-core VM, 16
 /// problems) the geometric mean against the seeds' 50 s answers went 1.077 → 1.083 at 80%
 /// (1.084 at 75%, 1.084 at 60%), `a100-80-40-70b` 98.65 → 97.54 s, `h100-l40s-30b` 14.90 →
 /// 14.58 s, `frontier-3type-70b` 181.8 → 179.9 s, `hopper-ampere-mixtral` 7.88 → 7.48 s, none

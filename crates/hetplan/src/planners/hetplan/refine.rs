@@ -6,8 +6,9 @@
 //! stage. Their answers are good starting points, and the best plan often combines what two of
 //! them can express (Metis's stages with Mist's ZeRO and checkpointing, Poplar's uneven batches
 //! inside a pipeline stage). From a plan this search evaluates every neighbour one [`Move`]
-//! away — a ZeRO stage, a checkpointing choice (on one stage or all), sequence parallelism, an
-//! optimizer offload ratio, or offloaded weights or gradients back on the GPUs, on one stage;
+//! away — a ZeRO stage, a checkpointing choice or sequence parallelism (on one stage or on
+//! all), an optimizer offload ratio, or offloaded weights or gradients back on the GPUs, on one
+//! stage;
 //! layers shifted between neighbouring stages, or every stage's layer count at once (the
 //! min–max split by each stage's time per layer); micro-batches halved or doubled; another
 //! schedule (GPipe, 1F1B, interleaved with 2–4 virtual stages); samples moved between the
@@ -64,6 +65,11 @@ pub enum Move {
     },
     SequenceParallel {
         stage: usize,
+        on: bool,
+    },
+    /// Sequence parallelism on or off on every stage with TP (Megatron and torchtitan take one
+    /// switch): where it helps on each such stage, one round instead of one per stage.
+    SequenceParallelAll {
         on: bool,
     },
     OffloadOptimizer {
@@ -249,6 +255,10 @@ impl Move {
             ),
             Move::SequenceParallel { stage, on } => format!(
                 "sequence parallelism {} on stage {stage}",
+                if *on { "on" } else { "off" }
+            ),
+            Move::SequenceParallelAll { on } => format!(
+                "sequence parallelism {} on every stage with tensor parallelism",
                 if *on { "on" } else { "off" }
             ),
             Move::StatesOnGpu { stage, weights } => format!(
@@ -802,6 +812,14 @@ pub fn neighbours(problem: &Problem<'_>, plan: &Plan) -> Vec<Move> {
                 out.push(Move::ZeroAll { zero });
             }
         }
+        let with_tp = || plan.stages.iter().filter(|s| s.tp > 1);
+        if with_tp().count() > 1 {
+            for on in [true, false] {
+                if with_tp().any(|s| s.sequence_parallel != on) {
+                    out.push(Move::SequenceParallelAll { on });
+                }
+            }
+        }
         // One expert-parallel degree on every stage with experts: those all of them can take.
         let moe: Vec<(&Stage, &Vec<u32>)> = (plan.stages.iter())
             .zip(&ep_degrees)
@@ -1004,6 +1022,9 @@ pub fn apply(problem: &Problem<'_>, plan: &Plan, m: &Move) -> Option<Plan> {
         }
         Move::Recompute { stage, to } => p.stages[stage].recompute = to,
         Move::SequenceParallel { stage, on } => p.stages[stage].sequence_parallel = on,
+        Move::SequenceParallelAll { on } => (p.stages.iter_mut())
+            .filter(|s| s.tp > 1)
+            .for_each(|s| s.sequence_parallel = on),
         Move::TpCommOverlap { on } => p.tp_comm_overlap = on,
         Move::ExpertParallel { stage, ep } => p.stages[stage].ep = ep,
         Move::ExpertParallelAll { ep } => {
@@ -1711,6 +1732,19 @@ inter_node_bandwidth = "100 Gbps"
         )
         .unwrap();
         assert!(neighbours(&problem, &sp).contains(&Move::TpCommOverlap { on: true }));
+        // With TP on both stages, one move turns sequence parallelism on for both, and only
+        // for stages with TP.
+        let both = apply(&problem, &plan, &Move::TpAll { up: true }).unwrap();
+        assert!(both.stages.iter().all(|s| s.tp > 1 && !s.sequence_parallel));
+        let all = Move::SequenceParallelAll { on: true };
+        assert!(neighbours(&problem, &both).contains(&all));
+        let on = apply(&problem, &both, &all).unwrap();
+        assert!(on.stages.iter().all(|s| s.sequence_parallel));
+        assert!(common::evaluate(&problem, &on).is_some());
+        assert!(!neighbours(&problem, &on).contains(&all));
+        assert!(neighbours(&problem, &on).contains(&Move::SequenceParallelAll { on: false }));
+        // A plan with TP on one stage only has the per-stage move, not this one.
+        assert!(!format!("{:?}", neighbours(&problem, &tp2)).contains("SequenceParallelAll"));
         // Offloaded weights or gradients (only the memory ladder puts them there) can come back.
         let mut offloaded = plan.clone();
         offloaded.stages[1].offload.weights = 1.0;

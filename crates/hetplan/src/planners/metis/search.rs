@@ -263,7 +263,9 @@ impl Dfs<'_> {
         let p = &self.prefix;
         let last_max = p.last.iter().copied().fold(0.0, f64::max);
         let bound = p.sum + last_max + (self.b as f64 - 1.0) * p.max.max(last_max) + p.sync;
-        let go_on = bound < top.bar() && {
+        // Cut by the worst kept plan (a NaN bound is not cut, as before the memo).
+        let cut = bound >= top.bar();
+        let go_on = !cut && {
             // The memo's key, `MemoKey`'s parts in one vector: looked up by slice, copied only
             // when a new entry is made.
             let key = &mut self.key;
@@ -297,7 +299,7 @@ impl Dfs<'_> {
                 }
             }
         };
-        if bound >= top.bar() {
+        if cut {
             self.uncertain += 1;
         }
         if go_on {
