@@ -19,12 +19,12 @@
 //! (`LARGE_CLUSTER_MEMBERS_SHARE` from a thousand GPUs on, and at least `SEEDS_LEAST_SHARE`
 //! of the time then left; their node shares, what the uniform starts and the early
 //! refinement left of that, fixed before the threads start, so a node-limited answer does
-//! not depend on the thread count); the context-parallel starts take `CONTEXT_PARALLEL_STARTS_SHARE` of the time
-//! then left, the local search runs until `REFINE_SHARE` (when its first starts end early,
-//! further ones, `refine_more`, each batch on half of what is left), the per-engine searches
-//! until `SEARCH_SHARE`, and the rest is kept for the simulator's check. In the chain, member
-//! i of n gets `remaining / (n − i)`, so time a fast member does not use goes to the ones after
-//! it. Without limits every search runs to its own end, and the answer is deterministic.
+//! not depend on the thread count); the context-parallel starts take
+//! `CONTEXT_PARALLEL_STARTS_SHARE` of the time then left, the local search runs until
+//! `REFINE_SHARE` (when its first starts end early, further ones, `refine_more`, each batch
+//! on half of what is left), the per-engine searches until `SEARCH_SHARE`, and the rest is
+//! kept for the simulator's check. In the chain, member i of n gets `remaining / (n − i)`, so
+//! time a fast member does not use goes to the ones after it. Without limits every search runs to its own end, and the answer is deterministic.
 //! Not yet here (docs/planners.md): a layer split by dynamic programming per stage structure,
 //! TP groups across nodes and mixed-degree replicas in the moves, a network-aware bound.
 
@@ -94,8 +94,9 @@ const REFINE_SHARE: f64 = 0.96;
 
 /// The seeds' share of a *time* limit under [`LARGE_CLUSTER_GPUS`] GPUs (node limits keep
 /// [`MEMBERS_SHARE`]): the rest up to [`REFINE_SHARE`] goes to the local search (and the
-/// context-parallel starts before it), up to 16% of the limit instead of 6%. On the quality bench (`T_S=10 PLANNERS=megatron`, 2-core VM, 16
-/// problems) the geometric mean against the seeds' 50 s answers went 1.077 → 1.083 at 80%
+/// context-parallel starts before it), up to 16% of the limit instead of 6%. On the quality
+/// bench (`T_S=10 PLANNERS=megatron`, 2-core VM, 16 problems) the geometric mean against the
+/// seeds' 50 s answers of the f6431b3 table went 1.077 → 1.083 at 80%
 /// (1.084 at 75%, 1.084 at 60%), `a100-80-40-70b` 98.65 → 97.54 s, `h100-l40s-30b` 14.90 →
 /// 14.58 s, `frontier-3type-70b` 181.8 → 179.9 s, `hopper-ampere-mixtral` 7.88 → 7.48 s, none
 /// slower; the speed bench's 256 GPUs 5.391 → 5.047 s, its 64 GPUs unchanged. Below 80% Metis
