@@ -24,7 +24,8 @@
 //! `REFINE_SHARE` (when its first starts end early, further ones, `refine_more`, each batch
 //! on half of what is left), the per-engine searches until `SEARCH_SHARE`, and the rest is
 //! kept for the simulator's check. In the chain, member i of n gets `remaining / (n − i)`, so
-//! time a fast member does not use goes to the ones after it. Without limits every search runs to its own end, and the answer is deterministic.
+//! time a fast member does not use goes to the ones after it. Without limits every search
+//! runs to its own end, and the answer is deterministic.
 //! Not yet here (docs/planners.md): a layer split by dynamic programming per stage structure,
 //! TP groups across nodes and mixed-degree replicas in the moves, a network-aware bound.
 
