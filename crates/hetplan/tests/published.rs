@@ -103,9 +103,10 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // of the forward priced layer by layer, as the simulator runs it (each gather paying the
     // ring's latencies over 48 nodes): its H100 rows 12.3% → 14.2%, the simulation's figure.
     // Unfused attention's batched products priced slow for heads not 16-byte wide (five BLOOM
-    // rows, +45…+56% → +7…+20%): BLOOM 14.7% → 14.0%, its p90 44.7% → 28.6%.
+    // rows, +45…+56% → +7…+20%): BLOOM 14.7% → 14.0%, its p90 44.7% → 28.6%. DeepSpeed's
+    // gradient reduction after the backward, not beside it: BLOOM 14.0% → 13.6%.
     let bounds = [
-        ("bigscience_bloom_prequel", "a100", false, 0.15),
+        ("bigscience_bloom_prequel", "a100", false, 0.14),
         ("torchtitan", "a100", false, 0.13),
         ("megatron_lm_readme", "h100", false, 0.15),
         ("torchtitan", "h100", false, 0.19),

@@ -1059,7 +1059,12 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
             (0.0, rs)
         };
         rt.exposed += exposed_behind(rt.forward, fwd_comm, nlayers);
-        rt.exposed += exposed_behind(rt.backward + rt.recompute, bwd_comm, nlayers);
+        rt.exposed += if plan.engine.overlaps_grad_reduce(st.zero) {
+            exposed_behind(rt.backward + rt.recompute, bwd_comm, nlayers)
+        } else {
+            // DeepSpeed's ZeRO-2 reduces in its gradient hooks on the compute stream.
+            bwd_comm
+        };
     }
     // Offloading over the host link, overlapped with compute (Mist Fig. 7).
     if !st.offload.is_none() {
@@ -1231,8 +1236,9 @@ fn end_of_iteration(
     };
     let time = |b: Bytes, c: Collective| ctx.collective(&group, b, c, &rings);
     // Gradient reduction after the last backward, bucketed so that it overlaps that backward
-    // (Megatron overlap-grad-reduce, DDP, DeepSpeed overlap_comm): one collective per bucket,
-    // each paying the ring's message latencies; ZeRO-2/3 reduced per micro-batch already.
+    // (Megatron overlap-grad-reduce, DDP; `Engine::overlaps_grad_reduce`): one collective per
+    // bucket, each paying the ring's message latencies; ZeRO-2/3 reduced per micro-batch
+    // already.
     let bucket_ranges = grad_buckets(model, plan, st);
     let buckets = bucket_ranges.len().max(1);
     // The first bucket in forward order (the last one built, from the stage's end): its share
@@ -1272,8 +1278,13 @@ fn end_of_iteration(
     } else {
         (0.0, 0.0)
     };
-    // The last bucket to fill waits for the whole backward; the others run behind it.
-    let mut exposed = exposed_behind(worst.backward + worst.recompute, reduce, buckets as f64);
+    // The last bucket to fill waits for the whole backward; the others run behind it — where
+    // the engine reduces beside the backward; otherwise after it (DeepSpeed below ZeRO-3).
+    let mut exposed = if plan.engine.overlaps_grad_reduce(st.zero) {
+        exposed_behind(worst.backward + worst.recompute, reduce, buckets as f64)
+    } else {
+        reduce
+    };
     let mut before = 0.0;
     if during_forward {
         before = exposed_after_first(worst.forward, gather, first_share);

@@ -82,6 +82,23 @@ impl Engine {
         matches!(self, Engine::Megatron | Engine::Fsdp)
     }
 
+    /// Whether a stage at ZeRO stage `zero` reduces its gradients on a stream of their own
+    /// beside the backward that produces them. Megatron does (`--overlap-grad-reduce`, which
+    /// hetplan's Megatron export sets), as do DDP's and FSDP's hooks. DeepSpeed does only where
+    /// `zero_optimization.overlap_comm` is on, which defaults to ZeRO-3 alone
+    /// (`runtime/zero/config.py`, `overlap_comm_valid`; hetplan's export leaves it so).
+    /// Below ZeRO-3 it reduces on the compute stream: ZeRO-0 and ZeRO-1 once the backward is
+    /// done (the engine's `allreduce_gradients`; the pipeline engine schedules `ReduceGrads`
+    /// after the last backward, `runtime/pipe/engine.py`: "We schedule the all-reduces, so
+    /// disable it in super().backward()"), and ZeRO-2 in its gradient hooks, each bucket
+    /// holding the backward up while it is reduced.
+    pub fn overlaps_grad_reduce(self, zero: u8) -> bool {
+        match self {
+            Engine::Megatron | Engine::Fsdp => true,
+            Engine::Deepspeed => zero >= 3,
+        }
+    }
+
     /// Whether the engine's attention runs a kernel written for Hopper there: Megatron's
     /// Transformer Engine selects cuDNN's fused attention over FlashAttention on Hopper and
     /// later (its backend selection: "to give FusedAttention preference on Hopper+ for

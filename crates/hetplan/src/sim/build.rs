@@ -1260,6 +1260,19 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                             let e = b.exec_of[&(si % depth, r)];
                             b.pending_sends[e].push(rs);
                         }
+                        // An engine that reduces on the compute stream (DeepSpeed's ZeRO-2
+                        // hooks) computes nothing more until the reduce-scatter is done.
+                        if !plan.engine.overlaps_grad_reduce(st.zero) {
+                            for r in 0..st.dp as usize {
+                                let next = match order.get(pos + 1) {
+                                    Some(&k) => Some(layers[r][k]),
+                                    None => next_compute[passes[&(si, r, j, pass)].last_compute],
+                                };
+                                if let Some(next) = next {
+                                    b.graph.add_dep(next, rs);
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -1275,11 +1288,17 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             continue;
         }
         let start = st.layers.start;
+        // An engine that reduces after the backward (DeepSpeed below ZeRO-3,
+        // `Engine::overlaps_grad_reduce`) starts every bucket once the whole pass is done.
+        let beside = plan.engine.overlaps_grad_reduce(st.zero);
         let layers: Vec<Vec<TaskId>> = (0..st.dp as usize)
             .map(|r| {
-                passes[&(si, r, lb(si, r), Pass::Backward)]
-                    .layer_ends
-                    .clone()
+                let pass = &passes[&(si, r, lb(si, r), Pass::Backward)];
+                if beside {
+                    pass.layer_ends.clone()
+                } else {
+                    vec![pass.last; pass.layer_ends.len()]
+                }
             })
             .collect();
         let mut prev: Option<TaskId> = None;

@@ -1,0 +1,110 @@
+//! Where the data-parallel gradient reduction runs (`Engine::overlaps_grad_reduce`): beside the
+//! last backward (Megatron's `--overlap-grad-reduce`, FSDP's hooks, DeepSpeed's ZeRO-3), or
+//! after it on the compute stream (DeepSpeed below ZeRO-3: its pipeline engine's `ReduceGrads`,
+//! `overlap_comm` off by default) — in the estimate and in the simulator alike.
+
+use hetplan::cluster::spec::catalog_cluster;
+use hetplan::cost::{estimate, Analytic, Estimate, Workload};
+use hetplan::model::catalog::catalog_model;
+use hetplan::plan::inline::parse_inline_plan;
+use hetplan::plan::Engine;
+use hetplan::sim::{simulate, Label, Pass, SimOptions, Simulation};
+use hetplan::{Cluster, Model};
+
+fn setup() -> (Model, Cluster) {
+    // Two GPUs a node on a slow network: the data-parallel groups cross nodes.
+    (
+        catalog_model("llama3-8b").unwrap(),
+        catalog_cluster("4x2xh100-sxm5-80gb@100Gbps").unwrap(),
+    )
+}
+
+fn run(model: &Model, cluster: &Cluster, spec: &str) -> (Estimate, Simulation) {
+    let w = Workload {
+        model,
+        cluster,
+        seq_len: 4096,
+    };
+    let p = parse_inline_plan(spec, model, cluster).unwrap();
+    let valid = w.validate(&p).unwrap();
+    let e = estimate(w, &valid, &Analytic);
+    let s = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
+    (e, s)
+}
+
+#[test]
+fn which_engines_reduce_beside_the_backward() {
+    for zero in 0..=3 {
+        assert!(Engine::Megatron.overlaps_grad_reduce(zero));
+        assert!(Engine::Fsdp.overlaps_grad_reduce(zero));
+        assert_eq!(Engine::Deepspeed.overlaps_grad_reduce(zero), zero == 3);
+    }
+}
+
+#[test]
+fn deepspeed_reduces_after_the_last_backward() {
+    let (model, cluster) = setup();
+    let spec = "tp=1,pp=2,mbs=1,gbs=8,zero=1,ckpt=full";
+    let (mega, mega_sim) = run(&model, &cluster, &format!("{spec},engine=megatron"));
+    let (ds, ds_sim) = run(&model, &cluster, &format!("{spec},engine=deepspeed"));
+    for (e, s) in [(&mega, &mega_sim), (&ds, &ds_sim)] {
+        let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
+        assert!(diff.abs() < 0.05, "simulation {diff:+.3} from the estimate");
+    }
+    for (m, d) in mega.stages.iter().zip(&ds.stages) {
+        // (Megatron reduces FP32 gradients, DeepSpeed 16-bit ones: the bytes differ.)
+        assert!(d.dp_sync.get() > 0.1, "stage {}: {d:?}", d.index);
+        // Megatron hides part of its reduction behind the last backward (and its parameter
+        // gather behind the first forward); DeepSpeed leaves all of it exposed.
+        assert!(m.dp_sync_exposed.get() < 0.95 * m.dp_sync.get(), "{m:?}");
+        assert!(
+            d.dp_sync_exposed.get() >= d.dp_sync.get() * (1.0 - 1e-9),
+            "{d:?}"
+        );
+    }
+    // In the simulation, no DeepSpeed bucket starts before its stage's last backward is done.
+    for si in 0..ds.stages.len() {
+        let last_backward = (ds_sim.spans.iter())
+            .filter(|s| {
+                matches!(s.label, Label::Compute { stage, pass: Pass::Backward, .. } if stage == si)
+            })
+            .map(|s| s.end_s)
+            .fold(0.0, f64::max);
+        let first = |sim: &Simulation| {
+            (sim.spans.iter())
+                .filter(|s| matches!(s.label, Label::GradSync { stage, .. } if stage == si))
+                .map(|s| s.start_s)
+                .fold(f64::INFINITY, f64::min)
+        };
+        assert!(first(&ds_sim) >= last_backward - 1e-9, "stage {si}");
+        // Megatron's first bucket goes while the backward still runs.
+        let mega_last = (mega_sim.spans.iter())
+            .filter(|s| {
+                matches!(s.label, Label::Compute { stage, pass: Pass::Backward, .. } if stage == si)
+            })
+            .map(|s| s.end_s)
+            .fold(0.0, f64::max);
+        assert!(first(&mega_sim) < mega_last, "stage {si}");
+    }
+}
+
+#[test]
+fn deepspeeds_zero2_reduce_scatters_hold_the_backward_up() {
+    let (model, cluster) = setup();
+    let spec = "tp=1,pp=1,mbs=1,gbs=16,zero=2,ckpt=full";
+    let (fsdp, fsdp_sim) = run(&model, &cluster, &format!("{spec},engine=fsdp"));
+    let (ds, ds_sim) = run(&model, &cluster, &format!("{spec},engine=deepspeed"));
+    for (e, s) in [(&fsdp, &fsdp_sim), (&ds, &ds_sim)] {
+        let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
+        assert!(diff.abs() < 0.05, "simulation {diff:+.3} from the estimate");
+    }
+    let (f, d) = (&fsdp.stages[0], &ds.stages[0]);
+    assert!(
+        d.exposed_per_micro_batch.get() > f.exposed_per_micro_batch.get() + 0.05,
+        "{} vs {}",
+        d.exposed_per_micro_batch.get(),
+        f.exposed_per_micro_batch.get()
+    );
+    assert!(ds.iteration_time_s > fsdp.iteration_time_s);
+    assert!(ds_sim.iteration_time_s > fsdp_sim.iteration_time_s);
+}
