@@ -410,6 +410,11 @@ pub fn plan(a: PlanArgs) -> Result<()> {
         })
     })?;
     let est_s = outcome.estimate.iteration_time_s;
+    // Where the planner's own check left the answer unsimulated for want of time, it has
+    // been simulated here since: its note would contradict the result beside it.
+    if matches!(simulated, Some(Ok(_))) {
+        (outcome.notes).retain(|n| !n.starts_with(planners::hetplan::UNSIMULATED_NOTE));
+    }
     match &simulated {
         Some(Ok(sim_s)) if (sim_s - est_s).abs() > SIM_DISAGREES * est_s => {
             outcome.notes.push(format!(

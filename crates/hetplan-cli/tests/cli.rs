@@ -1185,6 +1185,36 @@ fn plan_reports_a_node_limit() {
 }
 
 #[test]
+fn plan_does_not_say_its_answer_went_unsimulated_when_it_simulated_it() {
+    // 64 GPUs and 128 micro-batches in one second: the planner's own check has no time to
+    // simulate the answer (its note says so), and `plan` simulates it after the search.
+    let o = ok(&[
+        "plan",
+        "--model",
+        "gpt3-13b",
+        "--cluster",
+        "8x8xa100-sxm4-80gb@100Gbps",
+        "--gbs",
+        "512",
+        "--seq-len",
+        "2048",
+        "--time-limit",
+        "1s",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&o).unwrap();
+    assert!(v["simulate_s"].as_f64().is_some_and(|s| s > 0.0), "{o}");
+    let notes = v["notes"].as_array().unwrap();
+    assert!(
+        !notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with("the simulator did not check")),
+        "{notes:?}"
+    );
+}
+
+#[test]
 fn compare_runs_every_planner() {
     let mut args = vec!["compare", "--json"];
     args.extend_from_slice(SMALL);

@@ -1646,6 +1646,10 @@ const SIM_SHARE_OF_LEFT: f64 = 0.5;
 /// Estimate and simulation parting by more than this fraction are reported.
 const SIM_DISAGREES: f64 = 0.05;
 
+/// How the note begins that says the planner's simulator check left the answer out (its task
+/// graph too large for the time left): a caller that simulates the answer itself drops it.
+pub const UNSIMULATED_NOTE: &str = "the simulator did not check the answer";
+
 /// A candidate's estimate (seconds) beside its simulation: the simulated seconds, or whether
 /// the time left was too short for its task graph (`true`) or it could not be simulated
 /// (`false`).
@@ -1745,9 +1749,8 @@ fn simulation_notes(checked: &[Checked], max_tasks: u64, left: Option<f64>) -> V
     let mut notes = Vec::new();
     if checked.first().map(|c| c.1) == Some(Err(true)) {
         notes.push(format!(
-            "the simulator did not check the answer: its task graph is larger than the {} \
-             tasks it could simulate in the {} left of the time limit (`hetplan simulate` \
-             runs it)",
+            "{UNSIMULATED_NOTE}: its task graph is larger than the {} tasks it could simulate \
+             in the {} left of the time limit (`hetplan simulate` runs it)",
             max_tasks,
             Seconds(left.unwrap_or(0.0))
         ));
@@ -2216,10 +2219,7 @@ mod tests {
         };
         let none_left = simulated(Some(0.0));
         assert_eq!(none_left.len(), 1, "{none_left:?}");
-        assert!(
-            none_left[0].starts_with("the simulator did not check the answer"),
-            "{none_left:?}"
-        );
+        assert!(none_left[0].starts_with(UNSIMULATED_NOTE), "{none_left:?}");
         // The plan simulates, within 5% of its estimate: no note without a time limit or
         // with plenty of time.
         let v = crate::plan::ValidPlan::check(&seen.plan, &model, &cluster).unwrap();
