@@ -1017,7 +1017,17 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
         rt.ep_comm += c.ep_forward + c.ep_backward;
         rt.cp_comm += c.cp_forward + c.cp_backward;
     }
-    rt.p2p = replica_sends(ctx, si, r);
+    let (to_next, to_prev) = replica_sends(ctx, si, r);
+    rt.p2p = if plan.overlaps_pipeline_sends() {
+        // Megatron's interleaved schedule sends a forward's activations while the backward
+        // after it computes, and a backward's gradients while the next forward does: what
+        // each leaves exposed beside the compute it runs with (the interference model).
+        overlap::co_run(rt.backward + rt.recompute, to_next) - (rt.backward + rt.recompute)
+            + overlap::co_run(rt.forward, to_prev)
+            - rt.forward
+    } else {
+        to_next + to_prev
+    };
     let params_local = dp_params(model, st);
     let nlayers = st.layers.len().max(1) as f64;
     // ZeRO-3: every micro-batch gathers the parameters in forward and in backward and
@@ -1080,10 +1090,11 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
 }
 
 /// Seconds of the pipeline sends of one micro-batch of replica `r` of stage `si`: its
-/// activations to the next stage and its input gradients to the previous one, 1/tp per TP rank
-/// (Megatron scatter-gather), to the replica of the neighbour that consumes them (r mod its dp);
-/// at least a measured point-to-point send of as many bytes between the two GPUs' type.
-fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
+/// activations to the next stage and its input gradients to the previous one (in that order),
+/// 1/tp per TP rank (Megatron scatter-gather), to the replica of the neighbour that consumes
+/// them (r mod its dp); each at least a measured point-to-point send of as many bytes between
+/// the two GPUs' type.
+fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> (f64, f64) {
     let (model, cluster, plan) = (ctx.w.model, ctx.w.cluster, ctx.plan);
     let st = &plan.stages[si];
     let devs = st.replica(r);
@@ -1093,21 +1104,19 @@ fn replica_sends(ctx: &Ctx<'_>, si: usize, r: usize) -> f64 {
     // (the neighbour, the layer whose output crosses, forward?)
     let next = (plan.stages.get(si + 1)).map(|nx| (nx, st.layers.end - 1, true));
     let prev = (si > 0).then(|| (&plan.stages[si - 1], st.layers.start - 1, false));
-    next.into_iter()
-        .chain(prev)
-        .map(|(nb, layer, forward)| {
-            let out = model.layers[layer].output_bytes_per_token;
-            let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
-            let to = nb.replica(r % nb.dp.max(1) as usize)[0];
-            let sides = (ctx.nic()).sides(cluster, timing, (si, forward), devs[0], to, bytes.get());
-            let modelled = shared_send_time(cluster, devs[0], to, bytes, sides).get();
-            // A measured send between two such GPUs bounds it from below, as for collectives.
-            let pair = [devs[0], to];
-            let p2p = crate::profile::CollectiveOp::P2p;
-            measured_transfer_time(ctx.compute, cluster, &pair, p2p, bytes)
-                .map_or(modelled, |t| modelled.max(t.get()))
-        })
-        .sum()
+    let send = |(nb, layer, forward): (&Stage, usize, bool)| {
+        let out = model.layers[layer].output_bytes_per_token;
+        let bytes = Bytes(tokens * out * ctx.elem / 2.0 / tp);
+        let to = nb.replica(r % nb.dp.max(1) as usize)[0];
+        let sides = (ctx.nic()).sides(cluster, timing, (si, forward), devs[0], to, bytes.get());
+        let modelled = shared_send_time(cluster, devs[0], to, bytes, sides).get();
+        // A measured send between two such GPUs bounds it from below, as for collectives.
+        let pair = [devs[0], to];
+        let p2p = crate::profile::CollectiveOp::P2p;
+        measured_transfer_time(ctx.compute, cluster, &pair, p2p, bytes)
+            .map_or(modelled, |t| modelled.max(t.get()))
+    };
+    (next.map_or(0.0, send), prev.map_or(0.0, send))
 }
 
 /// Host-link bytes of one micro-batch's forward and backward on replica `r` of stage `si`

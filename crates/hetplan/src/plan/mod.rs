@@ -831,6 +831,20 @@ impl Plan {
         self.tp_comm_overlap && st.sequence_parallel && st.tp_of(r) > 1
     }
 
+    /// Whether the pipeline's sends run beside the compute: Megatron's interleaved schedule
+    /// does by default (`--no-overlap-p2p-communication` is the switch, dest
+    /// `overlap_p2p_comm`, megatron/training/arguments.py), sending a forward's activations
+    /// while the backward after it computes and a backward's gradients while the next forward
+    /// does (`forward_backward_pipelining_with_interleaving`, core/pipeline_parallel/
+    /// schedules.py); `validate_args` turns it off for any other schedule ("non-interleaved
+    /// schedule does not support overlapping p2p communication"). The other engines' sends
+    /// block. What the estimate and the simulator both ask.
+    pub fn overlaps_pipeline_sends(&self) -> bool {
+        self.engine == Engine::Megatron
+            && matches!(self.schedule, Schedule::Interleaved { .. })
+            && self.pipeline_depth() > 1
+    }
+
     /// Whether the model's elementwise ops run as eager PyTorch's separate kernels
     /// (`compile: off`, which validation accepts only under the FSDP engine).
     pub fn runs_eagerly(&self) -> bool {

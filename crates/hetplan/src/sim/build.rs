@@ -1128,6 +1128,14 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         }
     }
 
+    // Each pass's first compute task ↦ its last (lookups only: the order never shows).
+    let overlapped_sends = plan.overlaps_pipeline_sends();
+    let last_of_pass: HashMap<TaskId, TaskId> = if overlapped_sends {
+        passes.values().map(|p| (p.first, p.last_compute)).collect()
+    } else {
+        HashMap::new()
+    };
+
     // Pipeline sends between consecutive chunks, routed by the samples each replica holds.
     for si in 0..plan.stages.len().saturating_sub(1) {
         let (a, z) = (&plan.stages[si], &plan.stages[si + 1]);
@@ -1173,8 +1181,14 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                             },
                         );
                         b.graph.add_dep(dst, f);
-                        // The sender waits for its send before its next pass.
-                        match next_compute[src_compute] {
+                        // The sender waits for its send before its next pass; where the
+                        // sends run beside the compute (Megatron's interleaved schedule), only
+                        // before the pass after that.
+                        let mut next = next_compute[src_compute];
+                        if let Some(&l) = next.and_then(|n| last_of_pass.get(&n)) {
+                            next = next_compute[l];
+                        }
+                        match next {
                             Some(next) => b.graph.add_dep(next, f),
                             None => b.pending_sends[fe].push(f),
                         }
