@@ -290,6 +290,9 @@ struct NicLoad {
     routes: BTreeMap<(u32, u32), Vec<Send>>,
     /// The share of micro-batch cycles in the steady state.
     steady: f64,
+    /// Physical pipeline stages: an interleaved schedule's chunks `c` and `c + depth` run on
+    /// the same GPUs.
+    depth: usize,
     /// node → tied-embedding pairs crossing it.
     tied: BTreeMap<u32, usize>,
     /// node → (physical stage, its GPUs on the node) of every TP group that crosses nodes: the
@@ -307,6 +310,7 @@ impl NicLoad {
         let m = plan.micro_batches.max(1) as f64;
         let mut load = NicLoad {
             steady: ((m - depth + 1.0) / m).max(0.0),
+            depth: plan.pipeline_depth().max(1),
             ..NicLoad::default()
         };
         for si in 0..plan.stages.len().saturating_sub(1) {
@@ -407,8 +411,8 @@ impl NicLoad {
     /// at that side's bandwidth (`comm::shared_send_time`). The stage's own sends (its TP ranks,
     /// its replicas) always start together. The others meet it in the steady state, each for
     /// the share of the send during which it is in flight (`SendTiming`); without a timing
-    /// (GPipe, interleaving) the other stages' always, the stage's sends the other way never
-    /// (they follow its other pass).
+    /// (GPipe, interleaving) the other devices' always, the device's own sends the other way
+    /// or from its other chunks never (they follow its other passes).
     fn sides(
         &self,
         cluster: &Cluster,
@@ -427,7 +431,8 @@ impl NicLoad {
                 t.leaves(y.stage, y.forward),
                 y.alone,
             ),
-            None if y.stage != si => 1.0,
+            // Another device's; the same device's other chunks send after its other passes.
+            None if y.stage % self.depth != si % self.depth => 1.0,
             None => 0.0,
         };
         let carried = |sends: Option<&Vec<Send>>| {
