@@ -62,7 +62,8 @@ enum Command {
     /// Simulate one iteration of a plan event by event: where each GPU's time goes.
     #[command(
         after_help = "Executes the plan's schedule on the cluster: pipeline dependencies, \
-        blocking sends, gradient buckets, ZeRO transfers, offload copies and links shared by \
+        sends (blocking, or beside the compute under Megatron's interleaved schedule), \
+        gradient buckets, ZeRO transfers, offload copies and links shared by \
         concurrent transfers. Prints the iteration time beside the estimate's, each GPU's busy, \
         communication-wait and idle time, and the critical path.\n\n\
         Examples:\n  \

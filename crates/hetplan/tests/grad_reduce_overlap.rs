@@ -107,4 +107,30 @@ fn deepspeeds_zero2_reduce_scatters_hold_the_backward_up() {
     );
     assert!(ds.iteration_time_s > fsdp.iteration_time_s);
     assert!(ds_sim.iteration_time_s > fsdp_sim.iteration_time_s);
+    // In the simulation each DeepSpeed layer's backward waits for the reduce-scatter of the
+    // layer before it (in backward order); FSDP's run beside the next layer's backward.
+    let waits = |sim: &Simulation| {
+        let mut pairs = 0;
+        let mut waited = 0;
+        for s in &sim.spans {
+            let Label::ZeroScatter { mb, layer, .. } = s.label else {
+                continue;
+            };
+            for c in &sim.spans {
+                if matches!(c.label, Label::Compute { pass: Pass::Backward, mb: m, layer: Some(l), .. }
+                    if m == mb && l + 1 == layer)
+                {
+                    pairs += 1;
+                    if c.start_s >= s.end_s - 1e-9 {
+                        waited += 1;
+                    }
+                }
+            }
+        }
+        (pairs, waited)
+    };
+    let (pairs, waited) = waits(&ds_sim);
+    assert!(pairs > 10 && waited == pairs, "{waited} of {pairs}");
+    let (pairs, waited) = waits(&fsdp_sim);
+    assert!(pairs > 10 && waited < pairs, "{waited} of {pairs}");
 }

@@ -431,7 +431,8 @@ impl NicLoad {
                 t.leaves(y.stage, y.forward),
                 y.alone,
             ),
-            // Another device's; the same device's other chunks send after its other passes.
+            // Another physical stage's; the same stage's other chunks send after its other
+            // passes (and its replicas in lockstep with this one).
             None if y.stage % self.depth != si % self.depth => 1.0,
             None => 0.0,
         };
@@ -1024,12 +1025,12 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
     }
     let (to_next, to_prev) = replica_sends(ctx, si, r);
     rt.p2p = if plan.overlaps_pipeline_sends() {
-        // Megatron's interleaved schedule sends a forward's activations while the backward
-        // after it computes, and a backward's gradients while the next forward does: what
-        // each leaves exposed beside the compute it runs with (the interference model).
-        overlap::co_run(rt.backward + rt.recompute, to_next) - (rt.backward + rt.recompute)
-            + overlap::co_run(rt.forward, to_prev)
-            - rt.forward
+        // Megatron's interleaved schedule waits for a forward's activations to leave before
+        // the next pass (they free the output), and sends a backward's gradients while the
+        // next forward and backward compute: what that leaves exposed beside them (the
+        // interference model).
+        let beside = rt.forward + rt.backward + rt.recompute;
+        to_next + overlap::co_run(beside, to_prev) - beside
     } else {
         to_next + to_prev
     };
@@ -1066,18 +1067,22 @@ fn replica_time(ctx: &Ctx<'_>, si: usize, r: usize, conc: &dyn Fn(u32) -> usize)
             latencies(Collective::AllGather),
             latencies(Collective::ReduceScatter),
         );
+        let beside = plan.engine.overlaps_grad_reduce(st.zero);
         let (fwd_comm, bwd_comm) = if st.zero == 3 {
             (ag + ag_l, ag + rs + ag_l.max(rs_l))
-        } else {
+        } else if beside {
             // The simulator leaves ZeRO-2's reduce-scatters unchained (only the optimizer
             // waits for them): their latencies overlap, one is paid.
             (0.0, rs)
+        } else {
+            // DeepSpeed's ZeRO-2 reduces in its gradient hooks on the compute stream: one
+            // after the other, each holding the backward up, each paying its latencies.
+            (0.0, rs + rs_l)
         };
         rt.exposed += exposed_behind(rt.forward, fwd_comm, nlayers);
-        rt.exposed += if plan.engine.overlaps_grad_reduce(st.zero) {
+        rt.exposed += if beside {
             exposed_behind(rt.backward + rt.recompute, bwd_comm, nlayers)
         } else {
-            // DeepSpeed's ZeRO-2 reduces in its gradient hooks on the compute stream.
             bwd_comm
         };
     }
@@ -1512,8 +1517,21 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         prefix += device_t[p];
     }
     // What holds up each stage's first forward holds up the first micro-batch on its way
-    // through the pipeline, stage after stage, and with it the fill.
-    let start: f64 = stages.iter().map(|s| s.start.get()).sum();
+    // through the pipeline, stage after stage, and with it the fill. Where every stage starts
+    // its gather at the start of the step (`Plan::aligns_param_gather`), each device's first
+    // chunk waits only for what its gather outlasts of the first micro-batch's way to it, and
+    // the later chunks' gathers run ahead of them, behind the earlier chunks' forwards.
+    let start: f64 = if plan.aligns_param_gather() {
+        let mut way = 0.0;
+        let mut wait = 0.0f64;
+        for s in &stages[..depth] {
+            wait = wait.max(s.start.get() - way);
+            way += s.forward.get() + s.p2p.get();
+        }
+        wait
+    } else {
+        stages.iter().map(|s| s.start.get()).sum()
+    };
     let iteration = start
         + match uneven_span {
             // One stage: its slowest replica's micro-batches, then the end of the iteration.

@@ -845,6 +845,20 @@ impl Plan {
             && self.pipeline_depth() > 1
     }
 
+    /// Whether every pipeline stage starts gathering its ZeRO-1/2 parameters at once, at the
+    /// start of the step, rather than when the first micro-batch reaches it: Megatron's
+    /// `align_param_gather` (on by default, `--no-align-param-gather` the switch), which
+    /// `validate_args` keeps only for the interleaved schedule ("non-interleaved schedule
+    /// does not support ... aligned param AG"); the schedule then dispatches the first model
+    /// chunks' gathers before its first forward and the later chunks' at the same virtual
+    /// micro-batch on every pipeline rank (`param_sync_func`, core/pipeline_parallel/
+    /// schedules.py). What the estimate and the simulator both ask.
+    pub fn aligns_param_gather(&self) -> bool {
+        self.engine == Engine::Megatron
+            && matches!(self.schedule, Schedule::Interleaved { .. })
+            && self.pipeline_depth() > 1
+    }
+
     /// Whether the model's elementwise ops run as eager PyTorch's separate kernels
     /// (`compile: off`, which validation accepts only under the FSDP engine).
     pub fn runs_eagerly(&self) -> bool {

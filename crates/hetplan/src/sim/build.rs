@@ -1128,10 +1128,12 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         }
     }
 
-    // Each pass's first compute task ↦ its last (lookups only: the order never shows).
-    let overlapped_sends = plan.overlaps_pipeline_sends();
-    let last_of_pass: HashMap<TaskId, TaskId> = if overlapped_sends {
-        passes.values().map(|p| (p.first, p.last_compute)).collect()
+    // Each pass's first compute task ↦ its last and which pass it is (lookups only: the
+    // order never shows).
+    let last_of_pass: HashMap<TaskId, (TaskId, Pass)> = if plan.overlaps_pipeline_sends() {
+        (passes.iter())
+            .map(|(&(_, _, _, pass), p)| (p.first, (p.last_compute, pass)))
+            .collect()
     } else {
         HashMap::new()
     };
@@ -1181,12 +1183,19 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
                             },
                         );
                         b.graph.add_dep(dst, f);
-                        // The sender waits for its send before its next pass; where the
-                        // sends run beside the compute (Megatron's interleaved schedule), only
-                        // before the pass after that.
+                        // The sender waits for its send before its next pass; under
+                        // Megatron's interleaved schedule a backward's gradients go on while
+                        // the next forward and backward compute (in the steady state, where
+                        // the two alternate), and are waited for before the pass after them.
                         let mut next = next_compute[src_compute];
-                        if let Some(&l) = next.and_then(|n| last_of_pass.get(&n)) {
-                            next = next_compute[l];
+                        if pass == Pass::Backward {
+                            let after = |t: TaskId| last_of_pass.get(&t).copied();
+                            if let Some((l1, Pass::Forward)) = next.and_then(after) {
+                                if let Some((l2, Pass::Backward)) = next_compute[l1].and_then(after)
+                                {
+                                    next = next_compute[l2];
+                                }
+                            }
                         }
                         match next {
                             Some(next) => b.graph.add_dep(next, f),
@@ -1402,6 +1411,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
     // FSDP's units are layers) — one gather after the other, each dispatched when the bucket
     // before it starts its forward (Megatron's `finish_param_sync` in a bucket's forward
     // pre-hook waits for that bucket's gather and dispatches the next one's).
+    let aligned = plan.aligns_param_gather();
     for (si, st) in plan.stages.iter().enumerate() {
         if st.dp <= 1 || !gathers_during_forward(plan, st) {
             continue;
@@ -1423,8 +1433,17 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             // pre-hook): once what that forward waits for is done; the second's when the
             // first's forward starts, after its gather; later ones when the forward has done
             // the layer before the previous bucket.
+            // Where every stage gathers at the start of the step (Megatron's aligned gather,
+            // `Plan::aligns_param_gather`), a device's first chunk's first bucket waits for
+            // nothing, and a later chunk's gathers run behind the earlier chunks' forwards.
             let mut deps: Vec<TaskId> = prev.into_iter().collect();
-            if k == 0 {
+            if k == 0 && aligned {
+                if si >= depth {
+                    for r in 0..st.dp as usize {
+                        deps.push(passes[&(si - depth, r, 0, Pass::Forward)].first);
+                    }
+                }
+            } else if k == 0 {
                 for ls in &layers {
                     deps.extend(b.graph.tasks[ls[0]].deps.iter().copied());
                 }

@@ -3,7 +3,8 @@
 //! a profile or the analytic op model), the same byte counts and the same measured collective
 //! times (a profile's curves, as floors under its flows), but computes time only by
 //! executing events — transfers as bytes over links and NICs, collectives as NCCL's ring: pipeline
-//! dependencies, blocking sends, gradient buckets behind the last backward, ZeRO gathers with
+//! dependencies, blocking sends (a backward's beside the next passes under Megatron's
+//! interleaved schedule), gradient buckets behind the last backward, ZeRO gathers with
 //! prefetch, offload copies, stragglers among heterogeneous replicas, and transfers sharing
 //! links fairly. See `docs/validation.md` for how it compares with the estimate.
 
