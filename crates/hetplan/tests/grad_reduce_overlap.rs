@@ -3,12 +3,13 @@
 //! after it on the compute stream (DeepSpeed below ZeRO-3: its pipeline engine's `ReduceGrads`,
 //! `overlap_comm` off by default) — in the estimate and in the simulator alike.
 
+mod shared;
+
 use hetplan::cluster::spec::catalog_cluster;
-use hetplan::cost::{estimate, Analytic, Estimate, Workload};
+use hetplan::cost::Estimate;
 use hetplan::model::catalog::catalog_model;
-use hetplan::plan::inline::parse_inline_plan;
 use hetplan::plan::Engine;
-use hetplan::sim::{simulate, Label, Pass, SimOptions, Simulation};
+use hetplan::sim::{Label, Pass, Simulation};
 use hetplan::{Cluster, Model};
 
 fn setup() -> (Model, Cluster) {
@@ -20,15 +21,7 @@ fn setup() -> (Model, Cluster) {
 }
 
 fn run(model: &Model, cluster: &Cluster, spec: &str) -> (Estimate, Simulation) {
-    let w = Workload {
-        model,
-        cluster,
-        seq_len: 4096,
-    };
-    let p = parse_inline_plan(spec, model, cluster).unwrap();
-    let valid = w.validate(&p).unwrap();
-    let e = estimate(w, &valid, &Analytic);
-    let s = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
+    let (_, e, s) = shared::estimate_and_simulate(model, cluster, 4096, spec);
     (e, s)
 }
 

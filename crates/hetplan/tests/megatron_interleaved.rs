@@ -8,11 +8,13 @@
 //!   (`align_param_gather`, `Plan::aligns_param_gather`), where under 1F1B each stage starts
 //!   its own when the first micro-batch reaches it.
 
+mod shared;
+
 use hetplan::cluster::spec::catalog_cluster;
-use hetplan::cost::{estimate, Analytic, Estimate, Workload};
+use hetplan::cost::Estimate;
 use hetplan::model::catalog::catalog_model;
 use hetplan::plan::inline::parse_inline_plan;
-use hetplan::sim::{simulate, Label, Pass, SimOptions, Simulation};
+use hetplan::sim::{Label, Pass, Simulation};
 use hetplan::{Cluster, Model, Plan};
 
 fn setup() -> (Model, Cluster) {
@@ -24,16 +26,7 @@ fn setup() -> (Model, Cluster) {
 }
 
 fn run(model: &Model, cluster: &Cluster, spec: &str) -> (Plan, Estimate, Simulation) {
-    let w = Workload {
-        model,
-        cluster,
-        seq_len: 4096,
-    };
-    let p = parse_inline_plan(spec, model, cluster).unwrap();
-    let valid = w.validate(&p).unwrap();
-    let e = estimate(w, &valid, &Analytic);
-    let s = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
-    (p, e, s)
+    shared::estimate_and_simulate(model, cluster, 4096, spec)
 }
 
 /// Whether some pipeline send of `which` pass is in flight while the executor that sent it
@@ -116,19 +109,8 @@ fn overlapped_sends_hide_behind_the_compute_in_estimate_and_simulation() {
 fn every_stage_gathers_its_parameters_at_the_start_of_the_step() {
     let model = catalog_model("gpt3-13b").unwrap();
     let cluster = catalog_cluster("32x8xa100-sxm4-80gb@100Gbps").unwrap();
-    let w = Workload {
-        model: &model,
-        cluster: &cluster,
-        seq_len: 2048,
-    };
     let base = "tp=8,pp=8,dp=4,mbs=1,gbs=256,sp=on,tp_overlap=on,zero=1";
-    let run = |spec: &str| {
-        let p = parse_inline_plan(spec, &model, &cluster).unwrap();
-        let valid = w.validate(&p).unwrap();
-        let e = estimate(w, &valid, &Analytic);
-        let s = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
-        (p, e, s)
-    };
+    let run = |spec: &str| shared::estimate_and_simulate(&model, &cluster, 2048, spec);
     let (p1, e1, s1) = run(base);
     let (pv, ev, sv) = run(&format!("{base},v=2"));
     assert!(!p1.aligns_param_gather() && pv.aligns_param_gather());
@@ -150,16 +132,24 @@ fn every_stage_gathers_its_parameters_at_the_start_of_the_step() {
     assert!(aligned.iter().all(|&t| t < 1e-6), "{aligned:?}");
     let staggered = first_gathers(&p1, &s1);
     assert!(staggered[1..].iter().all(|&t| t > 1e-3), "{staggered:?}");
-    // The estimate's starts: one wait, not one per stage.
-    let sum: f64 = ev.stages.iter().map(|s| s.start.get()).sum();
-    let fill: f64 = (ev.stages.iter())
-        .map(|s| s.start.get())
-        .fold(0.0, f64::max);
-    assert!(sum > 4.0 * fill, "{sum} {fill}");
+    // Each device's first chunk's buckets go one after the other from the start of the step,
+    // none waiting for the forward.
+    for stage in 0..pv.pipeline_depth() {
+        let mut gathers: Vec<(f64, f64)> = (sv.spans.iter())
+            .filter(|s| matches!(s.label, Label::ParamGather { stage: st, layer: Some(_) } if st == stage))
+            .map(|s| (s.start_s, s.end_s))
+            .collect();
+        gathers.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(gathers.len() >= 2, "stage {stage}: {gathers:?}");
+        for w in gathers.windows(2) {
+            assert!((w[1].0 - w[0].1).abs() < 1e-9, "stage {stage}: {gathers:?}");
+        }
+    }
     for (e, s) in [(&e1, &s1), (&ev, &sv)] {
         let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
-        // (Interleaving's sends on the node's network are priced pessimistically.)
-        assert!(diff.abs() < 0.15, "simulation {diff:+.3} from the estimate");
+        // (Interleaving's sends on the node's network are priced pessimistically: the same
+        // plan without ZeRO is 17% apart.)
+        assert!(diff.abs() < 0.25, "simulation {diff:+.3} from the estimate");
     }
     assert!(ev.iteration_time_s < e1.iteration_time_s);
     assert!(sv.iteration_time_s < s1.iteration_time_s);

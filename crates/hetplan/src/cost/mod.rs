@@ -1305,7 +1305,11 @@ fn end_of_iteration(
         reduce
     };
     let mut before = 0.0;
-    if during_forward {
+    if during_forward && plan.aligns_param_gather() {
+        // Dispatched at the start of the step, every bucket at once, last layers first: the
+        // chunk's first forward waits for all of it (the iteration's `start` places it).
+        before = gather;
+    } else if during_forward {
         before = exposed_after_first(worst.forward, gather, first_share);
     } else {
         exposed += gather;
@@ -1522,13 +1526,32 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
     // chunk waits only for what its gather outlasts of the first micro-batch's way to it, and
     // the later chunks' gathers run ahead of them, behind the earlier chunks' forwards.
     let start: f64 = if plan.aligns_param_gather() {
+        // When each chunk's gather is done (`done`) and when its first forward starts
+        // (`first`): the first two chunks of a device gather from the start of the step, one
+        // after the other on its communicator; a later chunk once the chunk before it on the
+        // device could start its first forward. The first micro-batch's way, forwards only.
+        let n = stages.len();
+        let (mut done, mut first) = (vec![0.0f64; n], vec![0.0f64; n]);
         let mut way = 0.0;
-        let mut wait = 0.0f64;
-        for s in &stages[..depth] {
-            wait = wait.max(s.start.get() - way);
-            way += s.forward.get() + s.p2p.get();
+        for (si, s) in stages.iter().enumerate() {
+            let queued = if si >= depth { done[si - depth] } else { 0.0 };
+            let dispatched = if si >= 2 * depth {
+                first[si - depth]
+            } else {
+                0.0
+            };
+            done[si] = queued.max(dispatched) + s.start.get();
+            let arrives = if si > 0 {
+                first[si - 1] + stages[si - 1].forward.get()
+            } else {
+                0.0
+            };
+            first[si] = arrives.max(done[si]);
+            if si + 1 < n {
+                way += s.forward.get();
+            }
         }
-        wait
+        (first[n - 1] - way).max(0.0)
     } else {
         stages.iter().map(|s| s.start.get()).sum()
     };

@@ -833,9 +833,10 @@ impl Plan {
 
     /// Whether the pipeline's sends run beside the compute: Megatron's interleaved schedule
     /// does by default (`--no-overlap-p2p-communication` is the switch, dest
-    /// `overlap_p2p_comm`, megatron/training/arguments.py), sending a forward's activations
-    /// while the backward after it computes and a backward's gradients while the next forward
-    /// does (`forward_backward_pipelining_with_interleaving`, core/pipeline_parallel/
+    /// `overlap_p2p_comm`, megatron/training/arguments.py): in Megatron-Core 0.19's steady
+    /// state a backward's gradients go while the next forward and backward compute, and a
+    /// forward's activations are waited for at once, their buffer freed
+    /// (`forward_backward_pipelining_with_interleaving`, core/pipeline_parallel/
     /// schedules.py); `validate_args` turns it off for any other schedule ("non-interleaved
     /// schedule does not support overlapping p2p communication"). The other engines' sends
     /// block. What the estimate and the simulator both ask.
@@ -849,10 +850,10 @@ impl Plan {
     /// start of the step, rather than when the first micro-batch reaches it: Megatron's
     /// `align_param_gather` (on by default, `--no-align-param-gather` the switch), which
     /// `validate_args` keeps only for the interleaved schedule ("non-interleaved schedule
-    /// does not support ... aligned param AG"); the schedule then dispatches the first model
-    /// chunks' gathers before its first forward and the later chunks' at the same virtual
-    /// micro-batch on every pipeline rank (`param_sync_func`, core/pipeline_parallel/
-    /// schedules.py). What the estimate and the simulator both ask.
+    /// does not support ... aligned param AG"); the schedule then dispatches every bucket of
+    /// the first two model chunks before its first forward and a later chunk's at the same
+    /// moment on every pipeline rank (`param_sync_func`, `start_param_sync`,
+    /// core/pipeline_parallel/schedules.py). What the estimate and the simulator both ask.
     pub fn aligns_param_gather(&self) -> bool {
         self.engine == Engine::Megatron
             && matches!(self.schedule, Schedule::Interleaved { .. })

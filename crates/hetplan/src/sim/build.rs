@@ -1412,6 +1412,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
     // before it starts its forward (Megatron's `finish_param_sync` in a bucket's forward
     // pre-hook waits for that bucket's gather and dispatches the next one's).
     let aligned = plan.aligns_param_gather();
+    let mut last_gather: Vec<Option<TaskId>> = vec![None; plan.stages.len()];
     for (si, st) in plan.stages.iter().enumerate() {
         if st.dp <= 1 || !gathers_during_forward(plan, st) {
             continue;
@@ -1424,8 +1425,12 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
         let ends: Vec<Vec<TaskId>> = (0..st.dp as usize)
             .map(|r| passes[&(si, r, 0, Pass::Forward)].layer_ends.clone())
             .collect();
+        // In forward order, each dispatched as the forward reaches it; Megatron's aligned
+        // gathers go all at once, in the order the backward filled them (last layers first).
         let mut buckets = cost::grad_buckets(model, plan, st);
-        buckets.reverse();
+        if !aligned {
+            buckets.reverse();
+        }
         let mut prev: Option<TaskId> = None;
         for (k, bucket) in buckets.iter().enumerate() {
             let params = cost::bucket_params(model, st, bucket);
@@ -1434,14 +1439,22 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             // first's forward starts, after its gather; later ones when the forward has done
             // the layer before the previous bucket.
             // Where every stage gathers at the start of the step (Megatron's aligned gather,
-            // `Plan::aligns_param_gather`), a device's first chunk's first bucket waits for
-            // nothing, and a later chunk's gathers run behind the earlier chunks' forwards.
+            // `Plan::aligns_param_gather`), a chunk's buckets go one after the other on its
+            // communicator: a device's first two chunks' from the start, the second's after
+            // the first's; a later chunk's after the chunk before it on the device and once
+            // that chunk's first forward could start.
             let mut deps: Vec<TaskId> = prev.into_iter().collect();
-            if k == 0 && aligned {
-                if si >= depth {
+            if aligned {
+                if k == 0 && si >= depth {
+                    deps.extend(last_gather[si - depth]);
+                }
+                if k == 0 && si >= 2 * depth {
                     for r in 0..st.dp as usize {
-                        deps.push(passes[&(si - depth, r, 0, Pass::Forward)].first);
+                        let first = passes[&(si - depth, r, 0, Pass::Forward)].first;
+                        deps.extend(b.graph.tasks[first].deps.iter().copied());
                     }
+                    deps.sort_unstable();
+                    deps.dedup();
                 }
             } else if k == 0 {
                 for ls in &layers {
@@ -1470,6 +1483,7 @@ pub fn build(w: Workload<'_>, plan: &Plan, compute: &dyn ComputeTimes) -> Built 
             }
             prev = Some(g);
         }
+        last_gather[si] = prev;
     }
     // Otherwise after the step (each stage's group once all its replicas stepped).
     for (si, st) in plan.stages.iter().enumerate() {

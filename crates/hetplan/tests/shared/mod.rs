@@ -2,8 +2,11 @@
 #![allow(dead_code)]
 
 use hetplan::cluster::spec::parse_cluster_toml;
+use hetplan::cost::{estimate, Analytic, Estimate, Workload};
 use hetplan::model::TransformerConfig;
-use hetplan::{Cluster, Model};
+use hetplan::plan::inline::parse_inline_plan;
+use hetplan::sim::{simulate, SimOptions, Simulation};
+use hetplan::{Cluster, Model, Plan};
 
 /// Two V100 and two T4 on a slow network: small enough for the exhaustive oracle.
 pub fn small_cluster() -> Cluster {
@@ -28,4 +31,24 @@ inter_node_bandwidth = "25 Gbps"
 /// A 4-block GPT with hidden 1024.
 pub fn small_model() -> Model {
     TransformerConfig::gpt("tiny-gpt", 4, 1024, 16, 1024).build()
+}
+
+/// The inline plan `spec` of `model` on `cluster` at `seq_len` tokens, its estimate and its
+/// simulation (analytic layer times, default options).
+pub fn estimate_and_simulate(
+    model: &Model,
+    cluster: &Cluster,
+    seq_len: u64,
+    spec: &str,
+) -> (Plan, Estimate, Simulation) {
+    let w = Workload {
+        model,
+        cluster,
+        seq_len,
+    };
+    let p = parse_inline_plan(spec, model, cluster).unwrap();
+    let valid = w.validate(&p).unwrap();
+    let e = estimate(w, &valid, &Analytic);
+    let s = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
+    (p, e, s)
 }
