@@ -81,7 +81,10 @@ pub struct StageEstimate {
     /// What delays the stage's first forward: the previous step's ZeRO-1/2 parameter gather
     /// where the engine runs it ahead of the forward, layer by layer
     /// (`Engine::gathers_params_during_forward`), as much of it as that forward does not hide.
-    /// The first micro-batch meets it on every stage on its way through the pipeline.
+    /// The first micro-batch meets it on every stage on its way through the pipeline. Under
+    /// Megatron's aligned gathers (`Plan::aligns_param_gather`) it is the chunk's whole gather,
+    /// dispatched at the start of the step: the iteration waits only for what it outlasts of
+    /// the first micro-batch's way to the chunk (`dp_sync_exposed` counts it whole).
     pub start: Seconds,
     /// Memory of the stage's most loaded GPU.
     pub memory: MemoryBreakdown,
