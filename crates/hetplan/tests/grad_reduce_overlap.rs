@@ -127,3 +127,16 @@ fn deepspeeds_zero2_reduce_scatters_hold_the_backward_up() {
     let (pairs, waited) = waits(&fsdp_sim);
     assert!(pairs > 10 && waited < pairs, "{waited} of {pairs}");
 }
+
+#[test]
+fn deepspeeds_chained_reduce_scatters_pay_every_latency_in_the_estimate_too() {
+    // 64 ranks one to a node and short sequences: each layer's reduce-scatter waits for its
+    // ring's 63 message latencies, one layer after the other, which the simulator runs and the
+    // estimate must count (one latency per layer, not one per pass).
+    let model = catalog_model("gpt3-1.3b").unwrap();
+    let cluster = catalog_cluster("64x1xa100-sxm4-80gb@400Gbps").unwrap();
+    let spec = "tp=1,pp=1,dp=64,mbs=1,gbs=256,zero=2,engine=deepspeed";
+    let (_, e, s) = shared::estimate_and_simulate(&model, &cluster, 512, spec);
+    let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
+    assert!(diff.abs() < 0.01, "simulation {diff:+.4} from the estimate");
+}
