@@ -41,8 +41,7 @@ fn deepspeed_reduces_after_the_last_backward() {
     let (mega, mega_sim) = run(&model, &cluster, &format!("{spec},engine=megatron"));
     let (ds, ds_sim) = run(&model, &cluster, &format!("{spec},engine=deepspeed"));
     for (e, s) in [(&mega, &mega_sim), (&ds, &ds_sim)] {
-        let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
-        assert!(diff.abs() < 0.05, "simulation {diff:+.3} from the estimate");
+        shared::assert_simulation_agrees(e, s, 0.05);
     }
     for (m, d) in mega.stages.iter().zip(&ds.stages) {
         // (Megatron reduces FP32 gradients, DeepSpeed 16-bit ones: the bytes differ.)
@@ -57,26 +56,26 @@ fn deepspeed_reduces_after_the_last_backward() {
     }
     // In the simulation, no DeepSpeed bucket starts before its stage's last backward is done.
     for si in 0..ds.stages.len() {
-        let last_backward = (ds_sim.spans.iter())
-            .filter(|s| {
-                matches!(s.label, Label::Compute { stage, pass: Pass::Backward, .. } if stage == si)
-            })
-            .map(|s| s.end_s)
-            .fold(0.0, f64::max);
+        let last_backward = |sim: &Simulation| {
+            (sim.spans.iter())
+                .filter(|s| {
+                    matches!(s.label, Label::Compute { stage, pass: Pass::Backward, .. } if stage == si)
+                })
+                .map(|s| s.end_s)
+                .fold(0.0, f64::max)
+        };
         let first = |sim: &Simulation| {
             (sim.spans.iter())
                 .filter(|s| matches!(s.label, Label::GradSync { stage, .. } if stage == si))
                 .map(|s| s.start_s)
                 .fold(f64::INFINITY, f64::min)
         };
-        assert!(first(&ds_sim) >= last_backward - 1e-9, "stage {si}");
+        assert!(
+            first(&ds_sim) >= last_backward(&ds_sim) - 1e-9,
+            "stage {si}"
+        );
         // Megatron's first bucket goes while the backward still runs.
-        let mega_last = (mega_sim.spans.iter())
-            .filter(|s| {
-                matches!(s.label, Label::Compute { stage, pass: Pass::Backward, .. } if stage == si)
-            })
-            .map(|s| s.end_s)
-            .fold(0.0, f64::max);
+        let mega_last = last_backward(&mega_sim);
         assert!(first(&mega_sim) < mega_last, "stage {si}");
     }
 }
@@ -88,8 +87,7 @@ fn deepspeeds_zero2_reduce_scatters_hold_the_backward_up() {
     let (fsdp, fsdp_sim) = run(&model, &cluster, &format!("{spec},engine=fsdp"));
     let (ds, ds_sim) = run(&model, &cluster, &format!("{spec},engine=deepspeed"));
     for (e, s) in [(&fsdp, &fsdp_sim), (&ds, &ds_sim)] {
-        let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
-        assert!(diff.abs() < 0.05, "simulation {diff:+.3} from the estimate");
+        shared::assert_simulation_agrees(e, s, 0.05);
     }
     let (f, d) = (&fsdp.stages[0], &ds.stages[0]);
     assert!(
@@ -137,6 +135,5 @@ fn deepspeeds_chained_reduce_scatters_pay_every_latency_in_the_estimate_too() {
     let cluster = catalog_cluster("64x1xa100-sxm4-80gb@400Gbps").unwrap();
     let spec = "tp=1,pp=1,dp=64,mbs=1,gbs=256,zero=2,engine=deepspeed";
     let (_, e, s) = shared::estimate_and_simulate(&model, &cluster, 512, spec);
-    let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
-    assert!(diff.abs() < 0.01, "simulation {diff:+.4} from the estimate");
+    shared::assert_simulation_agrees(&e, &s, 0.01);
 }

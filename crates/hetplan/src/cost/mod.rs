@@ -1535,7 +1535,6 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
         // device could start its first forward. The first micro-batch's way, forwards only.
         let n = stages.len();
         let (mut done, mut first) = (vec![0.0f64; n], vec![0.0f64; n]);
-        let mut way = 0.0;
         for (si, s) in stages.iter().enumerate() {
             let queued = if si >= depth { done[si - depth] } else { 0.0 };
             let dispatched = if si >= 2 * depth {
@@ -1550,10 +1549,8 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
                 0.0
             };
             first[si] = arrives.max(done[si]);
-            if si + 1 < n {
-                way += s.forward.get();
-            }
         }
+        let way: f64 = stages[..n - 1].iter().map(|s| s.forward.get()).sum();
         (first[n - 1] - way).max(0.0)
     } else {
         stages.iter().map(|s| s.start.get()).sum()

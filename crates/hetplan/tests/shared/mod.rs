@@ -52,3 +52,13 @@ pub fn estimate_and_simulate(
     let s = simulate(w, &valid, &Analytic, &SimOptions::default()).unwrap();
     (p, e, s)
 }
+
+/// Asserts that the simulation's iteration time is within `tolerance` (relative) of the
+/// estimate's.
+pub fn assert_simulation_agrees(e: &Estimate, s: &Simulation, tolerance: f64) {
+    let diff = s.iteration_time_s / e.iteration_time_s - 1.0;
+    assert!(
+        diff.abs() < tolerance,
+        "simulation {diff:+.4} from the estimate"
+    );
+}
