@@ -145,11 +145,35 @@ fn every_stage_gathers_its_parameters_at_the_start_of_the_step() {
             assert!((w[1].0 - w[0].1).abs() < 1e-9, "stage {stage}: {gathers:?}");
         }
     }
-    // (Interleaving's sends on the node's network are priced pessimistically: the same plan
-    // without ZeRO is 17% apart.)
     for (e, s) in [(&e1, &s1), (&ev, &sv)] {
-        shared::assert_simulation_agrees(e, s, 0.25);
+        shared::assert_simulation_agrees(e, s, 0.05);
     }
     assert!(ev.iteration_time_s < e1.iteration_time_s);
     assert!(sv.iteration_time_s < s1.iteration_time_s);
+}
+
+/// The interleaved schedule's sends on a node's network: each device alternates one chunk's
+/// forward and one chunk's backward, so another device's sends meet one of this device's at
+/// the points of the chunk cycle where they leave, and one of its v chunks at a time
+/// (`SendTiming`). Priced as meeting every send of every other device, the estimate was 25% and
+/// 2.8 times the simulation on these two plans.
+#[test]
+fn interleaved_sends_meet_the_other_devices_as_the_schedule_times_them() {
+    let (model, cluster) = setup();
+    let (_, e, s) = run(
+        &model,
+        &cluster,
+        "tp=1,pp=16,mbs=1,gbs=64,engine=megatron,v=2",
+    );
+    shared::assert_simulation_agrees(&e, &s, 0.05);
+    // Five chunks a device, four GPUs of a stage to a node at 25 Gb/s.
+    let model = catalog_model("gpt3-13b").unwrap();
+    let cluster = catalog_cluster("16x8xa100-sxm4-80gb@25Gbps").unwrap();
+    let (_, e5, s5) = shared::estimate_and_simulate(
+        &model,
+        &cluster,
+        2048,
+        "tp=4,pp=8,dp=4,mbs=1,gbs=128,zero=1,engine=megatron,v=5",
+    );
+    shared::assert_simulation_agrees(&e5, &s5, 0.05);
 }

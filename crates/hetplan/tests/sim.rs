@@ -265,7 +265,7 @@ fn the_task_graph_is_bounded_before_it_is_built() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 24);
     let model = catalog_model("gpt3-1.3b").unwrap();
     let cluster = catalog_cluster("1x2xa100-80gb").unwrap();
     let w = Workload {
@@ -310,7 +310,7 @@ fn the_validation_table_agrees() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 24);
 }
 
 /// Per-replica step counts (`Stage::replica_samples`, Poplar): spelling out the uniform plan

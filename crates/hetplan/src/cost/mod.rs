@@ -209,12 +209,18 @@ struct SendTiming {
 }
 
 impl SendTiming {
-    /// None for schedules other than 1F1B, where every send is taken to meet the other stages'
-    /// in the steady state.
+    /// Under the interleaved schedule the same picture holds chunk by chunk: every device
+    /// alternates one chunk's forward and one chunk's backward in the steady state (Megatron's
+    /// `forward_backward_pipelining_with_interleaving`), device d+1 forwards what device d has
+    /// just forwarded, so chunk c's stages send at `Σ_{j=c·depth..=s} Fⱼ` and `… + B_s` — the
+    /// chain restarts with each chunk, and a device's chunks send at the same point of the cycle
+    /// (they never meet: the device runs one pass at a time). None for GPipe, where every send
+    /// is taken to meet the other stages' in the steady state.
     fn of(w: Workload<'_>, plan: &Plan, tokens_per_sample: f64) -> Option<SendTiming> {
-        if plan.schedule != Schedule::OneFOneB || plan.stages.len() < 2 {
+        if plan.schedule == Schedule::Gpipe || plan.stages.len() < 2 {
             return None;
         }
+        let depth = plan.pipeline_depth().max(1);
         let passes: Vec<(f64, f64)> = plan
             .stages
             .iter()
@@ -240,9 +246,11 @@ impl SendTiming {
             .collect();
         let cycle = passes.iter().map(|&(f, b)| f + b).fold(0.0, f64::max);
         let mut chain = 0.0;
-        let leave = passes
-            .iter()
-            .map(|&(f, b)| {
+        let leave = (passes.iter().enumerate())
+            .map(|(s, &(f, b))| {
+                if s % depth == 0 {
+                    chain = 0.0;
+                }
                 chain += f;
                 (chain, chain + b)
             })
@@ -281,7 +289,8 @@ impl SendTiming {
 /// stage's activations beside another's gradients when they are in flight at once — only in the
 /// steady state, where all stages run one forward and one backward per micro-batch, which with
 /// S stages and m micro-batches is `(m − S + 1)` of the m cycles (1F1B's warm-up and cool-down
-/// send alone), and there only for the share of the cycle they overlap (`SendTiming`). The
+/// send alone; with v chunks per device, `v·m − (S − 1) − (v − 1)·S` of its `v·m` chunk
+/// passes), and there only for the share of the cycle they overlap (`SendTiming`). The
 /// tied embedding's pairs all-reduce at once, and TP groups that cross nodes run their
 /// all-reduces side by side.
 #[derive(Default)]
@@ -296,6 +305,8 @@ struct NicLoad {
     /// Physical pipeline stages: an interleaved schedule's chunks `c` and `c + depth` run on
     /// the same GPUs.
     depth: usize,
+    /// Chunks per device (1 but under the interleaved schedule).
+    chunks: f64,
     /// node → tied-embedding pairs crossing it.
     tied: BTreeMap<u32, usize>,
     /// node → (physical stage, its GPUs on the node) of every TP group that crosses nodes: the
@@ -311,9 +322,15 @@ impl NicLoad {
         let model = w.model;
         let depth = plan.pipeline_depth().max(1) as f64;
         let m = plan.micro_batches.max(1) as f64;
+        // Chunk passes per device (v per micro-batch) and, on average over the devices, those
+        // of the warm-up: Megatron's `(depth − rank − 1)·2 + (v − 1)·depth` forwards
+        // (`get_pp_rank_microbatches`), `depth − 1` under 1F1B.
+        let v = (plan.stages.len() as f64 / depth).max(1.0);
+        let warm_up = (depth - 1.0) + (v - 1.0) * depth;
         let mut load = NicLoad {
-            steady: ((m - depth + 1.0) / m).max(0.0),
+            steady: ((m * v - warm_up) / (m * v)).max(0.0),
             depth: plan.pipeline_depth().max(1),
+            chunks: v,
             ..NicLoad::default()
         };
         for si in 0..plan.stages.len().saturating_sub(1) {
@@ -413,9 +430,9 @@ impl NicLoad {
     /// `b + Σ_others min(bᵧ, b)` bytes have crossed it (processor sharing), on its busiest side
     /// at that side's bandwidth (`comm::shared_send_time`). The stage's own sends (its TP ranks,
     /// its replicas) always start together. The others meet it in the steady state, each for
-    /// the share of the send during which it is in flight (`SendTiming`); without a timing
-    /// (GPipe, interleaving) the other devices' always, the device's own sends the other way
-    /// or from its other chunks never (they follow its other passes).
+    /// the share of the send during which it is in flight (`SendTiming`), but for the device's
+    /// other chunks' sends the same way, which follow its other passes; without a timing
+    /// (GPipe) the other devices' always, the device's own sends the other way never.
     fn sides(
         &self,
         cluster: &Cluster,
@@ -428,12 +445,17 @@ impl NicLoad {
         let alone =
             bytes / (cluster.node_pair_bandwidth(from.node, to.node).get() * k::P2P_EFFICIENCY);
         let meets = |y: &Send| match timing {
-            Some(t) => t.overlap(
-                t.leaves(si, forward),
-                alone,
-                t.leaves(y.stage, y.forward),
-                y.alone,
-            ),
+            // The device's other chunks' sends the same way follow its other passes.
+            Some(_) if y.stage % self.depth == si % self.depth && y.forward == forward => 0.0,
+            // Each of another device's v chunks sends in one of v chunk cycles.
+            Some(t) => {
+                t.overlap(
+                    t.leaves(si, forward),
+                    alone,
+                    t.leaves(y.stage, y.forward),
+                    y.alone,
+                ) / self.chunks
+            }
             // Another physical stage's; the same stage's other chunks send after its other
             // passes (and its replicas in lockstep with this one).
             None if y.stage % self.depth != si % self.depth => 1.0,
