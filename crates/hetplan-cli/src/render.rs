@@ -339,8 +339,14 @@ pub fn estimate(
         ("capacity", Right),
         ("fits", Left),
     ]);
+    // A device holds all its chunks (interleaving): one row per device, under the stage of its
+    // first chunk, whose estimate counts them all.
+    let mut chunks = false;
     for s in &est.stages {
-        let (cap, fits) = by_stage.get(&s.index).copied().unwrap_or((0.0, true));
+        let Some(&(cap, fits)) = by_stage.get(&s.index) else {
+            chunks = true;
+            continue;
+        };
         m.row(vec![
             s.index.to_string(),
             gib(s.memory.weights),
@@ -355,7 +361,12 @@ pub fn estimate(
             if fits { "ok".into() } else { "OOM".into() },
         ]);
     }
-    o.push_str("memory per GPU in GiB (most loaded GPU of each stage)\n");
+    o.push_str(if chunks {
+        "memory per GPU in GiB (most loaded GPU of each stage; a device's row, under its first \
+         chunk, holds all its chunks)\n"
+    } else {
+        "memory per GPU in GiB (most loaded GPU of each stage)\n"
+    });
     o.push_str(&m.render());
     o.push_str(
         "frag.: the allocator's fragmentation; runtime: the CUDA context and NCCL's buffers, which \

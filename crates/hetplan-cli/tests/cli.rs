@@ -109,6 +109,34 @@ fn estimate_human_output() {
     insta::assert_snapshot!(out);
 }
 
+/// Under interleaving a device holds all its chunks: its memory is one row, under its first
+/// chunk's stage, with its GPUs' capacity (the later chunks had rows of their own, with no
+/// capacity).
+#[test]
+fn interleaved_memory_has_a_row_per_device() {
+    let out = ok(&[
+        "estimate",
+        "--model",
+        "llama2-7b",
+        "--cluster",
+        "4x4xa100-sxm4-80gb",
+        "--plan",
+        "tp=1,pp=8,dp=2,mbs=1,gbs=64,v=2",
+    ]);
+    let table: Vec<&str> = (out.lines())
+        .skip_while(|l| !l.starts_with("memory per GPU"))
+        .skip(3)
+        .take_while(|l| !l.starts_with("frag."))
+        .collect();
+    assert_eq!(table.len(), 8, "{out}");
+    for (p, row) in table.iter().enumerate() {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[0], p.to_string(), "{row}");
+        assert_eq!(cells[9], "79.15", "{row}");
+    }
+    assert!(out.contains("a device's row, under its first chunk, holds all its chunks"));
+}
+
 #[test]
 fn estimate_plan_file_output() {
     let out = ok(&[
