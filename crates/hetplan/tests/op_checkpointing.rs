@@ -162,7 +162,8 @@ fn a_blocks_activations_are_its_input_and_what_the_policy_keeps() {
     );
     let tokens = SEQ as f64;
     let kept = |eager: bool| {
-        memory::micro_batch_activations(&model, &st, 1, 1, SEQ, Precision::Bf16, eager, true).0
+        memory::micro_batch_activations(&model, &st, 1, 1, SEQ, Precision::Bf16, eager, true, false)
+            .0
     };
     // Input 4,096, QKV 6,144, attention output 4,096 (+ 32 FP32), w1 14,336, at 2 B; eager
     // code keeps w2's output too (4,096).
@@ -255,7 +256,8 @@ fn full_checkpointing_recomputes_the_blocks_not_the_embedding_or_the_head() {
         end: last + 1,
     };
     let kept = |s: &hetplan::plan::Stage| {
-        memory::micro_batch_activations(&model, s, 1, 1, SEQ, Precision::Bf16, false, false).0
+        memory::micro_batch_activations(&model, s, 1, 1, SEQ, Precision::Bf16, false, false, false)
+            .0
     };
     let mut bare = head.clone();
     bare.recompute = Recompute::None;
@@ -310,7 +312,8 @@ fn with_sequence_parallelism_the_reduce_scatters_outputs_are_kept_too() {
     let (st, _) = first_block_alone(&model, &cluster, spec);
     let tokens = SEQ as f64;
     let kept = |eager: bool| {
-        memory::micro_batch_activations(&model, &st, 1, 8, SEQ, Precision::Bf16, eager, true).0
+        memory::micro_batch_activations(&model, &st, 1, 8, SEQ, Precision::Bf16, eager, true, false)
+            .0
     };
     // What one GPU keeps without TP, split eight ways, and the attention projection's
     // reduce-scattered output (4,096 wide, 2 B, an eighth of the tokens).

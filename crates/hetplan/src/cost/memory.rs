@@ -130,10 +130,10 @@ pub fn fp8_weight_copy_bytes(
     precision: Precision,
     engine: Engine,
 ) -> f64 {
-    let per_param = match (precision, engine) {
-        (Precision::Fp8, Engine::Megatron | Engine::Deepspeed) => 2.0,
-        _ => return 0.0,
-    };
+    if !saves_fp8_gemm_inputs(precision, engine) {
+        return 0.0;
+    }
+    let per_param = 2.0;
     let mut params = 0.0;
     for i in stage.layers.iter() {
         let layer = &model.layers[i];
@@ -230,8 +230,22 @@ pub fn loss_transient_bytes_per_entry(fused: bool, engine: Engine) -> f64 {
     }
 }
 
+/// Whether the FP8 products keep their inputs for backward in FP8: Transformer Engine's linears
+/// (Megatron's and DeepSpeed's FP8) quantize the input for the forward product and save that
+/// quantized copy, 1 B per element, for the weight gradient ("Discard row-wise data since it is
+/// not needed in backward pass", then `saved_inputmat = inputmat`: TE 2.x
+/// `pytorch/module/linear.py`, `layernorm_linear.py`, `grouped_linear.py`). torchao's Float8
+/// (torchtitan) saves the high-precision input (`matmul_with_hp_or_float8_args`).
+pub fn saves_fp8_gemm_inputs(precision: Precision, engine: Engine) -> bool {
+    matches!(
+        (precision, engine),
+        (Precision::Fp8, Engine::Megatron | Engine::Deepspeed)
+    )
+}
+
 /// Bytes one layer keeps for backward for one micro-batch on one TP rank, without checkpointing;
-/// `compiled_loss`: the plan compiles PyTorch's loss (`Plan::compiles_loss`).
+/// `compiled_loss`: the plan compiles PyTorch's loss (`Plan::compiles_loss`); `fp8_inputs`: its
+/// FP8 products keep their inputs in FP8 ([`saves_fp8_gemm_inputs`]).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_saved_bytes(
     layer: &Layer,
@@ -242,6 +256,7 @@ pub fn layer_saved_bytes(
     selective: bool,
     precision: Precision,
     compiled_loss: bool,
+    fp8_inputs: bool,
 ) -> f64 {
     let tp = tp.max(1) as f64;
     let scale = precision.element_bytes() / 2.0;
@@ -250,6 +265,10 @@ pub fn layer_saved_bytes(
         let (mut all, recomputed) = op.saved_bytes_per_token(seq);
         if let OpKind::Loss { vocab, fused } = op.kind {
             all = loss_saved_bytes_per_entry(fused || compiled_loss) * vocab as f64;
+        }
+        // A 16-bit input kept in 8 bits.
+        if fp8_inputs && super::compute::fp8_gemm(op, layer.kind, precision) {
+            all /= 2.0;
         }
         let kept = if selective { all - recomputed } else { all };
         let split = if op.saved_sharded || sequence_parallel {
@@ -347,7 +366,8 @@ fn op_checkpoint_kept_bytes(
 /// Activation bytes of one micro-batch of `mbs` samples through a replica of a stage at TP
 /// degree `tp`, and the working set of recomputing its largest checkpointed layer; `eager`:
 /// the model's code runs uncompiled (`Plan::runs_eagerly`), `compiled_loss`: its loss runs
-/// compiled (`Plan::compiles_loss`).
+/// compiled (`Plan::compiles_loss`), `fp8_inputs`: its FP8 products keep their inputs in FP8
+/// ([`saves_fp8_gemm_inputs`]).
 #[allow(clippy::too_many_arguments)]
 pub fn micro_batch_activations(
     model: &Model,
@@ -358,6 +378,7 @@ pub fn micro_batch_activations(
     precision: Precision,
     eager: bool,
     compiled_loss: bool,
+    fp8_inputs: bool,
 ) -> (f64, f64) {
     // Context parallelism: 1/cp of each sequence on this GPU.
     let tokens = mbs as f64 * model.tokens_per_sample(seq) as f64 / stage.cp.max(1) as f64;
@@ -377,6 +398,7 @@ pub fn micro_batch_activations(
             selective,
             precision,
             compiled_loss,
+            fp8_inputs,
         );
         let ops_kept = if by_op {
             op_checkpoint_kept_bytes(layer, tokens, tp, sp, precision, eager)
@@ -693,6 +715,47 @@ mod tests {
 
     fn comms(pairs: u32, groups: u32) -> Communicators {
         Communicators { pairs, groups }
+    }
+
+    /// Transformer Engine keeps an FP8 product's input in 8 bits for the weight gradient, so a
+    /// Megatron FP8 block keeps less than a BF16 one by half of its products' inputs: the QKV,
+    /// projection and MLP inputs of Llama 3 8B, 2·(2h + 2h + 2·3.5h)… per token at 16 bits. The
+    /// norms', attention's and activation's own saved tensors stay 16-bit, and torchao's
+    /// Float8 (FSDP) saves its 16-bit inputs as BF16 does.
+    #[test]
+    fn transformer_engine_keeps_fp8_inputs_in_fp8() {
+        let model = crate::model::catalog::catalog_model("llama3-8b").unwrap();
+        let block = &model.layers[1];
+        let saved = |p: Precision, e: Engine| {
+            layer_saved_bytes(
+                block,
+                1.0,
+                2048,
+                1,
+                false,
+                false,
+                p,
+                true,
+                saves_fp8_gemm_inputs(p, e),
+            )
+        };
+        let bf16 = saved(Precision::Bf16, Engine::Megatron);
+        assert_eq!(saved(Precision::Fp8, Engine::Fsdp), bf16);
+        assert_eq!(saved(Precision::Bf16, Engine::Megatron), bf16);
+        let te = saved(Precision::Fp8, Engine::Megatron);
+        let inputs: f64 = (block.ops.iter())
+            .filter(|op| crate::cost::compute::fp8_gemm(op, block.kind, Precision::Fp8))
+            .map(|op| op.saved_bytes_per_token)
+            .sum();
+        assert!(inputs > 0.25 * bf16, "{inputs} of {bf16}");
+        assert!(
+            (bf16 - te - inputs / 2.0).abs() < 1e-9,
+            "{bf16} {te} {inputs}"
+        );
+        assert!(!saves_fp8_gemm_inputs(
+            Precision::Fp8Rowwise,
+            Engine::Megatron
+        ));
     }
 
     #[test]

@@ -1173,6 +1173,7 @@ pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64,
         plan.precision,
         plan.runs_eagerly(),
         plan.compiles_loss(),
+        memory::saves_fp8_gemm_inputs(plan.precision, plan.engine),
     );
     let ab = off.activations * act;
     let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
@@ -1742,6 +1743,7 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
             plan.precision,
             eager,
             compiled_loss,
+            memory::saves_fp8_gemm_inputs(plan.precision, plan.engine),
         );
         act_per_mb += a;
         working = working.max(wk);

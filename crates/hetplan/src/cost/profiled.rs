@@ -279,6 +279,7 @@ pub fn compare_with_model(
                 precision,
                 // The profiler's head runs PyTorch's loss eagerly.
                 false,
+                false,
             );
             out.push(SampleCheck {
                 gpu: gpu.name.clone(),
