@@ -334,7 +334,8 @@ struct CalibrateArgs {
     data: Option<String>,
     /// Check published runs in the shared schema instead (docs/validation.md §8), each beside
     /// the estimate and the simulation of the plan it ran: `torchtitan`, `megatron_lm_readme`,
-    /// `bigscience_bloom_prequel` (built in), `all` of them, or a CSV in that schema.
+    /// `bigscience_bloom_prequel`, `nemo_megatron_bridge` (built in), `all` of them, or a CSV in
+    /// that schema.
     #[arg(long, value_name = "NAME|CSV", conflicts_with_all = ["data", "inter_node_bandwidth"])]
     published: Option<String>,
     /// Network bandwidth of each node, per direction, for every row (default: the CSV's

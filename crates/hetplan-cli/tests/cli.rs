@@ -1772,7 +1772,7 @@ fn calibrate_checks_the_published_runs() {
     let o = hetplan(&["calibrate", "--published", "all", "--json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    assert_eq!(v["rows"].as_array().unwrap().len(), 108);
+    assert_eq!(v["rows"].as_array().unwrap().len(), 116);
     assert_eq!(v["skipped"].as_array().unwrap().len(), 10);
     assert!(
         v["rows"][0]["estimated_tokens_per_s_per_gpu"]

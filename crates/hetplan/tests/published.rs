@@ -32,7 +32,7 @@ fn group<'a>(all: &'a [(String, Checked)], source: &str, gpu: &str, fp8: bool) -
 #[test]
 fn every_row_is_a_problem_or_says_why_not() {
     let (all, skipped) = cases();
-    assert_eq!(all.len(), 43 + 9 + 56, "{skipped:?}");
+    assert_eq!(all.len(), 43 + 9 + 56 + 8, "{skipped:?}");
     // The Selene rows of Megatron's 2021 table publish neither heads nor layout.
     assert_eq!(skipped.len(), 10, "{skipped:?}");
     assert!(skipped
@@ -51,6 +51,9 @@ fn every_row_is_a_problem_or_says_why_not() {
         "v=2",
         "zero=3",
         "zero=1",
+        "ep=32,etp=1",
+        "capacity=1",
+        "v=12",
     ] {
         assert!(
             specs.iter().any(|s| s.contains(needle)),
@@ -304,4 +307,29 @@ fn bad_rows_and_edited_cases_are_errors_not_panics() {
     assert_eq!(e.field.as_deref(), Some("global_batch"));
     let col = e.column.unwrap();
     assert!(bad[col - 1..].starts_with("sixteen"), "{e:?}");
+}
+
+/// NeMo's Megatron-Bridge H100 runs (docs/validation.md §8), held out: its dense FP8 rows
+/// (Llama 3 70B, 405B with context parallelism) stay within their errors of today, and every
+/// run fits — Transformer Engine keeps its FP8 products' inputs in FP8 for backward
+/// (`memory::saves_fp8_gemm_inputs`; counted at 16 bits, the 70B rows were estimated at 86.5
+/// GiB of 79.2 and the 405B rows at 86.1). The mixture-of-experts rows are the first
+/// published expert-parallel runs here, and hetplan is far from them (+25% with 4 local
+/// experts to +193% with 16, about 0.5–0.7 ms a local expert, layer and micro-batch that the
+/// estimate lacks): the bounds hold that gap where it is until it is explained.
+#[test]
+fn megatron_bridge_runs_fit_and_stay_where_they_are() {
+    let (all, _) = cases();
+    let rows: Vec<&Checked> = (all.iter())
+        .filter(|(s, _)| s == "nemo_megatron_bridge")
+        .map(|(_, c)| c)
+        .collect();
+    assert_eq!(rows.len(), 8);
+    for c in &rows {
+        assert!(c.fits, "{}: {:.1} GiB", c.id, c.estimated_memory.as_gib());
+        let e = c.time_error().unwrap();
+        let moe = c.spec.contains("ep=");
+        let (lo, hi) = if moe { (0.2, 2.0) } else { (0.0, 0.25) };
+        assert!(lo <= e && e <= hi, "{}: {e:+.3}", c.id);
+    }
 }

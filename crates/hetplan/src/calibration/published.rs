@@ -2,7 +2,8 @@
 //! run, with the model's shape, the GPUs, the parallel layout as published, and what was
 //! measured (tokens/s per GPU, TFLOP/s per GPU or seconds per iteration; peak memory as the
 //! source's tool reported it). `data/published/` holds torchtitan's benchmarks, the Megatron-LM
-//! README's scaling tables and BigScience's BLOOM-176B sizing runs in it.
+//! README's scaling tables, BigScience's BLOOM-176B sizing runs and NeMo Megatron-Bridge's
+//! H100 performance summary in it.
 //!
 //! Each row becomes the problem it ran ([`Case`]: model, cluster, plan, sequence length) with
 //! every value the source does not print filled by a stated assumption ([`Case::assumptions`]),
@@ -38,6 +39,28 @@ pub const BUILTIN: &[(&str, &str)] = &[
     (
         "bigscience_bloom_prequel",
         include_str!("../../../../data/published/bigscience_bloom_prequel.csv"),
+    ),
+    (
+        "nemo_megatron_bridge",
+        include_str!("../../../../data/published/nemo_megatron_bridge.csv"),
+    ),
+];
+
+/// Models whose shape the schema's columns cannot say (routed experts, top-k, sliding windows),
+/// by the HuggingFace id a row's `shape_from` names: the `config.json` published with each
+/// (`data/published/configs/`; parameter counts as the model cards give them).
+const HF_CONFIGS: &[(&str, &str)] = &[
+    (
+        "Qwen/Qwen3-30B-A3B",
+        include_str!("../../../../data/published/configs/qwen3-30b-a3b.json"),
+    ),
+    (
+        "Qwen/Qwen3-235B-A22B",
+        include_str!("../../../../data/published/configs/qwen3-235b-a22b.json"),
+    ),
+    (
+        "openai/gpt-oss-120b",
+        include_str!("../../../../data/published/configs/gpt-oss-120b.json"),
     ),
 ];
 
@@ -261,7 +284,7 @@ fn megatron_2024_flops_per_token(l: f64, h: f64, f: f64, a: f64, g: f64, s: f64,
 
 /// Every row of one published CSV made into a [`Case`] (or [`Outcome::Skipped`] with the
 /// reason). `source` names the file in errors and picks the source's conventions
-/// (`torchtitan`, `megatron_lm_readme`, `bigscience_bloom_prequel`).
+/// (`torchtitan`, `megatron_lm_readme`, `bigscience_bloom_prequel`, `nemo_megatron_bridge`).
 pub fn parse(source: &str, src: &str) -> Result<Vec<Outcome>, InputError> {
     let mut header: Option<Vec<String>> = None;
     let mut out = Vec::new();
@@ -402,14 +425,19 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     };
     let ffn = r.whole_opt("ffn_hidden")?.unwrap_or(4 * hidden);
     let kv_heads = r.whole_opt("n_kv_heads")?.unwrap_or(heads);
-    let config = match family {
-        Family::Llama => format!(
+    let shape_from = r.text_opt("shape_from").unwrap_or("");
+    let hf = HF_CONFIGS
+        .iter()
+        .find(|(name, _)| shape_from.contains(name));
+    let config = match (hf, family) {
+        (Some((_, config)), _) => config.to_string(),
+        (None, Family::Llama) => format!(
             r#"{{"model_type": "llama", "num_hidden_layers": {layers}, "hidden_size": {hidden},
             "intermediate_size": {ffn}, "num_attention_heads": {heads}, "num_key_value_heads":
             {kv_heads}, "vocab_size": {vocab}, "max_position_embeddings": {seq},
             "tie_word_embeddings": false}}"#
         ),
-        Family::Gpt => format!(
+        (None, Family::Gpt) => format!(
             r#"{{"model_type": "gpt2", "n_layer": {layers}, "n_embd": {hidden}, "n_inner": {ffn},
             "n_head": {heads}, "vocab_size": {vocab}, "n_positions": {seq}}}"#
         ),
@@ -417,7 +445,7 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         // (bigscience/bloom config.json). Attention is Megatron's unfused core (`baddbmm` and
         // its fused scale-mask-softmax kernel, megatron/model/transformer.py of the fork):
         // these runs predate FlashAttention (Dao et al., May 2022), so `eager`.
-        Family::Bloom => {
+        (None, Family::Bloom) => {
             assumptions.push("attention unfused (Megatron's softmax kernel, 2022)".into());
             format!(
                 r#"{{"model_type": "bloom", "n_layer": {layers}, "hidden_size": {hidden},
@@ -488,6 +516,12 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         "ops".into()
     } else if ckpt_text.starts_with("selective") {
         "selective".into()
+    } else if let Some(modules) = ckpt_text.strip_prefix("modules ") {
+        // Megatron's `recompute_modules` (layernorm, moe_act, ...): small parts of a block that
+        // hetplan's checkpointing options do not name. Estimated without them: the time of
+        // their recomputation is left out, their memory kept.
+        assumptions.push(format!("recomputation of {modules} not modelled: none"));
+        "none".into()
     } else if ckpt_text == "no" || ckpt_text.starts_with("none") {
         "none".into()
     } else {
@@ -516,21 +550,27 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     let precision_name = precision.name();
     let sp = tp > 1 && engine != "deepspeed";
     // TP communication overlap: the Megatron README's benchmark configuration lists
-    // `--tp-comm-overlap`; torchtitan's tables name their async-TP rows.
+    // `--tp-comm-overlap`; torchtitan's tables name their async-TP rows; Megatron-Bridge's rows
+    // say what their recipe sets in their notes.
     let table = r.text("table")?.to_ascii_lowercase();
+    let notes = r.text_opt("notes").unwrap_or("").to_ascii_lowercase();
     let tp_overlap = sp
         && if engine_text.contains("r0.8") {
             assumptions.push("the README's --tp-comm-overlap".into());
             true
         } else {
-            table.contains("asynctp") || table.contains("async tp")
+            table.contains("asynctp")
+                || table.contains("async tp")
+                || notes.contains("tp communication overlap on")
         };
     let schedule = r.text("pp_schedule")?;
-    let interleave = if schedule.starts_with("Interleaved") {
-        assumptions.push("interleaved schedule: 2 chunks per stage (not printed)".into());
-        ",v=2"
-    } else {
-        ""
+    let interleave = match r.whole_opt("vpp")? {
+        Some(v) if v > 1 => format!(",v={v}"),
+        _ if schedule.starts_with("Interleaved") => {
+            assumptions.push("interleaved schedule: 2 chunks per stage (not printed)".into());
+            ",v=2".into()
+        }
+        _ => String::new(),
     };
     // torchtitan's rows that say they ran without `torch.compile` (its default then) run the
     // model's code eagerly. The others say they were compiled (async TP is compiled too), or
@@ -538,7 +578,20 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     // model since April 2025 (its commit bbb1b616e; `train.py` of its December 2024
     // benchmarks, 9dec370, has `torch.compile(loss_fn)` commented out): the blocks alone
     // before 2025.
-    let notes = r.text_opt("notes").unwrap_or("").to_ascii_lowercase();
+    // Expert parallelism, its expert tensor-parallel degree where the notes give it, and
+    // routing forced to balance (Megatron's `moe_router_force_load_balancing`: no expert rank
+    // takes more than its even share, a capacity factor of 1 that drops nothing).
+    let ep = r.whole_opt("ep")?.unwrap_or(1);
+    let mut moe = String::new();
+    if ep > 1 {
+        moe = format!(",ep={ep}");
+        if notes.contains("etp 1") && tp > 1 {
+            moe.push_str(",etp=1");
+        }
+    }
+    if notes.contains("force-balanced") {
+        moe.push_str(",capacity=1");
+    }
     let source_ref = r.text_opt("source_ref").unwrap_or("");
     let compile = if engine != "fsdp" {
         ""
@@ -557,7 +610,7 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     };
     let spec = format!(
         "tp={tp},pp={pp},dp={dp},cp={cp},mbs={mbs},gbs={gbs},zero={zero},ckpt={ckpt},\
-         sp={},tp_overlap={},engine={engine},precision={precision_name}{interleave}{compile}",
+         sp={},tp_overlap={},engine={engine},precision={precision_name}{interleave}{moe}{compile}",
         if sp { "on" } else { "off" },
         if tp_overlap { "on" } else { "off" },
     );
@@ -568,6 +621,11 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     if precision_text.contains("fp32 grad") {
         // DeepSpeed's BF16_Optimizer accumulates gradients in FP32 (the data's header).
         plan.collective_dtypes.gradients = Some(Precision::Fp32);
+    }
+    if precision_text.contains("bf16 grad") {
+        // Megatron-Bridge's recipes keep and reduce gradients in BF16 (`grad_reduce_in_fp32 =
+        // False`), where Megatron-LM's arguments force FP32 (`plan::default_gradient_dtype`).
+        plan.collective_dtypes.gradients = Some(Precision::Bf16);
     }
     if engine == "fsdp" && pp > 1 {
         // torchtitan reduces in FP32 (`mixed_precision_reduce = "float32"`), and the FSDP2 of
