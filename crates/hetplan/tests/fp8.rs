@@ -360,3 +360,72 @@ fn torchtitan_exports_and_imports_rowwise_fp8() {
         format!("from torchtitan.components.quantization import Float8LinearConverter\n{bf16}");
     assert_eq!(import(&imported).unwrap(), Precision::Bf16);
 }
+
+/// Megatron's `--fp8-param-gather` (`collective_dtypes.params: fp8`): the blocks' weights are
+/// kept in FP8 only — the 2 B per parameter of FP8 copies beside the 16-bit weights are gone —
+/// and gathered at 1 B; the export says so; any other engine, precision or a stage without the
+/// distributed optimizer is refused with the field and a hint.
+#[test]
+fn fp8_param_gather_keeps_the_weights_in_fp8_only() {
+    let model = catalog_model("llama3-8b").unwrap();
+    let cluster = catalog_cluster("2x8xh100-sxm5-80gb@3200Gbps").unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let spec = "tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=1,engine=megatron,precision=fp8";
+    let plain = parse_inline_plan(spec, &model, &cluster).unwrap();
+    let mut fp8_params = plain.clone();
+    fp8_params.collective_dtypes.params = Some(Precision::Fp8);
+    assert!(fp8_params.fp8_params() && !plain.fp8_params());
+    assert_eq!(fp8_params.collective_element_bytes().0, 1.0);
+    assert_eq!(plain.collective_element_bytes().0, 2.0);
+    let e = |p| estimate(w, &w.validate(p).unwrap(), &Analytic);
+    let (a, b) = (e(&plain), e(&fp8_params));
+    for (x, y) in a.stages.iter().zip(&b.stages) {
+        // The FP8 copies: 2 B of the blocks' product weights beside their 16-bit 2 B, less
+        // where a stage holds the embedding or the head (16-bit only).
+        let (before, after) = (x.memory.weights.get(), y.memory.weights.get());
+        let saved = before - after;
+        assert!(
+            saved > 0.3 * before && saved <= 0.5 * before,
+            "{saved} of {before}"
+        );
+        assert_eq!(x.memory.activations, y.memory.activations);
+        // Half the bytes to gather.
+        assert!(y.dp_sync.get() < x.dp_sync.get(), "stage {}", x.index);
+    }
+    let job = hetplan::export::Job {
+        model: &model,
+        cluster: &cluster,
+        plan: &w.validate(&fp8_params).unwrap(),
+        seq_len: 4096,
+    };
+    let files = hetplan::export::megatron::export(job).unwrap().files;
+    assert!(files
+        .iter()
+        .any(|f| f.contents.contains("--fp8-param-gather")));
+    let job = hetplan::export::Job {
+        plan: &w.validate(&plain).unwrap(),
+        ..job
+    };
+    let files = hetplan::export::megatron::export(job).unwrap().files;
+    assert!(!files
+        .iter()
+        .any(|f| f.contents.contains("--fp8-param-gather")));
+    for bad in [
+        "tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=1,engine=megatron,precision=bf16",
+        "tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=0,engine=megatron,precision=fp8",
+        "tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=1,engine=deepspeed,precision=fp8",
+    ] {
+        let mut p = parse_inline_plan(bad, &model, &cluster).unwrap();
+        p.collective_dtypes.params = Some(Precision::Fp8);
+        let errs = hetplan::plan::validate::validate(&p, &model, &cluster).unwrap_err();
+        let e = (errs.iter())
+            .find(|e| matches!(e, PlanError::Fp8ParamGather { .. }))
+            .unwrap_or_else(|| panic!("{bad}: {errs:?}"));
+        assert_eq!(e.path(), "collective_dtypes.params");
+        assert!(e.hint().unwrap().contains("megatron"), "{bad}");
+    }
+}

@@ -166,7 +166,7 @@ fn interleaved_sends_meet_the_other_devices_as_the_schedule_times_them() {
         "tp=1,pp=16,mbs=1,gbs=64,engine=megatron,v=2",
     );
     shared::assert_simulation_agrees(&e, &s, 0.05);
-    // Five chunks a device, four GPUs of a stage to a node at 25 Gb/s.
+    // Five chunks a device; each stage's 16 GPUs (TP 4 × DP 4) on two nodes at 25 Gb/s.
     let model = catalog_model("gpt3-13b").unwrap();
     let cluster = catalog_cluster("16x8xa100-sxm4-80gb@25Gbps").unwrap();
     let (_, e5, s5) = shared::estimate_and_simulate(

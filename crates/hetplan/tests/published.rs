@@ -312,8 +312,9 @@ fn bad_rows_and_edited_cases_are_errors_not_panics() {
 /// NeMo's Megatron-Bridge H100 runs (docs/validation.md §8), held out: its dense FP8 rows
 /// (Llama 3 70B, 405B with context parallelism) stay within their errors of today, and every
 /// run fits — Transformer Engine keeps its FP8 products' inputs in FP8 for backward
-/// (`memory::saves_fp8_gemm_inputs`; counted at 16 bits, the 70B rows were estimated at 86.5
-/// GiB of 79.2 and the 405B rows at 86.1). The mixture-of-experts rows are the first
+/// (`memory::saves_fp8_gemm_inputs`) and the recipes keep the weights in FP8 only
+/// (`--fp8-param-gather`, `Plan::fp8_params`); counted at 16 bits, the 70B rows were estimated
+/// at 86.5 GiB of 79.2 and the 405B rows at 86.1. The mixture-of-experts rows are the first
 /// published expert-parallel runs here, and hetplan is far from them (+25% with 4 local
 /// experts to +193% with 16, about 0.5–0.7 ms a local expert, layer and micro-batch that the
 /// estimate lacks): the bounds hold that gap where it is until it is explained.
@@ -325,6 +326,37 @@ fn megatron_bridge_runs_fit_and_stay_where_they_are() {
         .map(|(_, c)| c)
         .collect();
     assert_eq!(rows.len(), 8);
+    // The models named by `shape_from` are their cards' (parameters in billions).
+    let text = (BUILTIN.iter())
+        .find(|(n, _)| *n == "nemo_megatron_bridge")
+        .map(|(_, t)| *t)
+        .unwrap();
+    let mut checked = 0;
+    for o in parse("nemo_megatron_bridge", text).unwrap() {
+        let Outcome::Case(c) = o else { continue };
+        let billions = c.model.params() as f64 / 1e9;
+        let card = match &c.id[c.id.len() - 3..] {
+            "001" => 116.8,
+            "002" => 30.5,
+            "003" | "004" => 235.1,
+            _ => continue,
+        };
+        checked += 1;
+        assert!((billions - card).abs() < 0.05, "{}: {billions}", c.id);
+    }
+    assert_eq!(checked, 4);
+    // A configuration whose shape is not the row's is an error at the row's column.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("nemo_megatron_bridge-002"))
+        .unwrap();
+    let bad = text.replace(line, &line.replacen(",48,2048,", ",47,2048,", 1));
+    let e = parse("nemo_megatron_bridge", &bad).unwrap_err();
+    assert!(
+        e.message.contains("its `shape_from` configuration has 48"),
+        "{e:?}"
+    );
+    assert_eq!(e.field.as_deref(), Some("n_layers"));
     for c in &rows {
         assert!(c.fits, "{}: {:.1} GiB", c.id, c.estimated_memory.as_gib());
         let e = c.time_error().unwrap();

@@ -456,6 +456,20 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     let model = parse_hf_config(&config, &id).map_err(|e| {
         InputError::new(format!("the row's model shape is not valid: {}", e.message)).at(r.line, 1)
     })?;
+    // A configuration named by `shape_from` must be the shape the row prints.
+    if hf.is_some() {
+        let blocks = (model.layers.iter())
+            .filter(|l| l.kind == crate::model::LayerKind::Transformer)
+            .count() as u64;
+        if blocks != layers {
+            let col = r.get("n_layers")?.1;
+            return Err(InputError::new(format!(
+                "the row says {layers} layers, its `shape_from` configuration has {blocks}"
+            ))
+            .at(r.line, col)
+            .field("n_layers"));
+        }
+    }
 
     // The layout.
     let tp = r.whole_opt("tp")?;
@@ -566,7 +580,8 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     let schedule = r.text("pp_schedule")?;
     let interleave = match r.whole_opt("vpp")? {
         Some(v) if v > 1 => format!(",v={v}"),
-        _ if schedule.starts_with("Interleaved") => {
+        Some(_) => String::new(),
+        None if schedule.starts_with("Interleaved") => {
             assumptions.push("interleaved schedule: 2 chunks per stage (not printed)".into());
             ",v=2".into()
         }
@@ -585,11 +600,18 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     let mut moe = String::new();
     if ep > 1 {
         moe = format!(",ep={ep}");
-        if notes.contains("etp 1") && tp > 1 {
-            moe.push_str(",etp=1");
+        // "ETP n" among the notes' `;`-separated items.
+        let etp = (notes.split(';'))
+            .find_map(|item| item.trim().strip_prefix("etp ")?.parse::<u64>().ok());
+        if let Some(etp) = etp.filter(|&e| e != tp) {
+            moe.push_str(&format!(",etp={etp}"));
         }
     }
     if notes.contains("force-balanced") {
+        // Priced as a capacity factor of 1: no expert rank takes more than its even share.
+        // The same cost, not the same run (a capacity factor drops tokens, forced balance
+        // routes them evenly): the plan is for the estimate, not for export.
+        assumptions.push("forced balance priced as capacity 1 (no rank above its share)".into());
         moe.push_str(",capacity=1");
     }
     let source_ref = r.text_opt("source_ref").unwrap_or("");
@@ -621,6 +643,10 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     if precision_text.contains("fp32 grad") {
         // DeepSpeed's BF16_Optimizer accumulates gradients in FP32 (the data's header).
         plan.collective_dtypes.gradients = Some(Precision::Fp32);
+    }
+    if fp8 && precision_text.contains("fp8_param_gather") {
+        // Megatron's --fp8-param-gather: the blocks' weights kept and gathered in FP8.
+        plan.collective_dtypes.params = Some(Precision::Fp8);
     }
     if precision_text.contains("bf16 grad") {
         // Megatron-Bridge's recipes keep and reduce gradients in BF16 (`grad_reduce_in_fp32 =

@@ -214,8 +214,11 @@ impl SendTiming {
     /// `forward_backward_pipelining_with_interleaving`), device d+1 forwards what device d has
     /// just forwarded, so chunk c's stages send at `Σ_{j=c·depth..=s} Fⱼ` and `… + B_s` — the
     /// chain restarts with each chunk, and a device's chunks send at the same point of the cycle
-    /// (they never meet: the device runs one pass at a time). None for GPipe, where every send
-    /// is taken to meet the other stages' in the steady state.
+    /// (they never meet: the device runs one pass at a time). The cycle is the slowest chunk's
+    /// `F + B`, which paces every device's chunk cycles (a device's mean chunk would shorten it
+    /// where chunks are uneven, and put GPT-3 13B at v = 5, one chunk of two blocks among 40,
+    /// 13% above its simulation instead of 1% below). None for GPipe, where every send is taken
+    /// to meet the other stages' in the steady state.
     fn of(w: Workload<'_>, plan: &Plan, tokens_per_sample: f64) -> Option<SendTiming> {
         if plan.schedule == Schedule::Gpipe || plan.stages.len() < 2 {
             return None;
@@ -289,8 +292,8 @@ impl SendTiming {
 /// stage's activations beside another's gradients when they are in flight at once — only in the
 /// steady state, where all stages run one forward and one backward per micro-batch, which with
 /// S stages and m micro-batches is `(m − S + 1)` of the m cycles (1F1B's warm-up and cool-down
-/// send alone; with v chunks per device, `v·m − (S − 1) − (v − 1)·S` of its `v·m` chunk
-/// passes), and there only for the share of the cycle they overlap (`SendTiming`). The
+/// send alone; with v chunks on each of S physical stages, `v·m − 2(S − 1) − (v − 1)·S` of the
+/// `v·m` chunk cycles), and there only for the share of the cycle they overlap (`SendTiming`). The
 /// tied embedding's pairs all-reduce at once, and TP groups that cross nodes run their
 /// all-reduces side by side.
 #[derive(Default)]
@@ -322,11 +325,16 @@ impl NicLoad {
         let model = w.model;
         let depth = plan.pipeline_depth().max(1) as f64;
         let m = plan.micro_batches.max(1) as f64;
-        // Chunk passes per device (v per micro-batch) and, on average over the devices, those
-        // of the warm-up: Megatron's `(depth − rank − 1)·2 + (v − 1)·depth` forwards
-        // (`get_pp_rank_microbatches`), `depth − 1` under 1F1B.
+        // Chunk passes per device (v per micro-batch) and the first device's warm-up, after
+        // which every device is in the steady state: `depth − 1` forwards under 1F1B, Megatron's
+        // `(depth − 1)·2 + (v − 1)·depth` under interleaving (`get_pp_rank_microbatches` at rank
+        // 0; the cool-down mirrors it).
         let v = (plan.stages.len() as f64 / depth).max(1.0);
-        let warm_up = (depth - 1.0) + (v - 1.0) * depth;
+        let warm_up = if v > 1.0 {
+            2.0 * (depth - 1.0) + (v - 1.0) * depth
+        } else {
+            depth - 1.0
+        };
         let mut load = NicLoad {
             steady: ((m * v - warm_up) / (m * v)).max(0.0),
             depth: plan.pipeline_depth().max(1),
@@ -1722,7 +1730,10 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
     let offloaded_states =
         weights * off.weights + gradients * off.gradients + optimizer * off.optimizer;
     let fp8_copies: f64 = (chunks.iter())
-        .map(|c| memory::fp8_weight_copy_bytes(model, c, c.tp_of(r), plan.precision, plan.engine))
+        .map(|c| {
+            let (p, e) = (plan.precision, plan.engine);
+            memory::fp8_weight_copy_bytes(model, c, c.tp_of(r), p, e, plan.fp8_params())
+        })
         .sum();
     let weights = weights * (1.0 - off.weights) + fp8_copies;
     let gradients = gradients * (1.0 - off.gradients);

@@ -476,6 +476,9 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
         Precision::Fp8 => {
             flag("bf16", None);
             flag("fp8-format", Some("hybrid".into()));
+            if plan.fp8_params() {
+                flag("fp8-param-gather", None);
+            }
         }
         // torchao's recipe, not Transformer Engine's: refused before export
         // (`Target::precisions`).

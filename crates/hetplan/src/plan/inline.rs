@@ -660,6 +660,7 @@ fn key_of(e: &PlanError) -> &'static str {
         PlanError::Fp8Unsupported { .. } => "precision",
         PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile",
         PlanError::RowwiseOutsideFsdp { .. } => "engine",
+        PlanError::Fp8ParamGather { .. } => "precision",
         PlanError::OffloadRatio { which, .. } => match *which {
             "weights" => "offload_w",
             "gradients" => "offload_g",

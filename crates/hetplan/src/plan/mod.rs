@@ -218,8 +218,11 @@ impl Precision {
 /// Element types of the data-parallel collectives, where engines let them differ from the
 /// training precision: PyTorch FSDP's `MixedPrecision(param_dtype, reduce_dtype)` (Composer's
 /// `DEFAULT` gathers fp32 parameters and reduces in bf16), Megatron's
-/// `--accumulate-allreduce-grads-in-fp32` (fp32 gradient reduction). `None`: the training
-/// precision's 16- or 32-bit element.
+/// `--accumulate-allreduce-grads-in-fp32` (fp32 gradient reduction), and `params: "fp8"` in
+/// FP8 training under Megatron, its `--fp8-param-gather` ("Keep the compute param in fp8 ... and
+/// perform the param all-gather in fp8", megatron/training/arguments.py; distributed optimizer
+/// only): the blocks' FP8 weights are the parameters, gathered at 1 B, with no 16-bit copy
+/// ([`Plan::fp8_params`]). `None`: the training precision's 16- or 32-bit element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CollectiveDtypes {
@@ -795,10 +798,26 @@ impl Plan {
             .unwrap_or_else(|| default_gradient_dtype(self.engine, self.precision))
     }
 
-    /// Bytes per element of gathered parameters and of reduced gradients.
+    /// Megatron's `--fp8-param-gather` (`collective_dtypes.params` FP8 in FP8 training): the
+    /// blocks' products keep their weights in FP8 only, and the distributed optimizer gathers
+    /// them in FP8.
+    pub fn fp8_params(&self) -> bool {
+        self.precision == Precision::Fp8 && self.collective_dtypes.params == Some(Precision::Fp8)
+    }
+
+    /// Bytes per element of gathered parameters and of reduced gradients. Under
+    /// [`Plan::fp8_params`] every gathered element is taken at 1 B: the blocks' product weights,
+    /// nearly all of them (Megatron gathers the embedding's and the norms' in 16 bits).
     pub fn collective_element_bytes(&self) -> (f64, f64) {
-        let p = self.collective_dtypes.params.unwrap_or(self.precision);
-        (p.element_bytes(), self.gradient_dtype().element_bytes())
+        let p = if self.fp8_params() {
+            1.0
+        } else {
+            self.collective_dtypes
+                .params
+                .unwrap_or(self.precision)
+                .element_bytes()
+        };
+        (p, self.gradient_dtype().element_bytes())
     }
 
     /// The plan as its engine runs it, where that differs from what it says; `None` when it

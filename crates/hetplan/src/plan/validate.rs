@@ -393,6 +393,14 @@ pub enum PlanError {
         compile: &'static str,
     },
     #[error(
+        "collective_dtypes.params is fp8 (Megatron's --fp8-param-gather), which needs          precision fp8, engine megatron and its distributed optimizer (zero of 1 or more on          every stage); this plan has precision {precision}, engine {engine}, zero {zero}"
+    )]
+    Fp8ParamGather {
+        precision: &'static str,
+        engine: &'static str,
+        zero: u8,
+    },
+    #[error(
         "the plan trains in FP8 by torchao's rowwise recipe (fp8-rowwise) with engine {engine}, \
          whose FP8 is Transformer Engine's (per-tensor, block or MX scales) or none"
     )]
@@ -528,6 +536,7 @@ impl PlanError {
             PlanError::CapacityFactor { .. } => "moe_capacity_factor".into(),
             PlanError::CompileOutsideFsdp { .. } | PlanError::TpOverlapEager => "compile".into(),
             PlanError::RowwiseOutsideFsdp { .. } => "engine".into(),
+            PlanError::Fp8ParamGather { .. } => "collective_dtypes.params".into(),
             PlanError::TpOverlapAcrossNodes { stage, .. } => st(stage, "devices"),
             PlanError::TpOverlapWithoutSequenceParallel { stage, .. } => {
                 st(stage, "sequence_parallel")
@@ -660,6 +669,11 @@ impl PlanError {
             }
             PlanError::CompileOutsideFsdp { .. } => {
                 "set engine to fsdp (torchtitan, PyTorch FSDP), or leave compile out (on)".into()
+            }
+            PlanError::Fp8ParamGather { .. } => {
+                "train in precision \"fp8\" with engine \"megatron\" and zero 1 or more, or \
+                 leave collective_dtypes.params out"
+                    .into()
             }
             PlanError::RowwiseOutsideFsdp { .. } => {
                 "set engine to fsdp (torchtitan, PyTorch FSDP with torchao), or train in \
@@ -871,6 +885,19 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
     }
     if plan.precision == super::Precision::Fp8Rowwise && !plan.engine.runs_pytorch_code() {
         errs.push(PlanError::RowwiseOutsideFsdp { engine });
+    }
+    if plan.collective_dtypes.params == Some(super::Precision::Fp8) {
+        let zero = plan.stages.iter().map(|s| s.zero).min().unwrap_or(0);
+        if plan.precision != super::Precision::Fp8
+            || plan.engine != super::Engine::Megatron
+            || zero < 1
+        {
+            errs.push(PlanError::Fp8ParamGather {
+                precision: plan.precision.name(),
+                engine,
+                zero,
+            });
+        }
     }
     if !plan.engine.runs_pytorch_code() {
         if let Some(stage) = plan

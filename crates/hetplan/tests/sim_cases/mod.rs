@@ -158,8 +158,9 @@ pub fn cases() -> Vec<Case> {
             known: Some((
                 0.35,
                 "the same at 10 Gbps: a send lasts longer than the chunk cycle timed at the \
-                 GPUs' peak, so every send of another device is taken to meet it (the \
-                 estimate 47% above the simulation; 3.4 times it before the chunk timing)",
+                 GPUs' peak, so each other device's send is taken to meet it whole, once a \
+                 chunk cycle (the \
+                 estimate 43% above the simulation; 3.4 times it before the chunk timing)",
             )),
             why: "",
         },
