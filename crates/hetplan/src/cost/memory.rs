@@ -1,7 +1,7 @@
 //! Per-GPU memory of a stage replica (docs/cost-model.md §5).
 
 use super::constants as k;
-use crate::model::{Layer, Model, OpKind};
+use crate::model::{AttnImpl, Layer, Model, OpKind};
 use crate::plan::{Engine, Precision, Recompute, Schedule, Stage};
 use crate::units::Bytes;
 use serde::Serialize;
@@ -263,6 +263,18 @@ pub fn layer_saved_bytes(
 ) -> f64 {
     let tp = tp.max(1) as f64;
     let scale = precision.element_bytes() / 2.0;
+    // A flash kernel's backward reads the attention's output; the unfused one's reads its
+    // probabilities and V, and selective recomputation runs the core again.
+    let output_kept = !selective
+        && layer.ops.iter().any(|op| {
+            matches!(
+                op.kind,
+                OpKind::Attention {
+                    implementation: AttnImpl::Flash | AttnImpl::Triton,
+                    ..
+                }
+            )
+        });
     let mut b = 0.0;
     for op in &layer.ops {
         let (mut all, recomputed) = op.saved_bytes_per_token(seq);
@@ -270,10 +282,14 @@ pub fn layer_saved_bytes(
             all = loss_saved_bytes_per_entry(fused || compiled_loss) * vocab as f64;
         }
         // A 16-bit input kept in 8 bits. The attention output is the one input another op
-        // keeps at 16 bits too: the attention kernel's backward reads it (the core's saved
-        // bytes leave it to the projection), so the projection's FP8 copy comes on top.
+        // can keep at 16 bits too: a flash kernel's backward reads it (the core's saved bytes
+        // leave it to the projection), and then the projection's FP8 copy comes on top.
         if fp8_inputs && super::compute::fp8_gemm(op, layer.kind, precision) {
-            all *= if op.name == "proj" { 1.5 } else { 0.5 };
+            all *= if op.name == "proj" && output_kept {
+                1.5
+            } else {
+                0.5
+            };
         }
         let kept = if selective { all - recomputed } else { all };
         let split = if op.saved_sharded || sequence_parallel {
@@ -760,6 +776,28 @@ mod tests {
             .saved_bytes_per_token;
         let expected = bf16 - (inputs - proj) / 2.0 + proj / 2.0;
         assert!((te - expected).abs() < 1e-9, "{bf16} {te} {inputs} {proj}");
+        // Selective recomputation runs the core again, and an unfused core's backward reads
+        // its probabilities, not its output: the output is not kept, only the FP8 copy.
+        let sel = |p: Precision| {
+            let fp8 = saves_fp8_gemm_inputs(p, Engine::Megatron);
+            layer_saved_bytes(block, 1.0, 2048, 1, false, true, p, true, fp8)
+        };
+        let (sel_bf16, sel_te) = (sel(Precision::Bf16), sel(Precision::Fp8));
+        assert!(
+            (sel_bf16 - sel_te - inputs / 2.0).abs() < 1e-9,
+            "{sel_bf16} {sel_te}"
+        );
+        let mut unfused = block.clone();
+        for op in &mut unfused.ops {
+            if let OpKind::Attention { implementation, .. } = &mut op.kind {
+                *implementation = AttnImpl::Torch;
+            }
+        }
+        let un = |p: Precision| {
+            let fp8 = saves_fp8_gemm_inputs(p, Engine::Megatron);
+            layer_saved_bytes(&unfused, 1.0, 2048, 1, false, false, p, true, fp8)
+        };
+        assert!((un(Precision::Bf16) - un(Precision::Fp8) - inputs / 2.0).abs() < 1e-9);
         assert!(!saves_fp8_gemm_inputs(
             Precision::Fp8Rowwise,
             Engine::Megatron

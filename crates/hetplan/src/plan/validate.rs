@@ -393,7 +393,10 @@ pub enum PlanError {
         compile: &'static str,
     },
     #[error(
-        "collective_dtypes.params is fp8 (Megatron's --fp8-param-gather), which needs          precision fp8, engine megatron and its distributed optimizer (zero of 1 or more on          every stage); this plan has precision {precision}, engine {engine}, zero {zero}"
+        "collective_dtypes.params is fp8 (Megatron's --fp8-param-gather), which needs \
+         precision fp8, engine megatron and its distributed optimizer or Megatron-FSDP (zero of \
+         1 or more on every stage: the flag is global); this plan has precision {precision}, \
+         engine {engine}, zero {zero}"
     )]
     Fp8ParamGather {
         precision: &'static str,
@@ -671,8 +674,8 @@ impl PlanError {
                 "set engine to fsdp (torchtitan, PyTorch FSDP), or leave compile out (on)".into()
             }
             PlanError::Fp8ParamGather { .. } => {
-                "train in precision \"fp8\" with engine \"megatron\" and zero 1 or more, or \
-                 leave collective_dtypes.params out"
+                "train in precision \"fp8\" with engine \"megatron\" and zero 1 or more on every \
+                 stage, or leave collective_dtypes.params out"
                     .into()
             }
             PlanError::RowwiseOutsideFsdp { .. } => {
@@ -886,7 +889,7 @@ pub fn validate(plan: &Plan, model: &Model, cluster: &Cluster) -> Result<(), Vec
     if plan.precision == super::Precision::Fp8Rowwise && !plan.engine.runs_pytorch_code() {
         errs.push(PlanError::RowwiseOutsideFsdp { engine });
     }
-    if plan.collective_dtypes.params == Some(super::Precision::Fp8) {
+    if plan.collective_dtypes.params == Some(super::Precision::Fp8) && !plan.stages.is_empty() {
         let zero = plan.stages.iter().map(|s| s.zero).min().unwrap_or(0);
         if plan.precision != super::Precision::Fp8
             || plan.engine != super::Engine::Megatron
