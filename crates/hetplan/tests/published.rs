@@ -312,7 +312,7 @@ fn bad_rows_and_edited_cases_are_errors_not_panics() {
 /// NeMo's Megatron-Bridge H100 runs (docs/validation.md §8), held out: its dense FP8 rows
 /// (Llama 3 70B, 405B with context parallelism) stay within their errors of today, and every
 /// run fits — Transformer Engine keeps its FP8 products' inputs in FP8 for backward
-/// (`memory::saves_fp8_gemm_inputs`) and the recipes keep the weights in FP8 only
+/// (`memory::transformer_engine_fp8`) and the recipes keep the weights in FP8 only
 /// (`--fp8-param-gather`, `Plan::fp8_params`); counted at 16 bits, the 70B rows were estimated
 /// at 86.5 GiB of 79.2 and the 405B rows at 86.1. The mixture-of-experts rows are the first
 /// published expert-parallel runs here, and hetplan is far from them (+25% with 4 local

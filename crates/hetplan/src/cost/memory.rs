@@ -133,7 +133,7 @@ pub fn fp8_weight_copy_bytes(
     engine: Engine,
     fp8_params: bool,
 ) -> f64 {
-    if !saves_fp8_gemm_inputs(precision, engine) || fp8_params {
+    if !transformer_engine_fp8(precision, engine) || fp8_params {
         return 0.0;
     }
     let per_param = 2.0;
@@ -233,13 +233,15 @@ pub fn loss_transient_bytes_per_entry(fused: bool, engine: Engine) -> f64 {
     }
 }
 
-/// Whether the FP8 products keep their inputs for backward in FP8: Transformer Engine's linears
-/// (Megatron's and DeepSpeed's FP8) quantize the input for the forward product and save that
-/// quantized copy, 1 B per element, for the weight gradient ("Discard row-wise data since it is
-/// not needed in backward pass", then `saved_inputmat = inputmat`: TE 2.x
-/// `pytorch/module/linear.py`, `layernorm_linear.py`, `grouped_linear.py`). torchao's Float8
-/// (torchtitan) saves the high-precision input (`matmul_with_hp_or_float8_args`).
-pub fn saves_fp8_gemm_inputs(precision: Precision, engine: Engine) -> bool {
+/// Whether the plan's FP8 runs Transformer Engine's linears (Megatron's and DeepSpeed's FP8)
+/// rather than torchao's (torchtitan, FSDP). Transformer Engine quantizes each product's input
+/// for the forward and saves that quantized copy, 1 B per element, for the weight gradient
+/// ("Discard row-wise data since it is not needed in backward pass", then
+/// `saved_inputmat = inputmat`: TE 2.x `pytorch/module/linear.py`, `layernorm_linear.py`,
+/// `grouped_linear.py`), and keeps the weights' FP8 copies ([`fp8_weight_copy_bytes`]);
+/// torchao's Float8 saves the high-precision input (`matmul_with_hp_or_float8_args`) and keeps
+/// no copy.
+pub fn transformer_engine_fp8(precision: Precision, engine: Engine) -> bool {
     matches!(
         (precision, engine),
         (Precision::Fp8, Engine::Megatron | Engine::Deepspeed)
@@ -248,7 +250,7 @@ pub fn saves_fp8_gemm_inputs(precision: Precision, engine: Engine) -> bool {
 
 /// Bytes one layer keeps for backward for one micro-batch on one TP rank, without checkpointing;
 /// `compiled_loss`: the plan compiles PyTorch's loss (`Plan::compiles_loss`); `fp8_inputs`: its
-/// FP8 products keep their inputs in FP8 ([`saves_fp8_gemm_inputs`]).
+/// FP8 products keep their inputs in FP8 ([`transformer_engine_fp8`]).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_saved_bytes(
     layer: &Layer,
@@ -265,7 +267,8 @@ pub fn layer_saved_bytes(
     let scale = precision.element_bytes() / 2.0;
     // A flash kernel's backward reads the attention's output; the unfused one's reads its
     // probabilities and V, and selective recomputation runs the core again.
-    let output_kept = !selective
+    let output_kept = fp8_inputs
+        && !selective
         && layer.ops.iter().any(|op| {
             matches!(
                 op.kind,
@@ -388,7 +391,7 @@ fn op_checkpoint_kept_bytes(
 /// degree `tp`, and the working set of recomputing its largest checkpointed layer; `eager`:
 /// the model's code runs uncompiled (`Plan::runs_eagerly`), `compiled_loss`: its loss runs
 /// compiled (`Plan::compiles_loss`), `fp8_inputs`: its FP8 products keep their inputs in FP8
-/// ([`saves_fp8_gemm_inputs`]).
+/// ([`transformer_engine_fp8`]).
 #[allow(clippy::too_many_arguments)]
 pub fn micro_batch_activations(
     model: &Model,
@@ -446,16 +449,27 @@ pub fn micro_batch_activations(
 /// interleaved: Megatron's warm-up count 2(S − i − 1) + (v − 1)·S, plus the one in progress,
 /// in units of chunks (each 1/v of the stage's layers), capped by m·v.
 pub fn in_flight(schedule: Schedule, pipeline_depth: usize, stage: usize, m: u64) -> f64 {
-    let s = pipeline_depth as u64;
-    let i = stage as u64;
     match schedule {
         Schedule::Gpipe => m as f64,
-        Schedule::OneFOneB => (s - i).min(m) as f64,
+        Schedule::OneFOneB => (warm_up_passes(pipeline_depth, 1, stage) + 1).min(m) as f64,
         Schedule::Interleaved { virtual_stages } => {
             let v = virtual_stages.max(1) as u64;
-            let chunks = (2 * (s - i - 1) + (v - 1) * s + 1).min(m * v);
+            let chunks = (warm_up_passes(pipeline_depth, v, stage) + 1).min(m * v);
             chunks as f64 / v as f64
         }
+    }
+}
+
+/// Forward passes (chunk passes with v chunks a device) that stage `stage` of `depth` runs
+/// before its first backward under Megatron's 1F1B schedules (`get_pp_rank_microbatches`):
+/// `S − i − 1` without interleaving, `2(S − i − 1) + (v − 1)·S` with it.
+pub fn warm_up_passes(depth: usize, v: u64, stage: usize) -> u64 {
+    let (s, i) = (depth as u64, stage as u64);
+    let after = s.saturating_sub(i + 1);
+    if v > 1 {
+        2 * after + (v - 1) * s
+    } else {
+        after
     }
 }
 
@@ -757,7 +771,7 @@ mod tests {
                 false,
                 p,
                 true,
-                saves_fp8_gemm_inputs(p, e),
+                transformer_engine_fp8(p, e),
             )
         };
         let bf16 = saved(Precision::Bf16, Engine::Megatron);
@@ -779,7 +793,7 @@ mod tests {
         // Selective recomputation runs the core again, and an unfused core's backward reads
         // its probabilities, not its output: the output is not kept, only the FP8 copy.
         let sel = |p: Precision| {
-            let fp8 = saves_fp8_gemm_inputs(p, Engine::Megatron);
+            let fp8 = transformer_engine_fp8(p, Engine::Megatron);
             layer_saved_bytes(block, 1.0, 2048, 1, false, true, p, true, fp8)
         };
         let (sel_bf16, sel_te) = (sel(Precision::Bf16), sel(Precision::Fp8));
@@ -794,11 +808,11 @@ mod tests {
             }
         }
         let un = |p: Precision| {
-            let fp8 = saves_fp8_gemm_inputs(p, Engine::Megatron);
+            let fp8 = transformer_engine_fp8(p, Engine::Megatron);
             layer_saved_bytes(&unfused, 1.0, 2048, 1, false, false, p, true, fp8)
         };
         assert!((un(Precision::Bf16) - un(Precision::Fp8) - inputs / 2.0).abs() < 1e-9);
-        assert!(!saves_fp8_gemm_inputs(
+        assert!(!transformer_engine_fp8(
             Precision::Fp8Rowwise,
             Engine::Megatron
         ));

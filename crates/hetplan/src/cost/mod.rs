@@ -323,18 +323,11 @@ struct NicLoad {
 impl NicLoad {
     fn of(w: Workload<'_>, plan: &Plan, tokens_per_sample: f64, elem: f64) -> NicLoad {
         let model = w.model;
-        let depth = plan.pipeline_depth().max(1) as f64;
         let m = plan.micro_batches.max(1) as f64;
         // Chunk passes per device (v per micro-batch) and the first device's warm-up, after
-        // which every device is in the steady state: `depth − 1` forwards under 1F1B, Megatron's
-        // `(depth − 1)·2 + (v − 1)·depth` under interleaving (`get_pp_rank_microbatches` at rank
-        // 0; the cool-down mirrors it).
-        let v = (plan.stages.len() as f64 / depth).max(1.0);
-        let warm_up = if v > 1.0 {
-            2.0 * (depth - 1.0) + (v - 1.0) * depth
-        } else {
-            depth - 1.0
-        };
+        // which every device is in the steady state (the cool-down mirrors it).
+        let v = plan.virtual_stages() as f64;
+        let warm_up = memory::warm_up_passes(plan.pipeline_depth(), v as u64, 0) as f64;
         let mut load = NicLoad {
             steady: ((m * v - warm_up) / (m * v)).max(0.0),
             depth: plan.pipeline_depth().max(1),
@@ -462,7 +455,7 @@ impl NicLoad {
                     alone,
                     t.leaves(y.stage, y.forward),
                     y.alone,
-                ) / self.chunks
+                ) / self.chunks.max(1.0)
             }
             // Another physical stage's; the same stage's other chunks send after its other
             // passes (and its replicas in lockstep with this one).
@@ -1181,7 +1174,7 @@ pub fn offload_bytes(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> (f64,
         plan.precision,
         plan.runs_eagerly(),
         plan.compiles_loss(),
-        memory::saves_fp8_gemm_inputs(plan.precision, plan.engine),
+        memory::transformer_engine_fp8(plan.precision, plan.engine),
     );
     let ab = off.activations * act;
     let gb = off.gradients * params * g_bytes / if st.zero >= 2 { dp } else { 1.0 };
@@ -1389,10 +1382,7 @@ pub fn estimate(w: Workload<'_>, plan: &ValidPlan, compute: &dyn ComputeTimes) -
     let tokens_per_sample = model.tokens_per_sample(seq) as f64;
     let m = plan.micro_batches.max(1);
     let depth = plan.pipeline_depth().max(1);
-    let v = match plan.schedule {
-        Schedule::Interleaved { virtual_stages } => virtual_stages.max(1) as usize,
-        _ => 1,
-    };
+    let v = plan.virtual_stages();
     let ctx = Ctx::new(w, plan, compute);
     let mut notes = Vec::new();
     if as_run.is_some() {
@@ -1754,7 +1744,7 @@ fn device_memory(ctx: &Ctx<'_>, p: usize, r: usize, inflight: f64) -> MemoryBrea
             plan.precision,
             eager,
             compiled_loss,
-            memory::saves_fp8_gemm_inputs(plan.precision, plan.engine),
+            memory::transformer_engine_fp8(plan.precision, plan.engine),
         );
         act_per_mb += a;
         working = working.max(wk);

@@ -890,14 +890,17 @@ impl Plan {
         self.compile.compiles_loss_under(self.engine)
     }
 
+    /// Model chunks per device: the interleaved schedule's virtual stages, else 1.
+    pub fn virtual_stages(&self) -> usize {
+        match self.schedule {
+            Schedule::Interleaved { virtual_stages } => virtual_stages.max(1) as usize,
+            _ => 1,
+        }
+    }
+
     /// Number of physical pipeline stages (chunks ÷ virtual stages).
     pub fn pipeline_depth(&self) -> usize {
-        match self.schedule {
-            Schedule::Interleaved { virtual_stages } => {
-                self.stages.len() / (virtual_stages.max(1) as usize)
-            }
-            _ => self.stages.len(),
-        }
+        self.stages.len() / self.virtual_stages()
     }
 
     /// All GPUs the plan uses, each once, sorted.

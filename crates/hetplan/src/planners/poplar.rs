@@ -342,7 +342,7 @@ fn memory_at(problem: &Problem<'_>, zero: u8, batch: u64, gpu: GpuId) -> (f64, f
         precision,
         problem.options.runs_eagerly(),
         compiled_loss,
-        memory::saves_fp8_gemm_inputs(precision, problem.options.engine),
+        memory::transformer_engine_fp8(precision, problem.options.engine),
     );
     let transient = memory::transient_bytes(
         model,

@@ -430,7 +430,7 @@ impl<'p> Model<'p> {
                                 false,
                                 precision,
                                 problem.options.compiles_loss(),
-                                memory::saves_fp8_gemm_inputs(precision, problem.options.engine),
+                                memory::transformer_engine_fp8(precision, problem.options.engine),
                             )
                         })),
                         transient: prefix((0..layers).map(|l| {

@@ -321,7 +321,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                         false,
                         p.options.precision,
                         p.options.compiles_loss(),
-                        memory::saves_fp8_gemm_inputs(p.options.precision, p.options.engine),
+                        memory::transformer_engine_fp8(p.options.precision, p.options.engine),
                     );
                 t.transient[l] = trans;
                 t.bad[l + 1] = t.bad[l] + u32::from(bad);

@@ -189,7 +189,7 @@ fn table(ctx: &Ctx<'_>, spec: &StageSpec, tp: u32, mbs: u64) -> Table {
             false,
             p.options.precision,
             p.options.compiles_loss(),
-            memory::saves_fp8_gemm_inputs(p.options.precision, p.options.engine),
+            memory::transformer_engine_fp8(p.options.precision, p.options.engine),
         );
         if layer.checkpointable() {
             let k = full.len();
