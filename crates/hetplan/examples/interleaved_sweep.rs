@@ -4,6 +4,7 @@
 //! `estimate ÷ simulation − 1`, then their median |·|, worst and mean.
 //! `cargo run --release -p hetplan --example interleaved_sweep`
 
+use hetplan::calibration::published::median_p90;
 use hetplan::cluster::spec::catalog_cluster;
 use hetplan::cost::{estimate, Analytic, Workload};
 use hetplan::model::catalog::catalog_model;
@@ -49,14 +50,9 @@ fn main() {
             }
         }
     }
-    let mut abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
-    abs.sort_by(f64::total_cmp);
-    let n = abs.len();
-    let median = if n % 2 == 1 {
-        abs[n / 2]
-    } else {
-        (abs[n / 2 - 1] + abs[n / 2]) / 2.0
-    };
+    let n = errors.len();
+    // The median as every published table of the project takes it.
+    let (median, _) = median_p90(&errors).expect("50 plans");
     let worst = errors
         .iter()
         .copied()
