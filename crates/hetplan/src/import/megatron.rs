@@ -446,6 +446,7 @@ impl MegatronJob {
             causal: true,
             attn_impl,
             fused_loss: false,
+            fused_norm: false,
             dropout,
             moe,
             quirks: Default::default(),

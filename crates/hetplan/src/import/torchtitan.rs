@@ -383,6 +383,7 @@ impl TorchtitanJob {
             causal: true,
             attn_impl: AttnImpl::Flash,
             fused_loss: false,
+            fused_norm: false,
             dropout: false,
             moe: None,
             quirks: Default::default(),

@@ -151,6 +151,7 @@ fn falcon(
         causal: true,
         attn_impl: AttnImpl::Flash,
         fused_loss: false,
+        fused_norm: false,
         dropout: false,
         moe: None,
         quirks: Default::default(),

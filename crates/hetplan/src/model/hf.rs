@@ -1280,6 +1280,7 @@ fn falcon(cfg: &Cfg, name: &str, refinedweb: bool) -> Result<Model, InputError> 
         causal: true,
         attn_impl: cfg.attn_impl()?,
         fused_loss: false,
+        fused_norm: false,
         dropout: cfg.dropout(&["hidden_dropout", "attention_dropout"])?,
         moe: None,
         quirks: Default::default(),

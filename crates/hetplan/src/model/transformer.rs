@@ -263,6 +263,12 @@ pub struct TransformerConfig {
     /// `loss_fn: fused_crossentropy`); otherwise the engine's own loss (`cost::memory`).
     #[serde(default)]
     pub fused_loss: bool,
+    /// The norms run as one fused kernel (forward and backward) even where the rest of the
+    /// model's code runs eagerly (`Plan::compile` off): torchtitan's `norm_type =
+    /// "fused_rmsnorm"` of 2024, a Triton RMSNorm (torchtitan/models/norms.py at 1ea476e).
+    /// Compiled code or an engine's own kernels fuse the norms anyway.
+    #[serde(default)]
+    pub fused_norm: bool,
     /// Dropout layers present (they store masks).
     pub dropout: bool,
     pub moe: Option<MoeConfig>,
@@ -297,6 +303,7 @@ impl TransformerConfig {
             causal: true,
             attn_impl: AttnImpl::Flash,
             fused_loss: false,
+            fused_norm: false,
             dropout: false,
             moe: None,
             quirks: Quirks::default(),
@@ -338,6 +345,7 @@ impl TransformerConfig {
             causal: true,
             attn_impl: AttnImpl::Flash,
             fused_loss: false,
+            fused_norm: false,
             dropout: false,
             moe: None,
             quirks: Quirks::default(),
@@ -438,8 +446,11 @@ impl TransformerConfig {
     /// operations): `x.float()` (reads 2 B, writes 4), `pow(2)` (4 + 4), `mean(-1)` (reads 4),
     /// the product with the reciprocal root (4 + 4), `type_as` (4 + 2) and the weight's
     /// product (2 + 2): 36 B against the fused kernel's 4. `nn.LayerNorm` is one kernel
-    /// eagerly too: 4 B.
+    /// eagerly too: 4 B, as is a fused kernel (`fused_norm`).
     fn eager_norm_bytes_per_element(&self) -> f64 {
+        if self.fused_norm {
+            return 4.0;
+        }
         match self.norm {
             NormKind::RmsNorm => 36.0,
             NormKind::LayerNorm => 4.0,
