@@ -109,13 +109,15 @@ fn the_estimate_stays_within_todays_accuracy_per_group() {
     // rows, +45…+56% → +7…+20%): BLOOM 14.7% → 14.0%, its p90 44.7% → 28.6%. DeepSpeed's
     // gradient reduction after the backward, not beside it: BLOOM 14.0% → 13.6%.
     // torchtitan's April 2024 A100 tables run eagerly, as their configs did (the Triton
-    // RMSNorm on 8B and 13B): A100 torchtitan 12.2% → 7.8%.
+    // RMSNorm on 8B and 13B): A100 torchtitan 12.2% → 7.8%. The power cap's exponent
+    // calibrated (`gpu::POWER_CLOCK_EXPONENT` 1/3 → 2/3: the capped H100 rows brought to the
+    // uncapped A100 rows' optimism): torchtitan H100 18.0% → 7.6% (BF16), 21.0% → 11.1% (FP8).
     let bounds = [
         ("bigscience_bloom_prequel", "a100", false, 0.14),
         ("torchtitan", "a100", false, 0.08),
         ("megatron_lm_readme", "h100", false, 0.15),
-        ("torchtitan", "h100", false, 0.19),
-        ("torchtitan", "h100", true, 0.23),
+        ("torchtitan", "h100", false, 0.08),
+        ("torchtitan", "h100", true, 0.12),
         ("torchtitan", "h200", true, 0.17),
     ];
     for (source, gpu, fp8, bound) in bounds {

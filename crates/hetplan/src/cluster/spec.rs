@@ -1236,7 +1236,7 @@ bandwidth = "10 Gbps"
         let c = parse_cluster_toml(&src("\"500 W\"")).unwrap();
         let h100 = crate::gpu::lookup("h100").unwrap();
         let f = c.gpu_types[0].peak_tensor.get() / h100.peak_tensor.get();
-        assert!((f - (500.0f64 / 700.0).cbrt()).abs() < 1e-12);
+        assert!((f - (500.0f64 / 700.0).powf(crate::gpu::POWER_CLOCK_EXPONENT)).abs() < 1e-12);
         assert!(c.gpu_types[0].source.contains("capped at 500 W"));
         for (bad, want) in [
             ("\"900 W\"", "not in (0, 700]"),
