@@ -821,16 +821,17 @@ pub fn board_power_w(gpu_name: &str) -> Option<f64> {
 /// How a power cap below the board power slows the compute units: clock ∝ (cap / TDP)^x.
 /// Dynamic CMOS power is C·V²·f (Rabaey et al., "Digital Integrated Circuits", §5.5). Were the
 /// voltage to track the clock from zero and static power nil, a tensor-core-bound kernel
-/// that holds its board at the TDP would draw ∝ f³ (x = 1/3, the mildest slow-down a cap can
-/// cause); with the voltage at its floor it draws ∝ f (x = 1). Between them the voltage rises
+/// that holds its board at the TDP would draw ∝ f³ (x = 1/3); with the voltage at its floor
+/// it draws ∝ f (x = 1): two idealised cases, not bounds. Between them the voltage rises
 /// from an offset and part of the board's power (idle draw, memory) does not follow the SM
 /// clock: the H200 measured here drew 77 W idle and 685 W running GEMMs at 1,455 MHz
-/// (data/measured/h200-sxm-141gb/). *Calibrated*: x = 2/3 (power ∝ f^1.5) is what brings
-/// torchtitan's H100 rows at 500 W (`../shared/calibration/torchtitan.csv`, the only capped
-/// runs in the data) to the optimism of the same framework's uncapped A100 rows (mean +9.5%
-/// against +8.0%, docs/validation.md §8), so that the cap is charged with what sets the
-/// capped GPUs apart and not with what every torchtitan row shares. 500 W of 700 W: 0.799 of
-/// the clock (0.894 at x = 1/3). Memory clocks do not follow the cap.
+/// (data/measured/h200-sxm-141gb/). *Calibrated*: x = 2/3 (power ∝ f^1.5), a round value,
+/// brings torchtitan's nine BF16 H100 rows at 500 W (`../shared/calibration/torchtitan.csv`,
+/// the only capped runs in the data; its FP8 rows follow) to the optimism of the same
+/// framework's uncapped A100 rows (mean +9.5% against +8.0%, docs/validation.md §8), so that
+/// the cap is charged with what sets the capped GPUs apart and not with what every torchtitan
+/// row shares. 500 W of 700 W: 0.799 of the clock (0.894 at x = 1/3). Memory clocks do not
+/// follow the cap.
 pub const POWER_CLOCK_EXPONENT: f64 = 2.0 / 3.0;
 
 /// Why a power cap cannot be applied.
@@ -883,7 +884,7 @@ mod tests {
             (f - (500.0f64 / 700.0).powf(2.0 / 3.0)).abs() < 1e-12,
             "{f}"
         );
-        // Within the physical range: no milder than V ∝ f, no harsher than V at its floor.
+        // Between the two idealised cases: V ∝ f from zero (1/3) and V at its floor (1).
         assert!(f < (500.0f64 / 700.0).cbrt() && f > 500.0 / 700.0, "{f}");
         assert_eq!(capped.hbm_bandwidth, h100.hbm_bandwidth);
         assert_eq!(capped.memory, h100.memory);

@@ -617,7 +617,8 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
     let source_ref = r.text_opt("source_ref").unwrap_or("");
     // torchtitan's docs/performance.md prints no compile setting. Its A100 tables were
     // measured with the train configs of the commits that added them (395a526, 18 April
-    // 2024, Llama 2; 1ea476e, 24 April, Llama 3): `compile = false` for every model, and
+    // 2024, Llama 2; 1ea476e, 24 April, Llama 3, whose README lists `torch.compile` support
+    // among its "coming soon" features): `compile = false` for every model, and
     // `norm_type = "fused_rmsnorm"` (a Triton kernel) for 8B and 13B, "rmsnorm" for 70B. Its
     // 405B row without optimizations ran the config #554 (9515a14) then changed, turning on
     // compile with Float8 and async TP: `compile = false`, "rmsnorm".

@@ -23,7 +23,7 @@
 //!
 //! [gpu_overrides."v100-sxm2-16gb"]  # per GPU type: memory, peak_tensor, peak_fp32,
 //! memory = "15 GiB"                 # hbm_bandwidth, nvlink_bandwidth, pcie_bandwidth,
-//!                                   # power_limit ("250 W": compute clock × (cap/TDP)^⅓)
+//!                                   # power_limit ("250 W": compute clock × (cap/TDP)^⅔)
 //!
 //! [[bandwidth]]                     # per node-pair override (AMP's bandwidth matrix)
 //! nodes = [0, 2]                    # node indices: file order, group 0's nodes first
