@@ -168,6 +168,23 @@ pub const P2P_EFFICIENCY: f64 = 0.85;
 /// (PyTorch `fused=True` Adam / Apex FusedAdam are single-pass multi-tensor kernels).
 pub const ADAM_BYTES_PER_PARAM: f64 = 30.0;
 
+/// Host time per layer (with parameters) of a stage in each optimizer step of PyTorch's FSDP
+/// (engine `fsdp`) sharded over more than one rank. Under FSDP2 (torchtitan's) every parameter
+/// is a DTensor of its own, and the step's AdamW and gradient-norm clipping go through
+/// DTensor's dispatch tensor by tensor while the kernels they launch are small: the GPU
+/// waits on the host. Measured elsewhere: AdamW's CPU time 187 ms per step under FSDP2
+/// against 6 ms under FSDP1 on the same model, fused or foreach (pytorch/pytorch#134191, torch
+/// 2.4); `foreach_norm` far slower on DTensor lists than on tensors (pytorch/torchtitan#735,
+/// December 2024); ~0.9 ms of host time per parameter for a foreach AdamW step
+/// (microsoft/dion#63). *Calibrated*: 4 ms per layer (about 0.45 ms per parameter tensor of a
+/// Llama block's nine) is what torchtitan's rows leave unexplained per step, 0.11–0.24 s on
+/// 2–3 s steps of Llama 3 8B and Llama 2 13B on 8–128 GPUs whatever their precision,
+/// compilation or GPU (docs/validation.md §8). Held out, llm-foundry's multi-GPU FSDP1 rows
+/// (§1) agree: their medians fall from 10.7% to 6.3% (H100), 5.4% to 2.9% and 4.0% to 3.4%
+/// (A100). Not charged on one rank: the one-GPU FSDP2 steps measured on an H200 (torch 2.11,
+/// §5) show no such time, the host running ahead of a GPU no other rank holds back.
+pub const FSDP2_OPTIMIZER_HOST_S_PER_LAYER: f64 = 4.0e-3;
+
 /// Mixed-precision Adam state per parameter before sharding (Rajbhandari et al. 2020, ZeRO §3):
 /// 2 B 16-bit weights + 2 B 16-bit gradients + 12 B fp32 master weights, momentum and variance.
 /// FP32 training: 4 B weights + 4 B gradients + 8 B momentum and variance: also 16 B.
@@ -333,11 +350,12 @@ pub const FP8_GEMM_RELATIVE_EFFICIENCY: f64 = 0.95;
 /// one job (Llama 3 8B, 8 H100, FSDP2, per-op selective checkpointing, `torch.compile`, one
 /// sample of 8,192 tokens per GPU) in BF16 and with the rowwise recipe: 5,760 and 6,412–6,424
 /// tokens/s, 1.113–1.115×; hetplan estimates 1.113× with this value and the rowwise casts'
-/// bytes (`tests/fp8.rs`). Checked against torchao's float8 README, the same job: 6,150 and
-/// 6,768, 1.100×. It absorbs what the per-tensor estimate overshoots on the same job (1.31×
-/// estimated where both sources measured 1.25× with FP8 all-gathers): against per-tensor
-/// scaling's 0.95 it puts the rowwise kernel at 0.76 of cuBLAS's rate.
-pub const FP8_ROWWISE_GEMM_RELATIVE_EFFICIENCY: f64 = 0.72;
+/// bytes (`tests/fp8.rs`; 0.72 before FSDP's per-step host time, which narrows every ratio on
+/// this job, was priced). Checked against torchao's float8 README, the same job: 6,150 and
+/// 6,768, 1.100×. Per-tensor FP8 is estimated at 1.26× on the same job where both sources
+/// measured 1.25× with FP8 all-gathers; against per-tensor scaling's 0.95 this puts the
+/// rowwise kernel at 0.78 of cuBLAS's rate.
+pub const FP8_ROWWISE_GEMM_RELATIVE_EFFICIENCY: f64 = 0.745;
 
 /// A GEMM's dimensions that are the rows of its operands (the inner `k` and the output width
 /// `n`; not the tokens `m`) span a multiple of 16 bytes for cuBLAS's fastest kernels (NVIDIA's
