@@ -496,11 +496,11 @@ mod tests {
 
     /// Generalisation to other GPUs and sizes, on data no constant was set from. Bounds sit just
     /// above today's medians (docs/validation.md) so that a regression fails. The H100 rows
-    /// are +6…+20% whether checkpointed or not since a recomputation stops before each
+    /// were +6…+20% whether checkpointed or not once a recomputation stopped before each
     /// block's closing product (`LayerShape::early_stop`): 10.8%, from 9.5% when the
     /// checkpointed ones were charged a whole forward. FSDP's per-step host time, set on
-    /// torchtitan's rows (`FSDP2_OPTIMIZER_HOST_S_PER_LAYER`), then brought them to 2.9%, 3.4%
-    /// and 6.3% (from 5.4%, 4.0% and 10.7%).
+    /// torchtitan's rows (`FSDP_OPTIMIZER_HOST_S_PER_LAYER`), then brought the three sets
+    /// (A100-80GB, A100-40GB, H100) to 2.9%, 3.4% and 6.3%, from 5.4%, 4.0% and 10.7%.
     #[test]
     fn held_out_accuracy() {
         for ((name, src), bound) in HELD_OUT.iter().zip([0.035, 0.04, 0.07]) {

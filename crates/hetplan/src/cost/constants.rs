@@ -169,21 +169,23 @@ pub const P2P_EFFICIENCY: f64 = 0.85;
 pub const ADAM_BYTES_PER_PARAM: f64 = 30.0;
 
 /// Host time per layer (with parameters) of a stage in each optimizer step of PyTorch's FSDP
-/// (engine `fsdp`) sharded over more than one rank. Under FSDP2 (torchtitan's) every parameter
-/// is a DTensor of its own, and the step's AdamW and gradient-norm clipping go through
-/// DTensor's dispatch tensor by tensor while the kernels they launch are small: the GPU
-/// waits on the host. Measured elsewhere: AdamW's CPU time 187 ms per step under FSDP2
-/// against 6 ms under FSDP1 on the same model, fused or foreach (pytorch/pytorch#134191, torch
-/// 2.4); `foreach_norm` far slower on DTensor lists than on tensors (pytorch/torchtitan#735,
-/// December 2024); ~0.9 ms of host time per parameter for a foreach AdamW step
-/// (microsoft/dion#63). *Calibrated*: 4 ms per layer (about 0.45 ms per parameter tensor of a
-/// Llama block's nine) is what torchtitan's rows leave unexplained per step, 0.11–0.24 s on
-/// 2–3 s steps of Llama 3 8B and Llama 2 13B on 8–128 GPUs whatever their precision,
-/// compilation or GPU (docs/validation.md §8). Held out, llm-foundry's multi-GPU FSDP1 rows
-/// (§1) agree: their medians fall from 10.7% to 6.3% (H100), 5.4% to 2.9% and 4.0% to 3.4%
-/// (A100). Not charged on one rank: the one-GPU FSDP2 steps measured on an H200 (torch 2.11,
+/// (engine `fsdp`) sharded (ZeRO ≥ 1) over more than one rank. Under FSDP2 (torchtitan's)
+/// every parameter is a DTensor of its own, and the step's AdamW and gradient-norm clipping
+/// go through DTensor's dispatch tensor by tensor while the kernels they launch are small: the
+/// GPU waits on the host. Measured elsewhere: AdamW 33% of a step under FSDP2 against 2.5%
+/// under FSDP1 on one model, fused or foreach (187 ms of CPU time against 6 ms, with a
+/// debugger attached; pytorch/pytorch#134191, torch 2.4); `foreach_norm` far slower on DTensor
+/// lists than on tensors (pytorch/torchtitan#735, December 2024); ~0.9 ms of host time per
+/// parameter tensor for a foreach AdamW step (microsoft/dion#63). *Calibrated*: 4 ms per layer
+/// (about 0.45 ms per parameter tensor of a Llama block's nine) is what torchtitan's rows
+/// leave unexplained per step, 0.11–0.24 s on 2–3 s steps of Llama 3 8B and Llama 2 13B on
+/// 8–128 GPUs whatever their precision, compilation or GPU (docs/validation.md §8).
+/// llm-foundry's multi-GPU rows (§1), set on nothing here, improve with it: 10.7% → 6.3%
+/// (H100), 5.4% → 2.9% and 4.0% → 3.4% (A100). They ran FSDP1, whose flat parameters the
+/// mechanism above spares: the time per step is there, and DTensor's dispatch may not be all
+/// of it. Not charged on one rank: the one-GPU FSDP2 steps measured on an H200 (torch 2.11,
 /// §5) show no such time, the host running ahead of a GPU no other rank holds back.
-pub const FSDP2_OPTIMIZER_HOST_S_PER_LAYER: f64 = 4.0e-3;
+pub const FSDP_OPTIMIZER_HOST_S_PER_LAYER: f64 = 4.0e-3;
 
 /// Mixed-precision Adam state per parameter before sharding (Rajbhandari et al. 2020, ZeRO §3):
 /// 2 B 16-bit weights + 2 B 16-bit gradients + 12 B fp32 master weights, momentum and variance.

@@ -965,8 +965,8 @@ fn layer_costs_in(
 
 /// Seconds of the optimizer step of replica `r` of stage `si`: HBM-bound Adam over its shard on
 /// its slowest GPU; offloaded states are updated by the CPU (DeepSpeed CPU-Adam) after their
-/// gradients cross PCIe. Under FSDP (engine `fsdp`) sharded over more than one rank the step's
-/// host work per layer comes on top ([`k::FSDP2_OPTIMIZER_HOST_S_PER_LAYER`]).
+/// gradients cross PCIe. Under FSDP (engine `fsdp`) sharded (ZeRO ≥ 1) over more than one rank
+/// the step's host work per layer comes on top ([`k::FSDP_OPTIMIZER_HOST_S_PER_LAYER`]).
 pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f64 {
     let (model, cluster) = (w.model, w.cluster);
     let st = &plan.stages[si];
@@ -994,11 +994,11 @@ pub fn optimizer_seconds(w: Workload<'_>, plan: &Plan, si: usize, r: usize) -> f
         let off_params = params_local / shard * off;
         t += off_params / k::CPU_ADAM_PARAMS_PER_S + off_params * (g_bytes + w_bytes) / pcie;
     }
-    if plan.engine == Engine::Fsdp && st.dp > 1 {
+    if plan.engine == Engine::Fsdp && st.dp > 1 && st.zero >= 1 {
         let layers = (st.layers.iter())
             .filter(|&l| model.layers[l].unique_params() > 0)
             .count();
-        t += layers as f64 * k::FSDP2_OPTIMIZER_HOST_S_PER_LAYER;
+        t += layers as f64 * k::FSDP_OPTIMIZER_HOST_S_PER_LAYER;
     }
     t
 }
