@@ -57,7 +57,7 @@ TRAINING_SWITCHES = {
     "mock-data", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
     "use-megatron-fsdp", "optimizer-cpu-offload", "use-precision-aware-optimizer",
     "untie-embeddings-and-output-weights", "group-query-attention", "swiglu",
-    "disable-bias-linear",
+    "disable-bias-linear", "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32",
 }
 
 

@@ -429,3 +429,72 @@ fn fp8_param_gather_keeps_the_weights_in_fp8_only() {
         assert!(e.hint().unwrap().contains("megatron"), "{bad}");
     }
 }
+
+/// The gradients' element type (`collective_dtypes.gradients`) reaches Megatron's flags:
+/// BF16 training reduces in FP32 unless `--grad-reduce-in-bf16` (what NeMo's recipes set),
+/// FP16 training in FP16 unless `--accumulate-allreduce-grads-in-fp32`; a type Megatron has no
+/// flag for is a reason not to export, with the field, rather than a run reducing in another
+/// type than the estimate priced.
+#[test]
+fn megatron_exports_the_gradients_type_the_plan_reduces_in() {
+    let model = catalog_model("llama3-8b").unwrap();
+    let cluster = catalog_cluster("2x8xh100-sxm5-80gb@3200Gbps").unwrap();
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let args = |precision: &str, gradients: Option<Precision>| {
+        let spec =
+            format!("tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=1,engine=megatron,precision={precision}");
+        let mut p = parse_inline_plan(&spec, &model, &cluster).unwrap();
+        p.collective_dtypes.gradients = gradients;
+        let job = hetplan::export::Job {
+            model: &model,
+            cluster: &cluster,
+            plan: &w.validate(&p).unwrap(),
+            seq_len: 4096,
+        };
+        match hetplan::export::megatron::export(job) {
+            Ok(e) => Ok(e
+                .files
+                .iter()
+                .map(|f| f.contents.clone())
+                .collect::<String>()),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let bf16 = "--grad-reduce-in-bf16";
+    let fp32 = "--accumulate-allreduce-grads-in-fp32";
+    for (precision, gradients, flag) in [
+        ("bf16", None, None),
+        ("bf16", Some(Precision::Fp32), None),
+        ("bf16", Some(Precision::Bf16), Some(bf16)),
+        ("fp8", Some(Precision::Bf16), Some(bf16)),
+        ("fp16", None, None),
+        ("fp16", Some(Precision::Fp32), Some(fp32)),
+    ] {
+        let text = args(precision, gradients).unwrap();
+        for f in [bf16, fp32] {
+            assert_eq!(
+                text.contains(f),
+                flag == Some(f),
+                "{precision} {gradients:?} {f}"
+            );
+        }
+    }
+    // BF16 gradients are priced as such: half the bytes of FP32 to reduce.
+    let spec = "tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=1,engine=megatron,precision=bf16";
+    let mut p = parse_inline_plan(spec, &model, &cluster).unwrap();
+    assert_eq!(p.gradient_dtype(), Precision::Fp32);
+    p.collective_dtypes.gradients = Some(Precision::Bf16);
+    assert_eq!(p.gradient_dtype(), Precision::Bf16);
+    for (precision, gradients) in [
+        ("bf16", Precision::Fp16),
+        ("fp32", Precision::Bf16),
+        ("fp16", Precision::Bf16),
+    ] {
+        let e = args(precision, Some(gradients)).unwrap_err();
+        assert!(e.contains("collective_dtypes.gradients"), "{e}");
+    }
+}

@@ -27,7 +27,9 @@
 //!   `--use-megatron-fsdp --data-parallel-sharding-strategy {optim_grads,optim_grads_params}`,
 //!   `--overlap-grad-reduce --overlap-param-gather` (what hetplan's Megatron estimate assumes),
 //!   `--optimizer-cpu-offload --optimizer-offload-fraction F --use-precision-aware-optimizer`;
-//! - precision `--bf16` / `--fp16`; data `--mock-data --tokenizer-type NullTokenizer
+//! - precision `--bf16` / `--fp16` (FP8: `--bf16 --fp8-format hybrid [--fp8-param-gather]`),
+//!   the gradients' type where the plan's is not the flag's default (`collective_dtypes`:
+//!   `--grad-reduce-in-bf16`, `--accumulate-allreduce-grads-in-fp32`); data `--mock-data --tokenizer-type NullTokenizer
 //!   --vocab-size V` (as `examples/llama/train_llama3_8b_h100_fp8.sh` runs without a dataset).
 
 use super::ranks::{self, RankLayout};
@@ -36,7 +38,47 @@ use crate::model::{AttnImpl, Departure, LayerKind, MlpKind, Model, NormKind, Pos
 use crate::plan::runtime::Runtime;
 use crate::plan::{Plan, Precision, Recompute};
 
-/// The export of `job` for Megatron-LM, or every reason it cannot run there.
+/// The element types of the data-parallel collectives (`collective_dtypes`) Megatron-LM's
+/// flags can set, and why not the others. Gradients: its `main_grad` buffers are FP32 with
+/// `--accumulate-allreduce-grads-in-fp32`, which `--bf16` turns on unless
+/// `--grad-reduce-in-bf16` is given, and the parameters' type otherwise (arguments.py,
+/// `validate_args`; distributed/distributed_data_parallel.py). Parameters: gathered in the
+/// training precision, or in FP8 with `--fp8-param-gather` (validated with the plan).
+fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
+    use Precision::{Bf16, Fp16, Fp32, Fp8};
+    let mut why = Vec::new();
+    if let Some(g) = plan.collective_dtypes.gradients {
+        let ok = match plan.precision {
+            Bf16 | Fp8 => matches!(g, Fp32 | Bf16),
+            Fp16 => matches!(g, Fp32 | Fp16),
+            _ => g == Fp32,
+        };
+        if !ok {
+            why.push(format!(
+                "Megatron reduces {} training's gradients in {}; the plan reduces them in {} \
+                 (collective_dtypes.gradients)",
+                plan.precision.name().to_uppercase(),
+                match plan.precision {
+                    Bf16 | Fp8 => "FP32 or, with --grad-reduce-in-bf16, BF16",
+                    Fp16 => "FP16 or, with --accumulate-allreduce-grads-in-fp32, FP32",
+                    _ => "FP32",
+                },
+                g.name().to_uppercase()
+            ));
+        }
+    }
+    if let Some(p) = plan.collective_dtypes.params {
+        if !(p == Fp8 && plan.precision == Fp8) && p != plan.precision {
+            why.push(format!(
+                "Megatron gathers parameters in the training precision, or in FP8 with \
+                 --fp8-param-gather; the plan gathers them in {} (collective_dtypes.params)",
+                p.name().to_uppercase()
+            ));
+        }
+    }
+    why
+}
+
 /// Every reason Megatron cannot run `plan` of `model` at `seq_len` (empty: it can).
 pub fn reasons(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
     checked(model, plan, seq_len).err().unwrap_or_default()
@@ -89,6 +131,7 @@ fn checked(
             ));
         }
     }
+    why.extend(collective_dtype_reasons(plan));
     match (args, layout) {
         (Ok(a), Ok(l)) if why.is_empty() => Ok((a, l)),
         _ => Err(why),
@@ -467,6 +510,12 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
             Some(format!("{}", st.offload.optimizer)),
         );
         flag("use-precision-aware-optimizer", None);
+    }
+    // The gradients' type where it is not the flag's default (`collective_dtype_reasons`).
+    match (plan.precision, plan.gradient_dtype()) {
+        (Precision::Bf16 | Precision::Fp8, Precision::Bf16) => flag("grad-reduce-in-bf16", None),
+        (Precision::Fp16, Precision::Fp32) => flag("accumulate-allreduce-grads-in-fp32", None),
+        _ => {}
     }
     match plan.precision {
         Precision::Bf16 => flag("bf16", None),

@@ -177,11 +177,39 @@ pub fn reasons(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
     checked(model, plan, seq_len).err().unwrap_or_default()
 }
 
+/// The collectives' element types torchtitan cannot take: it reduce-scatters gradients in FP32
+/// only (`mixed_precision_reduce: Literal["float32"]`, config/configs.py) and gathers the
+/// parameters in `mixed_precision_param`, the training precision (FP8 gathers belong to torchao's
+/// tensorwise recipe, which hetplan does not export).
+fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
+    let mut why = Vec::new();
+    if let Some(g) = plan
+        .collective_dtypes
+        .gradients
+        .filter(|&g| g != Precision::Fp32)
+    {
+        why.push(format!(
+            "torchtitan reduces gradients in FP32 only (mixed_precision_reduce); the plan \
+             reduces them in {} (collective_dtypes.gradients)",
+            g.name().to_uppercase()
+        ));
+    }
+    if let Some(p) = (plan.collective_dtypes.params).filter(|&p| p != plan.precision) {
+        why.push(format!(
+            "torchtitan gathers parameters in the training precision (mixed_precision_param); \
+             the plan gathers them in {} (collective_dtypes.params)",
+            p.name().to_uppercase()
+        ));
+    }
+    why
+}
+
 /// The rank layout when torchtitan runs the plan; every reason otherwise.
 fn checked(model: &Model, plan: &Plan, seq_len: u64) -> Result<RankLayout, Vec<String>> {
     let mut why = Runtime::Torchtitan.why_not(plan);
     why.extend(model_reasons(model));
     why.extend(plan_reasons(model, plan, seq_len));
+    why.extend(collective_dtype_reasons(plan));
     let layout = ranks::stage_major(plan).map_err(|mut w| why.append(&mut w));
     match layout {
         Ok(l) if why.is_empty() => Ok(l),
