@@ -676,13 +676,17 @@ fn case(source: &str, r: &Row) -> Result<Outcome, InputError> {
         // False`), where Megatron-LM's arguments force FP32 (`plan::default_gradient_dtype`).
         plan.collective_dtypes.gradients = Some(Precision::Bf16);
     }
-    if engine == "fsdp" && pp > 1 {
-        // torchtitan reduces in FP32 (`mixed_precision_reduce = "float32"`), and the FSDP2 of
-        // these runs (torch of late 2024) accumulated gradients whose sync was off in that
-        // reduce dtype (`FSDPParam.to_accumulated_grad_if_needed`; today's torch keeps them in
-        // the parameters' dtype).
+    if engine == "fsdp" {
+        // torchtitan reduce-scatters gradients in FP32 (`mixed_precision_reduce`, whose only
+        // value is "float32", config/configs.py; `reduce_dtype=torch.float32` written into
+        // parallelize_llama.py in April 2024, 395a526 and 1ea476e).
+        // Under PP the FSDP2 of these runs (torch of late 2024) also accumulated gradients
+        // whose sync was off in that reduce dtype (`FSDPParam.to_accumulated_grad_if_needed`;
+        // today's torch keeps them in the parameters' dtype).
         plan.collective_dtypes.gradients = Some(Precision::Fp32);
-        assumptions.push("FSDP under PP: unsharded gradients accumulated in FP32".into());
+        if pp > 1 {
+            assumptions.push("FSDP under PP: unsharded gradients accumulated in FP32".into());
+        }
     }
 
     // What was measured.
