@@ -625,7 +625,11 @@ impl TorchtitanJob {
                 schedule,
                 engine: Engine::Fsdp,
                 precision,
-                collective_dtypes: Default::default(),
+                // `mixed_precision_reduce`: "float32", its only value.
+                collective_dtypes: crate::plan::CollectiveDtypes {
+                    gradients: Some(Precision::Fp32),
+                    ..Default::default()
+                },
                 moe_capacity_factor: None,
                 cp_comm: Default::default(),
                 // CompileConfig's `__post_init__` refuses it without `enable`.

@@ -472,6 +472,11 @@ impl Runtime {
             };
         }
         p.engine = self.engine();
+        // torchtitan reduce-scatters gradients in FP32 only (`mixed_precision_reduce`, whose
+        // one value is "float32", config/configs.py), whatever it trains in.
+        if self == Runtime::Torchtitan {
+            p.collective_dtypes.gradients = Some(super::Precision::Fp32);
+        }
         // Eager model code is PyTorch's; async TP needs it compiled.
         p.compile = p.compile.under(p.engine);
         p.tp_comm_overlap &= self.overlaps_tp() && sp && p.compile != Compile::Off;
