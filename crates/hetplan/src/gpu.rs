@@ -828,8 +828,9 @@ pub fn board_power_w(gpu_name: &str) -> Option<f64> {
 /// (data/measured/h200-sxm-141gb/). *Calibrated*: x = 2/3 (power ∝ f^1.5), a round value,
 /// brings torchtitan's nine BF16 H100 rows at 500 W (`../shared/calibration/torchtitan.csv`,
 /// the only capped runs in the data; its FP8 rows follow) to the optimism of the same
-/// framework's uncapped A100 rows (mean +9.5% against +8.0%, docs/validation.md §8; +4.9%
-/// against +4.1% since FSDP's per-step host time, which both pay, was priced), so that
+/// framework's uncapped A100 rows (mean +9.5% against +8.0%, docs/validation.md §8; +4.5%
+/// against +3.5% since FSDP's per-step host time and FP32 reductions, which both pay, were
+/// priced), so that
 /// the cap is charged with what sets the capped GPUs apart and not with what every torchtitan
 /// row shares. 500 W of 700 W: 0.799 of the clock (0.894 at x = 1/3). Memory clocks do not
 /// follow the cap.

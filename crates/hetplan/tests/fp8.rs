@@ -497,4 +497,20 @@ fn megatron_exports_the_gradients_type_the_plan_reduces_in() {
         let e = args(precision, Some(gradients)).unwrap_err();
         assert!(e.contains("collective_dtypes.gradients"), "{e}");
     }
+    // Megatron-FSDP (ZeRO-3) takes its gradients' type from a flag the export does not pass.
+    let spec = "tp=2,dp=8,mbs=1,gbs=32,zero=3,engine=megatron,precision=bf16";
+    let mut p = parse_inline_plan(spec, &model, &cluster).unwrap();
+    p.collective_dtypes.gradients = Some(Precision::Bf16);
+    let why = why_not(Target::Megatron, &model, &p, 4096);
+    assert!(
+        why.iter()
+            .any(|w| w.contains("--megatron-fsdp-main-grads-dtype")),
+        "{why:?}"
+    );
+    p.collective_dtypes.gradients = None;
+    let why = why_not(Target::Megatron, &model, &p, 4096);
+    assert!(
+        !why.iter().any(|w| w.contains("collective_dtypes")),
+        "{why:?}"
+    );
 }

@@ -47,6 +47,16 @@ use crate::plan::{Plan, Precision, Recompute};
 fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
     use Precision::{Bf16, Fp16, Fp32, Fp8};
     let mut why = Vec::new();
+    // Megatron-FSDP (ZeRO-2/3) takes its gradients' type from `--megatron-fsdp-main-grads-dtype`
+    // (`auto`: the parameters'), not from the two flags below, and the export passes neither.
+    if plan.collective_dtypes.gradients.is_some() && plan.stages.iter().any(|s| s.zero >= 2) {
+        why.push(
+            "Megatron-FSDP (ZeRO-2/3) sets its gradients' type with \
+             --megatron-fsdp-main-grads-dtype, which hetplan's export does not pass; the plan \
+             sets collective_dtypes.gradients"
+                .into(),
+        );
+    }
     if let Some(g) = plan.collective_dtypes.gradients {
         let ok = match plan.precision {
             Bf16 | Fp8 => matches!(g, Fp32 | Bf16),
