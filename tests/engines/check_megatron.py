@@ -58,6 +58,7 @@ TRAINING_SWITCHES = {
     "use-megatron-fsdp", "optimizer-cpu-offload", "use-precision-aware-optimizer",
     "untie-embeddings-and-output-weights", "group-query-attention", "swiglu",
     "disable-bias-linear", "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32",
+    "fp8-param-gather",
 }
 
 
