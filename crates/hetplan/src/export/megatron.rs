@@ -78,7 +78,8 @@ fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
         }
     }
     if let Some(p) = plan.collective_dtypes.params {
-        if !(p == Fp8 && plan.precision == Fp8) && p != plan.precision {
+        // FP8 parameters in FP8 training are `--fp8-param-gather`, passed below.
+        if p != plan.precision {
             why.push(format!(
                 "Megatron gathers parameters in the training precision, or in FP8 with \
                  --fp8-param-gather; the plan gathers them in {} (collective_dtypes.params)",
