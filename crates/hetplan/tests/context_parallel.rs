@@ -452,6 +452,8 @@ fn context_parallelism_never_lowers_the_gpu_time_of_a_sample() {
                             pads_vocabulary: false,
                             op_checkpointing: false,
                             early_stop: false,
+                            // Megatron's host loop over the experts, where some are split.
+                            host_expert_loop: ep > 1,
                         };
                         let total = |t: LayerTime| (t.forward + t.backward).get();
                         let whole = total(Analytic.layer_time(gpu, model, l, shape(1, false)));

@@ -181,7 +181,7 @@ fn every_scenario_exports_to_every_engine_or_says_why_not() {
 fn full_exports_of_a_scenario_per_engine() {
     for (name, target) in [
         ("mist-a100-8-gpt3", Target::Megatron),
-        ("metis-p100-t4-8-moe", Target::Deepspeed),
+        ("metis-p100-t4-4-moe", Target::Deepspeed),
     ] {
         let s = scenario(name).unwrap();
         let plan = megatron_plan(&s).expect("the heuristic plans it");

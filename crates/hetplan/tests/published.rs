@@ -390,9 +390,10 @@ fn bad_rows_and_edited_cases_are_errors_not_panics() {
 /// (`memory::transformer_engine_fp8`) and the recipes keep the weights in FP8 only
 /// (`--fp8-param-gather`, `Plan::fp8_params`); counted at 16 bits, the 70B rows were estimated
 /// at 86.5 GiB of 79.2 and the 405B rows at 86.1. The mixture-of-experts rows are the first
-/// published expert-parallel runs here, and hetplan is far from them (+25% with 4 local
-/// experts to +193% with 16, about 0.5–0.7 ms a local expert, layer and micro-batch that the
-/// estimate lacks): the bounds hold that gap where it is until it is explained.
+/// published expert-parallel runs here; without the host's loop over the local experts
+/// (`constants::MOE_HOST_S_PER_LOCAL_EXPERT`, calibrated on them) the estimate was +25% (4
+/// local experts) to +193% (16) optimistic, with it each is within 13% and their median
+/// within 5%.
 #[test]
 fn megatron_bridge_runs_fit_and_stay_where_they_are() {
     let (all, _) = cases();
@@ -432,11 +433,17 @@ fn megatron_bridge_runs_fit_and_stay_where_they_are() {
         "{e:?}"
     );
     assert_eq!(e.field.as_deref(), Some("n_layers"));
+    let mut moe_errors = Vec::new();
     for c in &rows {
         assert!(c.fits, "{}: {:.1} GiB", c.id, c.estimated_memory.as_gib());
         let e = c.time_error().unwrap();
         let moe = c.spec.contains("ep=");
-        let (lo, hi) = if moe { (0.2, 2.0) } else { (0.0, 0.25) };
+        let (lo, hi) = if moe { (-0.14, 0.06) } else { (0.0, 0.25) };
         assert!(lo <= e && e <= hi, "{}: {e:+.3}", c.id);
+        if moe {
+            moe_errors.push(e);
+        }
     }
+    let (median, _) = median_p90(&moe_errors).unwrap();
+    assert!(median <= 0.05, "MoE median {median:.3}");
 }

@@ -97,6 +97,10 @@ pub struct LayerShape {
     /// recomputation repeats leaves out the ops it skips (`Layer::skipped_by_early_stop`, as
     /// `eager` says): a block's closing product.
     pub early_stop: bool,
+    /// The engine issues each local expert's products from the host behind a synchronisation
+    /// (`Engine::loops_experts_on_host`): a MoE layer adds
+    /// [`k::MOE_HOST_S_PER_LOCAL_EXPERT`] per local expert.
+    pub host_expert_loop: bool,
 }
 
 /// What PyTorch's mixed precision moves through HBM beside each matrix product, per
@@ -142,6 +146,7 @@ impl LayerShape {
             pads_vocabulary: false,
             op_checkpointing: false,
             early_stop: false,
+            host_expert_loop: false,
         }
     }
 }
@@ -600,8 +605,31 @@ impl Analytic {
             t.forward_flop += Flop(c.fwd_flop);
             t.backward_flop += Flop(c.bwd_flop);
         }
+        if shape.host_expert_loop {
+            // The host issues the local experts' products one by one behind the dispatch's
+            // synchronisation: a third of its time in the forward (which a recomputation
+            // repeats), two thirds in the backward's data- and weight-gradient products.
+            let local = local_experts(layer, shape.ep);
+            let host = k::MOE_HOST_S_PER_LOCAL_EXPERT * local;
+            t.forward += Seconds(host / 3.0);
+            t.recompute_forward += Seconds(host / 3.0);
+            t.backward += Seconds(2.0 * host / 3.0);
+        }
         t
     }
+}
+
+/// The experts of a MoE layer that one GPU of an `ep`-way expert-parallel group holds (0 for
+/// a layer without experts).
+fn local_experts(layer: &Layer, ep: u32) -> f64 {
+    layer
+        .ops
+        .iter()
+        .find_map(|op| match op.kind {
+            OpKind::Gemm { count, .. } if op.is_expert() => Some(count as f64 / ep.max(1) as f64),
+            _ => None,
+        })
+        .unwrap_or(0.0)
 }
 
 impl ComputeTimes for Analytic {

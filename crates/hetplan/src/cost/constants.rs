@@ -145,6 +145,26 @@ pub fn hbm_efficiency(arch: Arch) -> f64 {
 /// "CUDA C++ Best Practices Guide", §Kernel launch).
 pub const KERNEL_OVERHEAD_S: f64 = 4e-6;
 
+/// Host time per local expert of a MoE layer, per micro-batch (forward and backward), where the
+/// engine issues each local expert's products from the host behind a synchronisation
+/// (`Engine::loops_experts_on_host`). Megatron-Core's dropless dispatch copies the tokens per
+/// expert to the host before the experts run (`tokens_per_expert.tolist()`,
+/// megatron/core/transformer/moe/experts.py; the all-to-all's split sizes likewise in
+/// token_dispatcher.py), which drains the GPU's queue; Transformer Engine's `GroupedLinear`
+/// then takes that list and runs one product per expert, and under FP8 pads each expert's
+/// segment first. The GPU runs each small product as soon as the host has issued it: the
+/// "host-boundedness" of small expert GEMMs and their many launches (Yan et al. 2026,
+/// "Scalable Training of Mixture-of-Experts Models with Megatron Core", arXiv:2603.07685, §1).
+/// *Calibrated*: the four published NeMo (Megatron-Bridge) H100 MoE runs
+/// (data/published/nemo_megatron_bridge.csv, no CUDA graphs) are slower than the estimate
+/// without it by 0.50 ms (GPT-OSS 120B, BF16, 16 local experts), 0.69 ms (Qwen3-30B-A3B, FP8,
+/// 16) and 0.67 and 0.77 ms (Qwen3-235B-A22B, FP8, 4 local experts, inter-node expert
+/// parallelism) per local expert, MoE layer and micro-batch: in proportion to the local experts
+/// and not to their width or tokens. 0.65 ms fits the four (docs/validation.md §8).
+/// A third of it falls in the forward, two thirds in the backward, which issues a data- and a
+/// weight-gradient product for each forward one.
+pub const MOE_HOST_S_PER_LOCAL_EXPERT: f64 = 0.65e-3;
+
 /// Expert parallelism: the busiest expert-parallel rank's share of a MoE layer's expert work
 /// relative to the average. With a capacity factor C routers drop the tokens beyond C times an
 /// expert's even share, so no rank does more than C times the average; Switch Transformer

@@ -823,6 +823,7 @@ fn layer_costs_in(
         pads_vocabulary: plan.engine.pads_vocabulary(),
         op_checkpointing: st.recompute == Recompute::Ops,
         early_stop: plan.engine.runs_pytorch_code() && st.recompute != Recompute::None,
+        host_expert_loop: plan.engine.loops_experts_on_host(),
     };
     let cp = st.cp.max(1);
     // The context-parallel group's GPUs of TP rank 0 (every rank has its own, on its share of

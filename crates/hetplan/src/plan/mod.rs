@@ -110,6 +110,18 @@ impl Engine {
         matches!(self, Engine::Megatron)
     }
 
+    /// Whether the engine issues each local expert's products of a MoE layer from the host,
+    /// one after the other, behind a device-to-host synchronisation
+    /// (`constants::MOE_HOST_S_PER_LOCAL_EXPERT`): Megatron-Core's dropless dispatchers feed
+    /// Transformer Engine's `GroupedLinear` a host list of tokens per expert, one product per
+    /// expert; DeepSpeed-MoE calls each local expert's module in a Python loop
+    /// (deepspeed/moe/experts.py `Experts.forward`, which also copies uneven splits to the
+    /// host), as host-bound — the same constant, not measured there. torchtitan runs a rank's
+    /// experts in one grouped product on device offsets (`torch._grouped_mm`).
+    pub fn loops_experts_on_host(self) -> bool {
+        matches!(self, Engine::Megatron | Engine::Deepspeed)
+    }
+
     /// Whether the engine runs the model as PyTorch code, which may run compiled or not
     /// (`Plan::compile`): FSDP's (torchtitan's); Megatron and DeepSpeed run their own fused
     /// kernels.

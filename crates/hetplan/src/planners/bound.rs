@@ -157,6 +157,8 @@ pub fn lower_bound(problem: &Problem<'_>) -> Bound {
                                         // Recomputation only adds time.
                                         op_checkpointing: false,
                                         early_stop: false,
+                                        // torchtitan's grouped product has no host loop.
+                                        host_expert_loop: false,
                                     };
                                     let t = problem.compute.layer_time(spec, model, l, shape);
                                     // cp·tp GPUs share the b samples.

@@ -50,6 +50,7 @@ impl Problem<'_> {
             native_attention: self.options.engine.native_attention(),
             eager: self.options.runs_eagerly(),
             pads_vocabulary: self.options.engine.pads_vocabulary(),
+            host_expert_loop: self.options.engine.loops_experts_on_host(),
             ..crate::cost::LayerShape::plain(mbs, self.seq_len, tp, self.options.precision)
         }
     }
