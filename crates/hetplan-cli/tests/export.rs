@@ -707,6 +707,45 @@ fn a_megatron_export_imports_back_to_the_same_plan() {
         );
         assert!((a - b).abs() <= 1e-9 * a, "{model} {plan}: {a} then {b}");
     }
+    // FP8 with the weights kept and gathered in FP8 and BF16 gradients, on H100s: `--bf16
+    // --fp8-format hybrid --fp8-param-gather --grad-reduce-in-bf16` and back.
+    let h100 = "2x4xh100-sxm5-80gb@400Gbps";
+    let o = hetplan(
+        &dir,
+        &[
+            "estimate",
+            "--model",
+            "llama2-7b",
+            "--cluster",
+            h100,
+            "--plan",
+            "tp=2,pp=2,mbs=1,gbs=64,zero=1,sp=on,precision=fp8",
+            "--json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mut fp8: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let mut fp8 = fp8["plan"].take();
+    fp8["collective_dtypes"] = serde_json::json!({"params": "fp8", "gradients": "bf16"});
+    std::fs::write(dir.join("fp8.json"), fp8.to_string()).unwrap();
+    round_trip(
+        &dir,
+        "llama2-7b",
+        h100,
+        "fp8.json",
+        "megatron",
+        "job-fp8",
+        "megatron_args.json",
+        &[],
+    );
+    let args = std::fs::read_to_string(dir.join("job-fp8/megatron_args.json")).unwrap();
+    for flag in [
+        "--fp8-format",
+        "--fp8-param-gather",
+        "--grad-reduce-in-bf16",
+    ] {
+        assert!(args.contains(flag), "{flag}: {args}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -748,7 +787,11 @@ fn import_points_at_what_it_cannot_read() {
         ],
     );
     assert_eq!(o.code, 2, "{}", o.stderr);
-    assert!(o.stderr.contains("FP8"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--fp8-format without --bf16"),
+        "{}",
+        o.stderr
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -25,7 +25,9 @@ use crate::export::ranks::NodeLaunch;
 use crate::model::{
     AttnImpl, MlpKind, Model, MoeConfig, NormKind, PositionKind, TransformerConfig,
 };
-use crate::plan::{Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage};
+use crate::plan::{
+    CollectiveDtypes, Engine, LayerRange, Offload, Plan, Precision, Recompute, Schedule, Stage,
+};
 use std::collections::BTreeMap;
 
 /// Flags that take no value (`store_true`) among those hetplan reads or may meet.
@@ -57,6 +59,8 @@ const SWITCHES: &[&str] = &[
     "calculate-per-token-loss",
     "manual-gc",
     "grad-reduce-in-bf16",
+    "accumulate-allreduce-grads-in-fp32",
+    "fp8-param-gather",
     "use-torch-fsdp2",
     "no-create-attention-mask-in-dataloader",
     "use-rotary-position-embeddings",
@@ -64,7 +68,6 @@ const SWITCHES: &[&str] = &[
 
 /// Flags that change what runs in ways hetplan does not model yet: (flag, what it is).
 const UNMODELLED: &[(&str, &str)] = &[
-    ("fp8-format", "FP8 training"),
     ("hybrid-layer-pattern", "hybrid (Mamba) layers"),
     ("encoder-num-layers", "encoder layers"),
     ("use-torch-fsdp2", "PyTorch FSDP2 inside Megatron"),
@@ -90,9 +93,18 @@ pub struct MegatronJob {
     /// (`shell::exported`; `c10::utils::check_env` takes `1` and `0`): FP32 products run in
     /// TF32, what hetplan's export of a `tf32` plan sets; Megatron has no flag for it.
     tf32_override: bool,
+    /// The training precision and the collectives' element types the flags set
+    /// ([`MegatronJob::precision`]).
+    precision: Precision,
+    collective_dtypes: CollectiveDtypes,
     flags: BTreeMap<String, Flag>,
     src: String,
 }
+
+/// The gradients' type flags, which Megatron-FSDP does not read (it takes
+/// `--megatron-fsdp-main-grads-dtype`, which hetplan does not): with `--use-megatron-fsdp`
+/// they are listed as ignored.
+const GRADIENT_FLAGS: &[&str] = &["grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32"];
 
 impl MegatronJob {
     /// Reads a command line, a launch script, or a JSON list of arguments.
@@ -167,6 +179,8 @@ impl MegatronJob {
             world_size: None,
             ignored: Vec::new(),
             tf32_override,
+            precision: Precision::Fp32,
+            collective_dtypes: CollectiveDtypes::default(),
             flags,
             src: src.to_string(),
         };
@@ -185,6 +199,7 @@ impl MegatronJob {
                 }
             }
         }
+        (job.precision, job.collective_dtypes) = job.precision()?;
         let cfg = job.transformer(name)?;
         cfg.check_limits().map_err(|e| {
             e.hint(Some(
@@ -262,6 +277,9 @@ impl MegatronJob {
             "optimizer-offload-fraction",
             "bf16",
             "fp16",
+            "fp8-format",
+            "fp8-recipe",
+            "fp8-param-gather",
             "nnodes",
             "nproc-per-node",
             // What hetplan's Megatron estimate assumes (gradient reduction and parameter
@@ -269,13 +287,93 @@ impl MegatronJob {
             "overlap-grad-reduce",
             "overlap-param-gather",
         ];
+        let reads_gradients = !job.has("use-megatron-fsdp");
         job.ignored = job
             .flags
             .keys()
             .filter(|k| !read.contains(&k.as_str()))
+            .filter(|k| !(reads_gradients && GRADIENT_FLAGS.contains(&k.as_str())))
             .map(|k| format!("--{k}"))
             .collect();
         Ok(job)
+    }
+
+    /// The training precision and the collectives' element types: `--bf16` / `--fp16` (else
+    /// FP32, or TF32 under the script's switch); Transformer Engine's FP8 (`--fp8-format`, with
+    /// `--bf16`, one scale per tensor: the `delayed` and `tensorwise` recipes) and its FP8
+    /// weights (`--fp8-param-gather`); BF16 gradients (`--grad-reduce-in-bf16`) or FP32 ones
+    /// under FP16 (`--accumulate-allreduce-grads-in-fp32`, which `--bf16` implies: arguments.py).
+    /// What hetplan's export writes for a plan, read back.
+    fn precision(&self) -> Result<(Precision, CollectiveDtypes), InputError> {
+        let at = |flag: &str| self.flags.get(flag).map_or(0, |f| f.offset);
+        let precision = if self.choice("fp8-format", &["hybrid", "e4m3"])?.is_some() {
+            if !self.has("bf16") {
+                return Err(self
+                    .error_at(
+                        at("fp8-format"),
+                        "--fp8-format without --bf16: hetplan models FP8 training as \
+                         Transformer Engine's FP8 products with BF16 elsewhere"
+                            .into(),
+                    )
+                    .hint(Some("add --bf16, as Megatron's FP8 examples do".into())));
+            }
+            let recipes = ["delayed", "tensorwise", "blockwise", "mxfp8", "custom"];
+            match self.choice("fp8-recipe", &recipes)?.as_deref() {
+                None | Some("delayed" | "tensorwise") => Precision::Fp8,
+                Some(r) => {
+                    return Err(self
+                        .error_at(
+                            at("fp8-recipe"),
+                            format!(
+                                "--fp8-recipe {r}: hetplan models FP8 with one scale per tensor \
+                                 (the `delayed` and `tensorwise` recipes)"
+                            ),
+                        )
+                        .hint(Some(
+                            "plan with --fp8-recipe tensorwise, or compare by hand".into(),
+                        )))
+                }
+            }
+        } else if self.has("bf16") {
+            Precision::Bf16
+        } else if self.has("fp16") {
+            Precision::Fp16
+        } else if self.tf32_override {
+            Precision::Tf32
+        } else {
+            Precision::Fp32
+        };
+        let mut dtypes = CollectiveDtypes::default();
+        if self.has("fp8-param-gather") {
+            if precision != Precision::Fp8 {
+                return Err(self
+                    .error_at(
+                        at("fp8-param-gather"),
+                        "--fp8-param-gather keeps the weights in FP8: it needs FP8 training".into(),
+                    )
+                    .hint(Some("add --fp8-format hybrid --bf16, or remove it".into())));
+            }
+            dtypes.params = Some(Precision::Fp8);
+        }
+        if !self.has("use-megatron-fsdp") {
+            if self.has("grad-reduce-in-bf16") {
+                if !matches!(precision, Precision::Bf16 | Precision::Fp8) {
+                    return Err(self
+                        .error_at(
+                            at("grad-reduce-in-bf16"),
+                            "--grad-reduce-in-bf16 without --bf16: hetplan reads BF16 \
+                             gradients of BF16 or FP8 training"
+                                .into(),
+                        )
+                        .hint(Some("add --bf16, or remove it".into())));
+                }
+                dtypes.gradients = Some(Precision::Bf16);
+            } else if self.has("accumulate-allreduce-grads-in-fp32") && precision == Precision::Fp16
+            {
+                dtypes.gradients = Some(Precision::Fp32);
+            }
+        }
+        Ok((precision, dtypes))
     }
 
     fn error_at(&self, offset: usize, message: String) -> InputError {
@@ -690,16 +788,8 @@ impl MegatronJob {
                 Schedule::OneFOneB
             },
             engine: Engine::Megatron,
-            precision: if self.has("bf16") {
-                Precision::Bf16
-            } else if self.has("fp16") {
-                Precision::Fp16
-            } else if self.tf32_override {
-                Precision::Tf32
-            } else {
-                Precision::Fp32
-            },
-            collective_dtypes: Default::default(),
+            precision: self.precision,
+            collective_dtypes: self.collective_dtypes,
             // megatron-core: a negative capacity factor means none (dropless).
             moe_capacity_factor: self
                 .float("moe-expert-capacity-factor")?
@@ -1023,7 +1113,98 @@ mod tests {
         assert_eq!((e.line, e.column), (Some(1), Some(14)));
         assert!(e.hint.unwrap().contains("shell variables"));
         let e = MegatronJob::parse("--num-layers 2 --fp8-format hybrid", "m").unwrap_err();
-        assert!(e.message.contains("FP8"), "{}", e.message);
+        assert!(e.message.contains("without --bf16"), "{}", e.message);
+    }
+
+    /// What hetplan's Megatron export writes for a plan's precision and its collectives'
+    /// types, read back; what hetplan does not model, refused at its flag.
+    #[test]
+    fn precision_and_collective_types_are_read() {
+        use Precision::{Bf16, Fp16, Fp32, Fp8};
+        let cluster = crate::cluster::spec::parse_cluster_toml(
+            "name = \"t\"\n[[node_group]]\ngpu = \"h100-sxm5-80gb\"\ngpus_per_node = 8\nnodes = 1\n",
+        )
+        .unwrap();
+        let args = |extra: &str| {
+            format!(
+                "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 512 \
+                 --max-position-embeddings 512 --vocab-size 1024 --micro-batch-size 1 \
+                 --global-batch-size 16 {extra}"
+            )
+        };
+        for (extra, precision, params, gradients) in [
+            ("--bf16", Bf16, None, None),
+            ("--bf16 --grad-reduce-in-bf16", Bf16, None, Some(Bf16)),
+            // `--bf16` implies it (arguments.py): the engine's default.
+            (
+                "--bf16 --accumulate-allreduce-grads-in-fp32",
+                Bf16,
+                None,
+                None,
+            ),
+            ("--fp16", Fp16, None, None),
+            (
+                "--fp16 --accumulate-allreduce-grads-in-fp32",
+                Fp16,
+                None,
+                Some(Fp32),
+            ),
+            ("--bf16 --fp8-format hybrid", Fp8, None, None),
+            (
+                "--bf16 --fp8-format e4m3 --fp8-recipe tensorwise --fp8-param-gather \
+                 --grad-reduce-in-bf16 --use-distributed-optimizer",
+                Fp8,
+                Some(Fp8),
+                Some(Bf16),
+            ),
+        ] {
+            let job = MegatronJob::parse(&args(extra), "m").unwrap();
+            assert!(job.ignored.is_empty(), "{extra}: {:?}", job.ignored);
+            let plan = job.plan(&cluster, None).unwrap();
+            let d = plan.collective_dtypes;
+            assert_eq!(
+                (plan.precision, d.params, d.gradients),
+                (precision, params, gradients),
+                "{extra}"
+            );
+            let valid = crate::plan::ValidPlan::new(plan, &job.model, &cluster);
+            assert!(valid.is_ok(), "{extra}: {:?}", valid.err());
+        }
+        // Megatron-FSDP takes its gradients' type from a flag of its own: the others are
+        // listed as ignored.
+        let job = MegatronJob::parse(
+            &args("--bf16 --use-megatron-fsdp --grad-reduce-in-bf16"),
+            "m",
+        )
+        .unwrap();
+        assert_eq!(job.ignored, vec!["--grad-reduce-in-bf16".to_string()]);
+        assert_eq!(job.collective_dtypes.gradients, None);
+        for (extra, at, says) in [
+            ("--fp8-format hybrid", "--fp8-format", "without --bf16"),
+            (
+                "--bf16 --fp8-format hybrid --fp8-recipe blockwise",
+                "--fp8-recipe",
+                "one scale per tensor",
+            ),
+            ("--bf16 --fp8-format e5m2", "e5m2", "not one hetplan knows"),
+            (
+                "--bf16 --fp8-param-gather",
+                "--fp8-param-gather",
+                "needs FP8",
+            ),
+            (
+                "--fp16 --grad-reduce-in-bf16",
+                "--grad-reduce-in-bf16",
+                "without --bf16",
+            ),
+        ] {
+            let src = args(extra);
+            let e = MegatronJob::parse(&src, "m").unwrap_err();
+            assert!(e.message.contains(says), "{extra}: {}", e.message);
+            assert!(e.hint.is_some(), "{extra}");
+            let col = e.column.unwrap();
+            assert!(src[col - 1..].starts_with(at), "{extra}: {e:?}");
+        }
     }
 
     #[test]
