@@ -189,12 +189,45 @@ fn an_expert_parallel_stage_waits_for_its_group_and_its_busiest_expert() {
 }
 
 #[test]
+fn the_busiest_experts_load_leaves_the_hosts_loop_alone() {
+    // Without a capacity factor the busiest expert rank does `MOE_EP_LOAD_FACTOR` times the
+    // even share of the expert work: the layer's GPU time grows by f, the same for every engine
+    // (torchtitan's shows it), but Megatron's host loop over the local experts is no GPU work.
+    let (model, cluster) = (catalog_model("mixtral-8x7b").unwrap(), mixed());
+    let w = Workload {
+        model: &model,
+        cluster: &cluster,
+        seq_len: 4096,
+    };
+    let forward = |spec: &str| {
+        let p = plan(spec, &model, &cluster);
+        let l = (p.stages[0].layers.iter())
+            .position(|l| model.layers[l].ops.iter().any(|o| o.is_expert()))
+            .unwrap();
+        hetplan::cost::layer_costs(w, &p, &Analytic, 0, 0)[l].forward
+    };
+    let base = "tp=2,pp=4,dp=4,mbs=1,gbs=64,zero=1,ep=4";
+    let (gd, g1) = (
+        forward(&format!("{base},engine=fsdp")),
+        forward(&format!("{base},engine=fsdp,capacity=1")),
+    );
+    let f = gd / g1;
+    assert!(f > 1.05 && f < 1.25, "{f}");
+    let (md, m1) = (forward(base), forward(&format!("{base},capacity=1")));
+    // Two local experts (8 over EP 4), a third of their host time in the forward.
+    let h = hetplan::cost::constants::MOE_HOST_S_PER_LOCAL_EXPERT * 2.0 / 3.0;
+    let want = (m1 - h) * f + h;
+    assert!((md - want).abs() < 1e-9 * want, "{md} against {want}");
+    assert!(md < m1 * f - 0.5 * h * (f - 1.0));
+}
+
+#[test]
 fn hetplan_chooses_expert_parallelism_where_it_pays() {
     // Qwen3-30B-A3B's 128 small experts on 32 H100 and 32 A100 joined by 50 Gbps: more GPUs
     // than a pipeline of its 48 layers keeps busy, so replicas, and every replica holding every
     // expert reduces every expert's gradients over the network (in FP32, Megatron's); split over
     // four replicas they are a quarter, and so are the local experts whose products Megatron's
-    // host issues one by one (`MOE_HOST_S_PER_LOCAL_EXPERT`): 6.89 s against 13.39 s (3.33 s
+    // host issues one by one (`MOE_HOST_S_PER_LOCAL_EXPERT`): 6.69 s against 13.39 s (3.33 s
     // against 3.64 s before the host's loop was priced). On 32 of these GPUs at 25 Gbps it was
     // 5.74 s against 6.30 s until the uniform starts split their layers by speed: a pipeline of
     // 2-GPU stages over every GPU, with no replicas to reduce over, took 5.73 s without expert

@@ -42,6 +42,10 @@ pub struct LayerTime {
     /// values): what a context-parallel ring's transfers overlap with.
     pub attention_forward: Seconds,
     pub attention_backward: Seconds,
+    /// The host's loop over the local experts (`LayerShape::host_expert_loop`), a third of it
+    /// in `forward` (and `recompute_forward`) and two thirds in `backward`: time the GPU waits,
+    /// which no load factor on its work scales.
+    pub host_expert_loop: Seconds,
     /// FLOPs executed in forward / backward (hardware FLOPs, per GPU).
     pub forward_flop: Flop,
     pub backward_flop: Flop,
@@ -571,6 +575,7 @@ impl Analytic {
             recompute_forward: Seconds::ZERO,
             attention_forward: Seconds::ZERO,
             attention_backward: Seconds::ZERO,
+            host_expert_loop: Seconds::ZERO,
             forward_flop: Flop::ZERO,
             backward_flop: Flop::ZERO,
             includes_tp_comm: false,
@@ -614,6 +619,7 @@ impl Analytic {
             t.forward += Seconds(host / 3.0);
             t.recompute_forward += Seconds(host / 3.0);
             t.backward += Seconds(2.0 * host / 3.0);
+            t.host_expert_loop = Seconds(host);
         }
         t
     }

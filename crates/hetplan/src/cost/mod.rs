@@ -859,12 +859,15 @@ fn layer_costs_in(
                 let load = plan
                     .moe_capacity_factor
                     .map_or(k::MOE_EP_LOAD_FACTOR, |c| c.min(k::MOE_EP_LOAD_FACTOR));
+                // The host's loop over the local experts is no GPU work: not scaled.
                 let f = 1.0 + expert_flop_share(model, li, seq) * (load - 1.0);
-                lt.forward = lt.forward * f;
-                lt.backward = lt.backward * f;
+                let host = lt.host_expert_loop.get();
+                let scale = |t: Seconds, h: f64| Seconds((t.get() - h) * f + h);
+                lt.forward = scale(lt.forward, host / 3.0);
+                lt.backward = scale(lt.backward, 2.0 * host / 3.0);
                 lt.selective_forward = lt.selective_forward * f;
                 lt.op_checkpoint_forward = lt.op_checkpoint_forward * f;
-                lt.recompute_forward = lt.recompute_forward * f;
+                lt.recompute_forward = scale(lt.recompute_forward, host / 3.0);
             }
             // Each GPU dispatches its 1/tp of the tokens' top-k copies and gets them back.
             let ep_bytes = match moe {

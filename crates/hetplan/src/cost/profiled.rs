@@ -139,6 +139,11 @@ fn measured(
         recompute_forward: analytic.recompute_forward * fwd_scale,
         attention_forward: analytic.attention_forward * fwd_scale,
         attention_backward: analytic.attention_backward * bwd_scale,
+        // The profiler's MoE block loops over its experts on the host too: the measured times
+        // hold such a loop, taken as long as the engine's.
+        host_expert_loop: Seconds(
+            (analytic.host_expert_loop.get()).min((forward + backward).get()),
+        ),
         forward_flop: analytic.forward_flop,
         backward_flop: analytic.backward_flop,
         includes_tp_comm: shape.tp > 1,

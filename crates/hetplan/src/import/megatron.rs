@@ -61,6 +61,8 @@ const SWITCHES: &[&str] = &[
     "grad-reduce-in-bf16",
     "accumulate-allreduce-grads-in-fp32",
     "fp8-param-gather",
+    "first-last-layers-bf16",
+    "no-fp8-wgrad",
     "use-torch-fsdp2",
     "no-create-attention-mask-in-dataloader",
     "use-rotary-position-embeddings",
@@ -68,6 +70,12 @@ const SWITCHES: &[&str] = &[
 
 /// Flags that change what runs in ways hetplan does not model yet: (flag, what it is).
 const UNMODELLED: &[(&str, &str)] = &[
+    ("fp4-format", "FP4 training"),
+    (
+        "first-last-layers-bf16",
+        "BF16 first and last blocks under FP8",
+    ),
+    ("no-fp8-wgrad", "weight gradients outside FP8"),
     ("hybrid-layer-pattern", "hybrid (Mamba) layers"),
     ("encoder-num-layers", "encoder layers"),
     ("use-torch-fsdp2", "PyTorch FSDP2 inside Megatron"),
@@ -306,7 +314,13 @@ impl MegatronJob {
     /// What hetplan's export writes for a plan, read back.
     fn precision(&self) -> Result<(Precision, CollectiveDtypes), InputError> {
         let at = |flag: &str| self.flags.get(flag).map_or(0, |f| f.offset);
-        let precision = if self.choice("fp8-format", &["hybrid", "e4m3"])?.is_some() {
+        let formats = ["hybrid", "e4m3"];
+        if self.has("fp8-format") && self.value("fp8-format").is_none() {
+            return Err(self
+                .error_at(at("fp8-format"), "--fp8-format: expected a format".into())
+                .hint(Some(format!("one of: {}", formats.join(", ")))));
+        }
+        let precision = if self.choice("fp8-format", &formats)?.is_some() {
             if !self.has("bf16") {
                 return Err(self
                     .error_at(
@@ -352,6 +366,16 @@ impl MegatronJob {
                         "--fp8-param-gather keeps the weights in FP8: it needs FP8 training".into(),
                     )
                     .hint(Some("add --fp8-format hybrid --bf16, or remove it".into())));
+            }
+            if !self.has("use-distributed-optimizer") && !self.has("use-megatron-fsdp") {
+                return Err(self
+                    .error_at(
+                        at("fp8-param-gather"),
+                        "--fp8-param-gather gathers the weights in FP8: it needs the \
+                         distributed optimizer or Megatron-FSDP"
+                            .into(),
+                    )
+                    .hint(Some("add --use-distributed-optimizer".into())));
             }
             dtypes.params = Some(Precision::Fp8);
         }
@@ -1191,6 +1215,21 @@ mod tests {
                 "--bf16 --fp8-param-gather",
                 "--fp8-param-gather",
                 "needs FP8",
+            ),
+            (
+                "--bf16 --fp8-format hybrid --fp8-param-gather",
+                "--fp8-param-gather",
+                "distributed optimizer",
+            ),
+            (
+                "--bf16 --fp8-format --fp8-param-gather",
+                "--fp8-format",
+                "expected a format",
+            ),
+            (
+                "--bf16 --fp8-format hybrid --no-fp8-wgrad",
+                "--no-fp8-wgrad",
+                "outside FP8",
             ),
             (
                 "--fp16 --grad-reduce-in-bf16",

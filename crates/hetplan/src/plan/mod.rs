@@ -114,10 +114,11 @@ impl Engine {
     /// one after the other, behind a device-to-host synchronisation
     /// (`constants::MOE_HOST_S_PER_LOCAL_EXPERT`): Megatron-Core's dropless dispatchers feed
     /// Transformer Engine's `GroupedLinear` a host list of tokens per expert, one product per
-    /// expert; DeepSpeed-MoE calls each local expert's module in a Python loop
-    /// (deepspeed/moe/experts.py `Experts.forward`, which also copies uneven splits to the
-    /// host), as host-bound — the same constant, not measured there. torchtitan runs a rank's
-    /// experts in one grouped product on device offsets (`torch._grouped_mm`).
+    /// expert; DeepSpeed-MoE's gating copies the tokens per expert to the host
+    /// (`exp_counts ... .to('cpu')`, deepspeed/moe/sharded_moe.py) and `Experts.forward` calls
+    /// each local expert's module in a Python loop (deepspeed/moe/experts.py) — priced with
+    /// the same constant, not measured there. torchtitan runs a rank's experts in one grouped
+    /// product on device offsets (`torch._grouped_mm`).
     pub fn loops_experts_on_host(self) -> bool {
         matches!(self, Engine::Megatron | Engine::Deepspeed)
     }
