@@ -52,6 +52,7 @@ TRAINING_FLAGS = {
     "position-embedding-type": str, "data-parallel-sharding-strategy": str,
     "optimizer-offload-fraction": float, "attention-backend": str, "num-experts": int,
     "window-size": str, "window-attn-skip-freq": str, "moe-layer-freq": str,
+    "megatron-fsdp-main-grads-dtype": str,
 }
 TRAINING_SWITCHES = {
     "mock-data", "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather",
@@ -153,6 +154,10 @@ def check(directory):
         assert 0.0 < a["optimizer-offload-fraction"] <= 1.0 and a.get("optimizer-cpu-offload")
     if a.get("use-megatron-fsdp"):
         assert pp == 1
+    # arguments.py: `--megatron-fsdp-main-grads-dtype` choices, read by Megatron-FSDP only.
+    if "megatron-fsdp-main-grads-dtype" in a:
+        assert a["megatron-fsdp-main-grads-dtype"] in {"fp32", "bf16", "fp16", "auto"}
+        assert a.get("use-megatron-fsdp")
     # arguments.py: "seq-length should be a multiple of 2 * context-parallel-size".
     cp = a.get("context-parallel-size", 1)
     if cp > 1:

@@ -497,20 +497,45 @@ fn megatron_exports_the_gradients_type_the_plan_reduces_in() {
         let e = args(precision, Some(gradients)).unwrap_err();
         assert!(e.contains("collective_dtypes.gradients"), "{e}");
     }
-    // Megatron-FSDP (ZeRO-3) takes its gradients' type from a flag the export does not pass.
+    // Megatron-FSDP (ZeRO-3) reduces in the parameters' type unless its own flag says
+    // otherwise (`--megatron-fsdp-main-grads-dtype auto`), and the other two flags do not
+    // reach it: the export always names the type hetplan priced.
     let spec = "tp=2,dp=8,mbs=1,gbs=32,zero=3,engine=megatron,precision=bf16";
     let mut p = parse_inline_plan(spec, &model, &cluster).unwrap();
-    p.collective_dtypes.gradients = Some(Precision::Bf16);
+    assert!(p.runs_megatron_fsdp());
+    assert_eq!(p.gradient_dtype(), Precision::Fp32);
+    let exported = |p: &hetplan::Plan| {
+        let job = hetplan::export::Job {
+            model: &model,
+            cluster: &cluster,
+            plan: &w.validate(p).unwrap(),
+            seq_len: 4096,
+        };
+        let e = hetplan::export::megatron::export(job).unwrap();
+        (e.files.iter())
+            .map(|f| f.contents.clone())
+            .collect::<String>()
+    };
+    let text = exported(&p);
+    assert!(
+        text.contains("--megatron-fsdp-main-grads-dtype fp32"),
+        "{text}"
+    );
+    assert!(!text.contains(bf16) && !text.contains(fp32), "{text}");
+    for (g, name) in [(Precision::Fp32, "fp32"), (Precision::Bf16, "bf16")] {
+        p.collective_dtypes.gradients = Some(g);
+        assert_eq!(p.gradient_dtype(), g);
+        let text = exported(&p);
+        assert!(
+            text.contains(&format!("--megatron-fsdp-main-grads-dtype {name}")),
+            "{text}"
+        );
+    }
+    p.collective_dtypes.gradients = Some(Precision::Fp8);
     let why = why_not(Target::Megatron, &model, &p, 4096);
     assert!(
         why.iter()
             .any(|w| w.contains("--megatron-fsdp-main-grads-dtype")),
-        "{why:?}"
-    );
-    p.collective_dtypes.gradients = None;
-    let why = why_not(Target::Megatron, &model, &p, 4096);
-    assert!(
-        !why.iter().any(|w| w.contains("collective_dtypes")),
         "{why:?}"
     );
 }

@@ -42,23 +42,16 @@ use crate::plan::{Plan, Precision, Recompute};
 /// flags can set, and why not the others. Gradients: its `main_grad` buffers are FP32 with
 /// `--accumulate-allreduce-grads-in-fp32`, which `--bf16` turns on unless
 /// `--grad-reduce-in-bf16` is given, and the parameters' type otherwise (arguments.py,
-/// `validate_args`; distributed/distributed_data_parallel.py). Parameters: gathered in the
-/// training precision, or in FP8 with `--fp8-param-gather` (validated with the plan).
+/// `validate_args`; distributed/distributed_data_parallel.py); under Megatron-FSDP (ZeRO-2/3)
+/// `--megatron-fsdp-main-grads-dtype` sets them (FP32, BF16 or FP16; `auto`, the parameters').
+/// Parameters: gathered in the training precision, or in FP8 with `--fp8-param-gather`
+/// (validated with the plan).
 fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
     use Precision::{Bf16, Fp16, Fp32, Fp8};
     let mut why = Vec::new();
-    // Megatron-FSDP (ZeRO-2/3) takes its gradients' type from `--megatron-fsdp-main-grads-dtype`
-    // (`auto`: the parameters'), not from the two flags below, and the export passes neither.
-    if plan.collective_dtypes.gradients.is_some() && plan.stages.iter().any(|s| s.zero >= 2) {
-        why.push(
-            "Megatron-FSDP (ZeRO-2/3) sets its gradients' type with \
-             --megatron-fsdp-main-grads-dtype, which hetplan's export does not pass; the plan \
-             sets collective_dtypes.gradients"
-                .into(),
-        );
-    }
     if let Some(g) = plan.collective_dtypes.gradients {
         let ok = match plan.precision {
+            _ if plan.runs_megatron_fsdp() => matches!(g, Fp32 | Bf16 | Fp16),
             Bf16 | Fp8 => matches!(g, Fp32 | Bf16),
             Fp16 => matches!(g, Fp32 | Fp16),
             _ => g == Fp32,
@@ -69,6 +62,9 @@ fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
                  (collective_dtypes.gradients)",
                 plan.precision.name().to_uppercase(),
                 match plan.precision {
+                    _ if plan.runs_megatron_fsdp() => {
+                        "FP32, BF16 or FP16 (--megatron-fsdp-main-grads-dtype)"
+                    }
                     Bf16 | Fp8 => "FP32 or, with --grad-reduce-in-bf16, BF16",
                     Fp16 => "FP16 or, with --accumulate-allreduce-grads-in-fp32, FP32",
                     _ => "FP32",
@@ -522,8 +518,20 @@ fn plan_args(model: &Model, plan: &Plan) -> Vec<String> {
         );
         flag("use-precision-aware-optimizer", None);
     }
-    // The gradients' type where it is not the flag's default (`collective_dtype_reasons`).
+    // The gradients' type where it is not the flag's default (`collective_dtype_reasons`);
+    // under Megatron-FSDP always, by its own flag, whose default (`auto`: the parameters' type)
+    // is not the type hetplan priced.
     match (plan.precision, plan.gradient_dtype()) {
+        (_, g) if plan.runs_megatron_fsdp() => {
+            let name = match g {
+                Precision::Fp32 | Precision::Tf32 => "fp32",
+                Precision::Bf16 => "bf16",
+                Precision::Fp16 => "fp16",
+                // Refused by `collective_dtype_reasons`.
+                Precision::Fp8 | Precision::Fp8Rowwise => "auto",
+            };
+            flag("megatron-fsdp-main-grads-dtype", Some(name.into()));
+        }
         (Precision::Bf16 | Precision::Fp8, Precision::Bf16) => flag("grad-reduce-in-bf16", None),
         (Precision::Fp16, Precision::Fp32) => flag("accumulate-allreduce-grads-in-fp32", None),
         _ => {}

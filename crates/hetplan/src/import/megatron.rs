@@ -288,6 +288,7 @@ impl MegatronJob {
             "fp8-format",
             "fp8-recipe",
             "fp8-param-gather",
+            "megatron-fsdp-main-grads-dtype",
             "nnodes",
             "nproc-per-node",
             // What hetplan's Megatron estimate assumes (gradient reduction and parameter
@@ -379,23 +380,40 @@ impl MegatronJob {
             }
             dtypes.params = Some(Precision::Fp8);
         }
-        if !self.has("use-megatron-fsdp") {
-            if self.has("grad-reduce-in-bf16") {
-                if !matches!(precision, Precision::Bf16 | Precision::Fp8) {
-                    return Err(self
-                        .error_at(
-                            at("grad-reduce-in-bf16"),
-                            "--grad-reduce-in-bf16 without --bf16: hetplan reads BF16 \
-                             gradients of BF16 or FP8 training"
-                                .into(),
-                        )
-                        .hint(Some("add --bf16, or remove it".into())));
-                }
-                dtypes.gradients = Some(Precision::Bf16);
-            } else if self.has("accumulate-allreduce-grads-in-fp32") && precision == Precision::Fp16
+        if self.has("use-megatron-fsdp") {
+            // Its own flag; `auto` (the default) is the parameters' type (BF16 for FP8 ones),
+            // which is not the default hetplan prices for Megatron: named where it differs.
+            let types = ["fp32", "bf16", "fp16", "auto"];
+            let g = match self
+                .choice("megatron-fsdp-main-grads-dtype", &types)?
+                .as_deref()
             {
-                dtypes.gradients = Some(Precision::Fp32);
+                Some("fp32") => Precision::Fp32,
+                Some("bf16") => Precision::Bf16,
+                Some("fp16") => Precision::Fp16,
+                _ => match precision {
+                    Precision::Fp8 | Precision::Fp8Rowwise => Precision::Bf16,
+                    Precision::Tf32 => Precision::Fp32,
+                    p => p,
+                },
+            };
+            let default = crate::plan::default_gradient_dtype(Engine::Megatron, precision);
+            let same = g == default || (g == Precision::Fp32 && default == Precision::Tf32);
+            dtypes.gradients = (!same).then_some(g);
+        } else if self.has("grad-reduce-in-bf16") {
+            if !matches!(precision, Precision::Bf16 | Precision::Fp8) {
+                return Err(self
+                    .error_at(
+                        at("grad-reduce-in-bf16"),
+                        "--grad-reduce-in-bf16 without --bf16: hetplan reads BF16 gradients of \
+                         BF16 or FP8 training"
+                            .into(),
+                    )
+                    .hint(Some("add --bf16, or remove it".into())));
             }
+            dtypes.gradients = Some(Precision::Bf16);
+        } else if self.has("accumulate-allreduce-grads-in-fp32") && precision == Precision::Fp16 {
+            dtypes.gradients = Some(Precision::Fp32);
         }
         Ok((precision, dtypes))
     }
@@ -1202,7 +1220,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(job.ignored, vec!["--grad-reduce-in-bf16".to_string()]);
-        assert_eq!(job.collective_dtypes.gradients, None);
+        // Its `auto`: the parameters' type, named since hetplan's Megatron default is FP32.
+        assert_eq!(job.collective_dtypes.gradients, Some(Bf16));
+        for (flag, gradients) in [("fp32", None), ("bf16", Some(Bf16)), ("auto", Some(Bf16))] {
+            let job = MegatronJob::parse(
+                &args(&format!(
+                    "--bf16 --use-megatron-fsdp --megatron-fsdp-main-grads-dtype {flag}"
+                )),
+                "m",
+            )
+            .unwrap();
+            assert!(job.ignored.is_empty(), "{:?}", job.ignored);
+            assert_eq!(job.collective_dtypes.gradients, gradients, "{flag}");
+        }
         for (extra, at, says) in [
             ("--fp8-format hybrid", "--fp8-format", "without --bf16"),
             (

@@ -806,9 +806,18 @@ pub fn default_gradient_dtype(engine: Engine, precision: Precision) -> Precision
 impl Plan {
     /// The element type of the gradients the plan accumulates and reduces: the plan's own
     /// (`collective_dtypes.gradients`) or its engine's default ([`default_gradient_dtype`]).
+    /// Megatron-FSDP's own default (`--megatron-fsdp-main-grads-dtype auto`: the parameters'
+    /// type) is not hetplan's: its export passes the type priced here, its import reads `auto`
+    /// as the parameters' type.
     pub fn gradient_dtype(&self) -> Precision {
         (self.collective_dtypes.gradients)
             .unwrap_or_else(|| default_gradient_dtype(self.engine, self.precision))
+    }
+
+    /// Megatron shards gradients (ZeRO-2/3) with Megatron-FSDP (`--use-megatron-fsdp`, which
+    /// hetplan's export passes for such stages), not with its distributed optimizer.
+    pub fn runs_megatron_fsdp(&self) -> bool {
+        self.engine == Engine::Megatron && self.stages.iter().any(|s| s.zero >= 2)
     }
 
     /// Megatron's `--fp8-param-gather` (`collective_dtypes.params` FP8 in FP8 training): the
