@@ -1045,6 +1045,23 @@ fn unroll(s: &str) -> Result<String, &'static str> {
 mod tests {
     use super::*;
 
+    /// One node of eight `gpu`s.
+    fn node_of(gpu: &str) -> Cluster {
+        crate::cluster::spec::parse_cluster_toml(&format!(
+            "name = \"t\"\n[[node_group]]\ngpu = \"{gpu}\"\ngpus_per_node = 8\nnodes = 1\n"
+        ))
+        .unwrap()
+    }
+
+    /// The flags of a two-block job, `extra` after them.
+    fn small_job(extra: &str) -> String {
+        format!(
+            "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 512 \
+             --max-position-embeddings 512 --vocab-size 1024 --micro-batch-size 1 \
+             --global-batch-size 16 {extra}"
+        )
+    }
+
     #[test]
     fn layouts_unroll_as_megatron_does() {
         assert_eq!(unroll("Et*3|(tt|)*2L").unwrap(), "Ettt|tt|tt|L");
@@ -1163,17 +1180,8 @@ mod tests {
     #[test]
     fn precision_and_collective_types_are_read() {
         use Precision::{Bf16, Fp16, Fp32, Fp8};
-        let cluster = crate::cluster::spec::parse_cluster_toml(
-            "name = \"t\"\n[[node_group]]\ngpu = \"h100-sxm5-80gb\"\ngpus_per_node = 8\nnodes = 1\n",
-        )
-        .unwrap();
-        let args = |extra: &str| {
-            format!(
-                "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 512 \
-                 --max-position-embeddings 512 --vocab-size 1024 --micro-batch-size 1 \
-                 --global-batch-size 16 {extra}"
-            )
-        };
+        let cluster = node_of("h100-sxm5-80gb");
+        let args = small_job;
         for (extra, precision, params, gradients) in [
             ("--bf16", Bf16, None, None),
             ("--bf16 --grad-reduce-in-bf16", Bf16, None, Some(Bf16)),
@@ -1278,17 +1286,8 @@ mod tests {
 
     #[test]
     fn expert_parallelism_is_read_and_checked() {
-        let cluster = crate::cluster::spec::parse_cluster_toml(
-            "name = \"t\"\n[[node_group]]\ngpu = \"a100-sxm4-80gb\"\ngpus_per_node = 8\nnodes = 1\n",
-        )
-        .unwrap();
-        let args = |extra: &str| {
-            format!(
-                "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 512 \
-                 --max-position-embeddings 512 --vocab-size 1000 --micro-batch-size 1 \
-                 --global-batch-size 16 {extra}"
-            )
-        };
+        let cluster = node_of("a100-sxm4-80gb");
+        let args = small_job;
         let job = MegatronJob::parse(
             &args("--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 4"),
             "m",
