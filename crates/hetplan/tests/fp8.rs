@@ -444,25 +444,28 @@ fn megatron_exports_the_gradients_type_the_plan_reduces_in() {
         cluster: &cluster,
         seq_len: 4096,
     };
+    // The export's files, one after the other, or why Megatron cannot run the plan.
+    let exported = |p: &hetplan::Plan| {
+        let job = hetplan::export::Job {
+            model: &model,
+            cluster: &cluster,
+            plan: &w.validate(p).unwrap(),
+            seq_len: 4096,
+        };
+        hetplan::export::megatron::export(job)
+            .map(|e| {
+                (e.files.iter())
+                    .map(|f| f.contents.clone())
+                    .collect::<String>()
+            })
+            .map_err(|e| e.to_string())
+    };
     let args = |precision: &str, gradients: Option<Precision>| {
         let spec =
             format!("tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=1,engine=megatron,precision={precision}");
         let mut p = parse_inline_plan(&spec, &model, &cluster).unwrap();
         p.collective_dtypes.gradients = gradients;
-        let job = hetplan::export::Job {
-            model: &model,
-            cluster: &cluster,
-            plan: &w.validate(&p).unwrap(),
-            seq_len: 4096,
-        };
-        match hetplan::export::megatron::export(job) {
-            Ok(e) => Ok(e
-                .files
-                .iter()
-                .map(|f| f.contents.clone())
-                .collect::<String>()),
-            Err(e) => Err(e.to_string()),
-        }
+        exported(&p)
     };
     let bf16 = "--grad-reduce-in-bf16";
     let fp32 = "--accumulate-allreduce-grads-in-fp32";
@@ -504,19 +507,7 @@ fn megatron_exports_the_gradients_type_the_plan_reduces_in() {
     let mut p = parse_inline_plan(spec, &model, &cluster).unwrap();
     assert!(p.runs_megatron_fsdp());
     assert_eq!(p.gradient_dtype(), Precision::Fp32);
-    let exported = |p: &hetplan::Plan| {
-        let job = hetplan::export::Job {
-            model: &model,
-            cluster: &cluster,
-            plan: &w.validate(p).unwrap(),
-            seq_len: 4096,
-        };
-        let e = hetplan::export::megatron::export(job).unwrap();
-        (e.files.iter())
-            .map(|f| f.contents.clone())
-            .collect::<String>()
-    };
-    let text = exported(&p);
+    let text = exported(&p).unwrap();
     assert!(
         text.contains("--megatron-fsdp-main-grads-dtype fp32"),
         "{text}"
@@ -525,7 +516,7 @@ fn megatron_exports_the_gradients_type_the_plan_reduces_in() {
     for (g, name) in [(Precision::Fp32, "fp32"), (Precision::Bf16, "bf16")] {
         p.collective_dtypes.gradients = Some(g);
         assert_eq!(p.gradient_dtype(), g);
-        let text = exported(&p);
+        let text = exported(&p).unwrap();
         assert!(
             text.contains(&format!("--megatron-fsdp-main-grads-dtype {name}")),
             "{text}"

@@ -614,7 +614,10 @@ impl Analytic {
             // The host issues the local experts' products one by one behind the dispatch's
             // synchronisation: a third of its time in the forward (which a recomputation
             // repeats), two thirds in the backward's data- and weight-gradient products.
-            let local = local_experts(layer, shape.ep);
+            // The experts one GPU of the expert-parallel group holds (none outside MoE layers).
+            let local = layer
+                .experts()
+                .map_or(0.0, |(n, _)| n as f64 / shape.ep.max(1) as f64);
             let host = k::MOE_HOST_S_PER_LOCAL_EXPERT * local;
             t.forward += Seconds(host / 3.0);
             t.recompute_forward += Seconds(host / 3.0);
@@ -623,19 +626,6 @@ impl Analytic {
         }
         t
     }
-}
-
-/// The experts of a MoE layer that one GPU of an `ep`-way expert-parallel group holds (0 for
-/// a layer without experts).
-fn local_experts(layer: &Layer, ep: u32) -> f64 {
-    layer
-        .ops
-        .iter()
-        .find_map(|op| match op.kind {
-            OpKind::Gemm { count, .. } if op.is_expert() => Some(count as f64 / ep.max(1) as f64),
-            _ => None,
-        })
-        .unwrap_or(0.0)
 }
 
 impl ComputeTimes for Analytic {

@@ -50,25 +50,23 @@ fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
     use Precision::{Bf16, Fp16, Fp32, Fp8};
     let mut why = Vec::new();
     if let Some(g) = plan.collective_dtypes.gradients {
-        let ok = match plan.precision {
-            _ if plan.runs_megatron_fsdp() => matches!(g, Fp32 | Bf16 | Fp16),
-            Bf16 | Fp8 => matches!(g, Fp32 | Bf16),
-            Fp16 => matches!(g, Fp32 | Fp16),
-            _ => g == Fp32,
+        let (allowed, flags): (&[Precision], &str) = match plan.precision {
+            _ if plan.runs_megatron_fsdp() => (
+                &[Fp32, Bf16, Fp16],
+                "FP32, BF16 or FP16 (--megatron-fsdp-main-grads-dtype)",
+            ),
+            Bf16 | Fp8 => (&[Fp32, Bf16], "FP32 or, with --grad-reduce-in-bf16, BF16"),
+            Fp16 => (
+                &[Fp16, Fp32],
+                "FP16 or, with --accumulate-allreduce-grads-in-fp32, FP32",
+            ),
+            _ => (&[Fp32], "FP32"),
         };
-        if !ok {
+        if !allowed.contains(&g) {
             why.push(format!(
-                "Megatron reduces {} training's gradients in {}; the plan reduces them in {} \
-                 (collective_dtypes.gradients)",
+                "Megatron reduces {} training's gradients in {flags}; the plan reduces them in \
+                 {} (collective_dtypes.gradients)",
                 plan.precision.name().to_uppercase(),
-                match plan.precision {
-                    _ if plan.runs_megatron_fsdp() => {
-                        "FP32, BF16 or FP16 (--megatron-fsdp-main-grads-dtype)"
-                    }
-                    Bf16 | Fp8 => "FP32 or, with --grad-reduce-in-bf16, BF16",
-                    Fp16 => "FP16 or, with --accumulate-allreduce-grads-in-fp32, FP32",
-                    _ => "FP32",
-                },
                 g.name().to_uppercase()
             ));
         }

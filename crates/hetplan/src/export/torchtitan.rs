@@ -178,15 +178,13 @@ pub fn reasons(model: &Model, plan: &Plan, seq_len: u64) -> Vec<String> {
 }
 
 /// The collectives' element types torchtitan cannot take: it reduce-scatters gradients in FP32
-/// only (`mixed_precision_reduce: Literal["float32"]`, config/configs.py) and gathers the
-/// parameters in `mixed_precision_param`, the training precision (FP8 gathers belong to torchao's
-/// tensorwise recipe, which hetplan does not export).
+/// only (`Runtime::gradient_dtype`) and gathers the parameters in `mixed_precision_param`, the
+/// training precision (FP8 gathers belong to torchao's tensorwise recipe, which hetplan does
+/// not export).
 fn collective_dtype_reasons(plan: &Plan) -> Vec<String> {
     let mut why = Vec::new();
-    if let Some(g) = plan
-        .collective_dtypes
-        .gradients
-        .filter(|&g| g != Precision::Fp32)
+    if let Some(g) = (plan.collective_dtypes.gradients)
+        .filter(|&g| Some(g) != Runtime::Torchtitan.gradient_dtype())
     {
         why.push(format!(
             "torchtitan reduces gradients in FP32 only (mixed_precision_reduce); the plan \

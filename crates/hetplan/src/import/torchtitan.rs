@@ -625,9 +625,8 @@ impl TorchtitanJob {
                 schedule,
                 engine: Engine::Fsdp,
                 precision,
-                // `mixed_precision_reduce`: "float32", its only value.
                 collective_dtypes: crate::plan::CollectiveDtypes {
-                    gradients: Some(Precision::Fp32),
+                    gradients: crate::plan::runtime::Runtime::Torchtitan.gradient_dtype(),
                     ..Default::default()
                 },
                 moe_capacity_factor: None,

@@ -365,6 +365,13 @@ impl Runtime {
     /// largest optimizer offload fraction, a schedule it runs. `None` when the structure itself
     /// (TP and DP degrees, micro-batch sizes, pipeline depth) does not fit the engine; the
     /// result may still not run (`why_not`) or not fit in memory.
+    /// The one element type the runtime reduces gradients in, whatever it trains in, where it
+    /// has one: torchtitan reduce-scatters in FP32 only (`mixed_precision_reduce`, whose one
+    /// value is "float32", config/configs.py). The others follow the plan.
+    pub fn gradient_dtype(self) -> Option<super::Precision> {
+        (self == Runtime::Torchtitan).then_some(super::Precision::Fp32)
+    }
+
     pub fn conform(self, plan: &Plan) -> Option<Plan> {
         let mut p = plan.clone();
         let pp = p.pipeline_depth().max(1);
@@ -472,10 +479,8 @@ impl Runtime {
             };
         }
         p.engine = self.engine();
-        // torchtitan reduce-scatters gradients in FP32 only (`mixed_precision_reduce`, whose
-        // one value is "float32", config/configs.py), whatever it trains in.
-        if self == Runtime::Torchtitan {
-            p.collective_dtypes.gradients = Some(super::Precision::Fp32);
+        if let Some(g) = self.gradient_dtype() {
+            p.collective_dtypes.gradients = Some(g);
         }
         // Eager model code is PyTorch's; async TP needs it compiled.
         p.compile = p.compile.under(p.engine);
